@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Prepares this Debian host to run nodelet: containerd + runc, the CNI bridge,
+# and the local images (no registry is reachable). Idempotent: run it as often
+# as you like; it only changes what is missing or different.
+#
+# Usage: sudo hack/setup.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT="$ROOT/_output"
+CONTAINERD_SOCK=/run/containerd/containerd.sock
+CNI_BIN_DIR=/usr/lib/cni
+SANDBOX_IMAGE=registry.k8s.io/pause:3.10
+MARKER="# written by nodelet hack/setup.sh"
+
+log() { echo "setup: $*"; }
+
+[ "$(id -u)" = 0 ] || { echo "setup: must run as root" >&2; exit 1; }
+
+# 1. Packages.
+PKGS=(containerd runc containernetworking-plugins busybox-static bash-static etcd-server iptables iproute2 gcc libc6-dev)
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 2. Kernel settings pods need for bridged networking. Not every VM allows all
+# of them; the bridge works without br_netfilter.
+modprobe overlay 2>/dev/null || true
+modprobe br_netfilter 2>/dev/null || true
+sysctl -qw net.ipv4.ip_forward=1 || true
+
+# 3. containerd and CNI configuration, from the templates the test bed uses too.
+fill() { # template, then @KEY@=value pairs
+	local text
+	text=$(cat "$1"); shift
+	for kv in "$@"; do text=${text//"${kv%%=*}"/"${kv#*=}"}; done
+	printf '%s\n%s\n' "$MARKER" "$text"
+}
+install_file() { # path, content; returns 0 when the file changed
+	local path=$1 content=$2
+	if [ -f "$path" ] && [ "$(cat "$path")" = "$content" ]; then return 1; fi
+	mkdir -p "$(dirname "$path")"
+	if [ -f "$path" ] && ! grep -qF "$MARKER" "$path"; then
+		cp "$path" "$path.orig-nodelet"
+		log "saved the previous $path as $path.orig-nodelet"
+	fi
+	printf '%s\n' "$content" >"$path"
+	log "wrote $path"
+}
+changed=0
+install_file /etc/containerd/config.toml "$(fill "$ROOT/hack/containerd/config.toml.tmpl" \
+	@ROOT@=/var/lib/containerd @STATE@=/run/containerd @ADDRESS@=$CONTAINERD_SOCK \
+	@CNI_CONF_DIR@=/etc/cni/net.d @CNI_BIN_DIR@=$CNI_BIN_DIR @SANDBOX_IMAGE@=$SANDBOX_IMAGE)" && changed=1
+# The CNI file is JSON: the marker cannot be a comment, so it is not added.
+cni=$(fill "$ROOT/hack/containerd/cni.conflist.tmpl" @NETWORK@=nodelet @BRIDGE@=nodelet0 @SUBNET@=10.88.0.0/16 | tail -n +2)
+install_file /etc/cni/net.d/10-nodelet.conflist "$cni" && changed=1
+for f in /etc/cni/net.d/*; do
+	[ "$f" = /etc/cni/net.d/10-nodelet.conflist ] || { mv "$f" "$f.disabled-by-nodelet" && log "disabled $f"; }
+done 2>/dev/null || true
+
+# 4. containerd running (there is no systemd on these machines).
+running() { ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1; }
+if running && [ $changed = 1 ]; then
+	log "restarting containerd for the new configuration"
+	pkill -x containerd || true
+	for _ in $(seq 50); do running || break; sleep 0.1; done
+fi
+if ! running; then
+	log "starting containerd (log: /var/log/containerd.log)"
+	setsid nohup containerd --config /etc/containerd/config.toml >>/var/log/containerd.log 2>&1 </dev/null &
+	for _ in $(seq 100); do running && break; sleep 0.1; done
+	running || { echo "setup: containerd did not start; see /var/log/containerd.log" >&2; exit 1; }
+fi
+
+# 5. Local images: a static pause and busybox, imported into the CRI namespace.
+mkdir -p "$OUT"
+if [ ! -x "$OUT/pause" ] || [ "$ROOT/hack/images/pause.c" -nt "$OUT/pause" ]; then
+	gcc -static -O2 -o "$OUT/pause" "$ROOT/hack/images/pause.c"
+fi
+(cd "$ROOT" && go run ./hack/mkimage -out "$OUT/images.tar.new" -pause "$OUT/pause" -busybox /bin/busybox)
+mv "$OUT/images.tar.new" "$OUT/images.tar"
+ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$OUT/images.tar" >/dev/null
+log "images: $(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -E 'pause|busybox' | tr '\n' ' ')"
+log "done"
