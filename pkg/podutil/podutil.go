@@ -1,0 +1,117 @@
+// Package podutil holds the small facts about pods that every stage of the
+// pipeline needs and that must agree everywhere: a pod's full name, whether
+// it is static or a mirror, and the annotation keys nodelet reads and writes.
+package podutil
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Annotation keys shared with the upstream kubelet, so that tools and API
+// clients read nodelet's pods the same way.
+const (
+	// ConfigSourceAnnotationKey names the source a pod came from: file, http or api.
+	ConfigSourceAnnotationKey = "kubernetes.io/config.source"
+	// ConfigHashAnnotationKey carries the static pod's content hash (its UID).
+	ConfigHashAnnotationKey = "kubernetes.io/config.hash"
+	// ConfigMirrorAnnotationKey marks a mirror pod with its static pod's hash.
+	ConfigMirrorAnnotationKey = "kubernetes.io/config.mirror"
+	// ConfigFirstSeenAnnotationKey records when nodelet first saw the pod.
+	ConfigFirstSeenAnnotationKey = "kubernetes.io/config.seen"
+)
+
+// Source names.
+const (
+	FileSource = "file"
+	HTTPSource = "http"
+	APISource  = "api"
+)
+
+// FullName is the name a pod is unique by on a node: name_namespace.
+func FullName(pod *v1.Pod) string { return BuildFullName(pod.Name, pod.Namespace) }
+
+// BuildFullName joins a name and a namespace the way FullName does.
+func BuildFullName(name, namespace string) string { return name + "_" + namespace }
+
+// ParseFullName splits a full name back into name and namespace.
+func ParseFullName(fullName string) (name, namespace string, err error) {
+	i := strings.LastIndex(fullName, "_")
+	if i <= 0 || i == len(fullName)-1 {
+		return "", "", fmt.Errorf("pod full name %q is not name_namespace", fullName)
+	}
+	return fullName[:i], fullName[i+1:], nil
+}
+
+// Source returns the config source a pod was annotated with.
+func Source(pod *v1.Pod) string { return pod.Annotations[ConfigSourceAnnotationKey] }
+
+// IsStatic reports whether the pod came from a local source (file or
+// http) rather than the API server.
+func IsStatic(pod *v1.Pod) bool {
+	s := Source(pod)
+	return s != "" && s != APISource
+}
+
+// IsMirror reports whether the pod is the API server's mirror of a static pod.
+func IsMirror(pod *v1.Pod) bool {
+	_, ok := pod.Annotations[ConfigMirrorAnnotationKey]
+	return ok
+}
+
+// Ref formats a pod for logs and errors as namespace/name.
+func Ref(pod *v1.Pod) string {
+	if pod == nil {
+		return "<nil>"
+	}
+	return pod.Namespace + "/" + pod.Name
+}
+
+// UIDs collects the UIDs of pods into a set.
+func UIDs(pods []*v1.Pod) map[types.UID]bool {
+	out := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		out[p.UID] = true
+	}
+	return out
+}
+
+// IsHostNetwork reports whether the pod uses the node's network namespace.
+func IsHostNetwork(pod *v1.Pod) bool { return pod.Spec.HostNetwork }
+
+// GracePeriodSeconds is the pod's termination grace period as the pod asks
+// for it: deletionGracePeriodSeconds once it is being deleted, else the
+// spec's value, else the API default of 30 seconds.
+func GracePeriodSeconds(pod *v1.Pod) int64 {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return *pod.DeletionGracePeriodSeconds
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return *pod.Spec.TerminationGracePeriodSeconds
+	default:
+		return v1.DefaultTerminationGracePeriodSeconds
+	}
+}
+
+// IsRestartableInitContainer reports whether an init container is a sidecar
+// (restartPolicy Always): it keeps running beside the app containers.
+func IsRestartableInitContainer(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// DefaultPullPolicy is the API's pull policy for a container that sets
+// none: Always for :latest or an untagged image, IfNotPresent otherwise
+// (including images pinned by digest).
+func DefaultPullPolicy(image string) v1.PullPolicy {
+	if strings.Contains(image, "@") {
+		return v1.PullIfNotPresent
+	}
+	name := image[strings.LastIndex(image, "/")+1:]
+	if i := strings.LastIndex(name, ":"); i < 0 || name[i+1:] == "latest" {
+		return v1.PullAlways
+	}
+	return v1.PullIfNotPresent
+}
