@@ -1,0 +1,276 @@
+package kuberuntime
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// podActions is what one SyncPod must do, computed from the spec and the
+// runtime status alone so that it can be tested as a table.
+type podActions struct {
+	// KillPod stops every container and the sandbox first.
+	KillPod bool
+	// CreateSandbox starts a new sandbox (after KillPod if one exists).
+	CreateSandbox bool
+	// SandboxID is the current sandbox, if any.
+	SandboxID string
+	// Attempt numbers the sandbox to create.
+	Attempt uint32
+	// InitContainersToStart are indices into spec.initContainers, in
+	// order: at most one regular init container, plus sidecars.
+	InitContainersToStart []int
+	// ContainersToStart are indices into spec.containers.
+	ContainersToStart []int
+	// EphemeralContainersToStart are indices into spec.ephemeralContainers.
+	EphemeralContainersToStart []int
+	// ContainersToKill are running containers that must stop, with why.
+	ContainersToKill map[container.ContainerID]containerToKill
+}
+
+type containerToKill struct {
+	name    string
+	message string
+	reason  string
+}
+
+func (a podActions) String() string {
+	var kill []string
+	for id, k := range a.ContainersToKill {
+		kill = append(kill, k.name+"("+id.ID+")")
+	}
+	sort.Strings(kill)
+	return fmt.Sprintf("KillPod=%t CreateSandbox=%t SandboxID=%q Attempt=%d Init=%v Start=%v Ephemeral=%v Kill=[%s]",
+		a.KillPod, a.CreateSandbox, a.SandboxID, a.Attempt, a.InitContainersToStart, a.ContainersToStart,
+		a.EphemeralContainersToStart, strings.Join(kill, " "))
+}
+
+// computePodActions decides what SyncPod must do to bring the runtime in
+// line with the spec.
+func computePodActions(pod *v1.Pod, status *container.PodStatus) podActions {
+	createSandbox, attempt, sandboxID := sandboxChanged(pod, status)
+	a := podActions{
+		KillPod:          createSandbox,
+		CreateSandbox:    createSandbox,
+		SandboxID:        sandboxID,
+		Attempt:          attempt,
+		ContainersToKill: map[container.ContainerID]containerToKill{},
+	}
+
+	if createSandbox {
+		// A pod that must not restart and already ran gets no new sandbox:
+		// its containers' fate is final.
+		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && attempt > 0 && len(status.ContainerStatuses) > 0 {
+			a.CreateSandbox = false
+			return a
+		}
+		var toStart []int
+		for i := range pod.Spec.Containers {
+			c := &pod.Spec.Containers[i]
+			if pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure && succeeded(status.FindContainerStatusByName(c.Name)) {
+				continue
+			}
+			toStart = append(toStart, i)
+		}
+		if len(toStart) == 0 && len(pod.Spec.InitContainers) == 0 {
+			// Every container already succeeded under OnFailure.
+			a.CreateSandbox = false
+			return a
+		}
+		// A new sandbox starts initialisation from the beginning.
+		if len(pod.Spec.InitContainers) > 0 {
+			a.InitContainersToStart = []int{0}
+			return a
+		}
+		a.ContainersToStart = toStart
+		return a
+	}
+
+	// Ephemeral containers run once and are never restarted.
+	for i := range pod.Spec.EphemeralContainers {
+		if status.FindContainerStatusByName(pod.Spec.EphemeralContainers[i].Name) == nil {
+			a.EphemeralContainersToStart = append(a.EphemeralContainersToStart, i)
+		}
+	}
+
+	if !computeInitActions(pod, status, &a) {
+		// Initialisation failed for good, or is still under way: the app
+		// containers wait.
+		return a
+	}
+
+	keep := 0
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		s := status.FindContainerStatusByName(c.Name)
+		if s == nil || s.State != container.StateRunning {
+			if s != nil && s.State == container.StateUnknown {
+				// Whatever is left of it must be stopped before a replacement starts.
+				a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Container %s is in an unknown state, will be restarted", c.Name)}
+			}
+			if shouldRestart(pod, s) {
+				a.ContainersToStart = append(a.ContainersToStart, i)
+			}
+			continue
+		}
+		if s.Hash != HashContainer(c) {
+			// A changed spec needs a new container whatever the restart policy.
+			a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Container %s definition changed, will be restarted", c.Name)}
+			a.ContainersToStart = append(a.ContainersToStart, i)
+			continue
+		}
+		keep++
+	}
+
+	if keep == 0 && len(a.ContainersToStart) == 0 && !anyRunningRegularInit(pod, status) {
+		// Nothing of the pod should run any more: stop the sandbox and any
+		// sidecars so the pod can reach its final phase.
+		a.KillPod = true
+	}
+	return a
+}
+
+// computeInitActions adds the init container work to a and reports whether
+// initialisation is complete so the app containers may run.
+//
+// Regular init containers run one at a time, in order, each to success.
+// Sidecars (init containers with restartPolicy Always) start in their
+// place in that order, must be running before the next init container
+// starts, and are kept running (restarted when they exit) for the life of
+// the pod. Only containers of the current sandbox count: a new sandbox
+// starts initialisation over.
+func computeInitActions(pod *v1.Pod, status *container.PodStatus, a *podActions) bool {
+	if len(pod.Spec.InitContainers) == 0 {
+		return true
+	}
+	current := func(name string) *container.Status {
+		s := status.FindContainerStatusByName(name)
+		if s == nil || s.SandboxID != a.SandboxID {
+			return nil
+		}
+		return s
+	}
+	// Once an app container exists in this sandbox, initialisation is
+	// over: init containers are not re-run even if theirs were removed.
+	initialized := false
+	for i := range pod.Spec.Containers {
+		if current(pod.Spec.Containers[i].Name) != nil {
+			initialized = true
+			break
+		}
+	}
+
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		s := current(c.Name)
+		if podutil.IsRestartableInitContainer(c) {
+			switch {
+			case s != nil && s.State == container.StateRunning && s.Hash != HashContainer(c):
+				a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Init container %s definition changed, will be restarted", c.Name)}
+				a.InitContainersToStart = append(a.InitContainersToStart, i)
+			case s != nil && s.State == container.StateRunning:
+				// Running: the next init container may start.
+			case pod.DeletionTimestamp != nil:
+			default:
+				if s != nil && s.State == container.StateUnknown {
+					a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Init container %s is in an unknown state, will be restarted", c.Name)}
+				}
+				a.InitContainersToStart = append(a.InitContainersToStart, i)
+				if !initialized {
+					// Later init containers wait for this sidecar to run.
+					return false
+				}
+			}
+			continue
+		}
+		if initialized {
+			continue
+		}
+		switch {
+		case s == nil:
+			a.InitContainersToStart = append(a.InitContainersToStart, i)
+			return false
+		case s.State == container.StateRunning:
+			return false
+		case s.State == container.StateExited && s.ExitCode == 0:
+			continue
+		default:
+			// Failed (non-zero exit, never ran, or lost).
+			if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+				a.KillPod = true
+				return false
+			}
+			if s.State == container.StateUnknown {
+				a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Init container %s is in an unknown state, will be restarted", c.Name)}
+			}
+			a.InitContainersToStart = append(a.InitContainersToStart, i)
+			return false
+		}
+	}
+	return true
+}
+
+// anyRunningRegularInit reports whether a non-sidecar init container still
+// runs, in which case the pod is still initialising and must not be killed.
+func anyRunningRegularInit(pod *v1.Pod, status *container.PodStatus) bool {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if podutil.IsRestartableInitContainer(c) {
+			continue
+		}
+		if s := status.FindContainerStatusByName(c.Name); s != nil && s.State == container.StateRunning {
+			return true
+		}
+	}
+	return false
+}
+
+// sandboxChanged decides whether the pod needs a new sandbox: it has none,
+// it has more than one ready, the newest is not ready, its network mode no
+// longer matches the spec, or it lost its IP.
+func sandboxChanged(pod *v1.Pod, status *container.PodStatus) (create bool, attempt uint32, id string) {
+	if status == nil || len(status.SandboxStatuses) == 0 {
+		return true, 0, ""
+	}
+	newest := status.SandboxStatuses[0]
+	next := newest.Attempt + 1
+	switch {
+	case status.ReadySandboxes() > 1:
+		return true, next, newest.ID
+	case !newest.Ready:
+		return true, next, newest.ID
+	case newest.HostNetwork != pod.Spec.HostNetwork:
+		return true, next, newest.ID
+	case !pod.Spec.HostNetwork && len(newest.IPs) == 0:
+		return true, next, newest.ID
+	}
+	return false, newest.Attempt, newest.ID
+}
+
+// shouldRestart applies the pod's restart policy to a container that is
+// not running (s is its newest status, nil if it never ran).
+func shouldRestart(pod *v1.Pod, s *container.Status) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	if s == nil || s.State == container.StateCreated || s.State == container.StateUnknown {
+		return true
+	}
+	switch pod.Spec.RestartPolicy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return s.ExitCode != 0
+	default:
+		return true
+	}
+}
+
+func succeeded(s *container.Status) bool {
+	return s != nil && s.State == container.StateExited && s.ExitCode == 0
+}

@@ -1,0 +1,342 @@
+package kuberuntime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// containerKind says where in the spec a container comes from; it decides
+// its field path in events and whether it is ever restarted.
+type containerKind int
+
+const (
+	kindRegular containerKind = iota
+	kindInit
+	kindEphemeral
+)
+
+func (k containerKind) String() string {
+	return [...]string{"container", "init container", "ephemeral container"}[k]
+}
+
+// containerRef points events at one container of a pod, the way kubectl
+// describe groups them.
+func containerRef(pod *v1.Pod, c *v1.Container) *v1.ObjectReference {
+	ref := &v1.ObjectReference{
+		Kind: "Pod", APIVersion: "v1", Name: pod.Name, Namespace: pod.Namespace,
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+	}
+	if c != nil {
+		ref.FieldPath = fieldPath(pod, c.Name)
+	}
+	return ref
+}
+
+func podRef(pod *v1.Pod) *v1.ObjectReference { return containerRef(pod, nil) }
+
+func fieldPath(pod *v1.Pod, name string) string {
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return "spec.initContainers{" + name + "}"
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return "spec.ephemeralContainers{" + name + "}"
+		}
+	}
+	return "spec.containers{" + name + "}"
+}
+
+// startContainer pulls the image, creates and starts the container and
+// runs its postStart hook. On failure it returns one of the container
+// package's sentinel errors, unwrapped so its text is the container's
+// Waiting reason, and the details as the message.
+func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig, c *v1.Container, pod *v1.Pod, podStatus *container.PodStatus, pullSecrets []v1.Secret, podIPs []string) (string, error) {
+	ref := containerRef(pod, c)
+	imageRef, msg, err := m.images.ensureImage(ctx, pod, c, authConfigs(c.Image, pullSecrets), sandboxCfg)
+	if err != nil {
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return msg, err
+	}
+
+	restartCount := 0
+	if last := podStatus.FindContainerStatusByName(c.Name); last != nil {
+		restartCount = last.RestartCount + 1
+	}
+	cfg, err := m.containerConfig(ctx, pod, c, restartCount, imageRef, podIPs)
+	if err != nil {
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return err.Error(), container.ErrCreateContainerConfig
+	}
+
+	cctx, cancel := m.call(ctx)
+	created, err := m.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: sandboxID, Config: cfg, SandboxConfig: sandboxCfg,
+	})
+	cancel()
+	if err != nil {
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
+		return errMessage(err), container.ErrCreateContainer
+	}
+	id := created.ContainerId
+	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+
+	cctx, cancel = m.call(ctx)
+	_, err = m.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+	cancel()
+	if err != nil {
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
+		return errMessage(err), container.ErrRunContainer
+	}
+	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		cid := container.ContainerID{Type: m.runtimeName, ID: id}
+		if msg, err := m.runHook(ctx, pod, c, cid, c.Lifecycle.PostStart, podIPs, 0); err != nil {
+			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPostStartHook", msg)
+			if kerr := m.killContainer(ctx, pod, cid, c.Name, "FailedPostStartHook", "FailedPostStartHook", nil); kerr != nil {
+				klog.ErrorS(kerr, "Failed to kill container after its postStart hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name)
+			}
+			return msg, container.ErrPostStartHook
+		}
+	}
+	return "", nil
+}
+
+// containerConfig describes a container to the runtime.
+func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int, imageRef string, podIPs []string) (*runtimeapi.ContainerConfig, error) {
+	opts, err := m.helper.RunContainerOptions(ctx, pod, c, podIPs)
+	if err != nil {
+		return nil, err
+	}
+	env := make(map[string]string, len(opts.Envs))
+	for _, kv := range opts.Envs {
+		env[kv.Key] = string(kv.Value)
+	}
+	mapping := EnvMapping(env)
+	command := make([]string, len(c.Command))
+	for i, s := range c.Command {
+		command[i] = Expand(s, mapping)
+	}
+	args := make([]string, len(c.Args))
+	for i, s := range c.Args {
+		args[i] = Expand(s, mapping)
+	}
+
+	mounts := opts.Mounts
+	if c.TerminationMessagePath != "" {
+		hostPath, err := m.terminationMessageFile(pod, c)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, &runtimeapi.Mount{ContainerPath: c.TerminationMessagePath, HostPath: hostPath})
+	}
+
+	logDir := filepath.Join(m.podLogDir(pod), c.Name)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating log directory: %w", err)
+	}
+
+	linux, err := linuxContainerConfig(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
+		Image:       &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
+		Command:     command,
+		Args:        args,
+		WorkingDir:  c.WorkingDir,
+		Envs:        opts.Envs,
+		Mounts:      mounts,
+		Labels:      containerLabels(pod, c),
+		Annotations: containerAnnotations(pod, c, restartCount),
+		LogPath:     filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),
+		Stdin:       c.Stdin,
+		StdinOnce:   c.StdinOnce,
+		Tty:         c.TTY,
+		Linux:       linux,
+	}, nil
+}
+
+// terminationMessageFile creates the host file a container's termination
+// message path is bound to. Each container instance gets its own file so a
+// restart does not inherit its predecessor's message.
+func (m *Manager) terminationMessageFile(pod *v1.Pod, c *v1.Container) (string, error) {
+	dir := m.helper.PodContainerDir(pod.UID, c.Name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("creating container directory: %w", err)
+	}
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, hex.EncodeToString(b[:]))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o666)
+	if err != nil {
+		return "", fmt.Errorf("creating termination message file: %w", err)
+	}
+	f.Close()
+	// Non-root containers must be able to write it; the umask got in the way.
+	return path, os.Chmod(path, 0o666)
+}
+
+// killContainer stops one container: the preStop hook first, then
+// StopContainer with whatever is left of the grace period. pod may be a
+// placeholder without a spec (an orphan): the grace period and hook are
+// then read from the container's annotations.
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.ContainerID, name, message, reason string, gracePeriodOverride *int64) error {
+	spec := findContainerSpec(pod, name)
+	grace := int64(v1.DefaultTerminationGracePeriodSeconds)
+	var preStop *v1.LifecycleHandler
+	if spec != nil {
+		grace = podutil.GracePeriodSeconds(pod)
+		if spec.Lifecycle != nil {
+			preStop = spec.Lifecycle.PreStop
+		}
+	} else if info, err := m.containerInfo(ctx, id); err == nil {
+		if info.PodGracePeriod != nil {
+			grace = *info.PodGracePeriod
+		}
+		preStop = info.PreStop
+		spec = &v1.Container{Name: name}
+	} else {
+		spec = &v1.Container{Name: name}
+	}
+	if gracePeriodOverride != nil {
+		grace = *gracePeriodOverride
+	}
+	if grace < minGracePeriodSeconds {
+		grace = minGracePeriodSeconds
+	}
+
+	ref := containerRef(pod, spec)
+	if message == "" {
+		message = fmt.Sprintf("Stopping container %s", name)
+	}
+	m.recorder.Event(ref, v1.EventTypeNormal, "Killing", message)
+
+	start := m.clock.Now()
+	if preStop != nil && grace > 0 {
+		hookCtx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
+		if msg, err := m.runHook(hookCtx, pod, spec, id, preStop, nil, time.Duration(grace)*time.Second); err != nil {
+			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPreStopHook", msg)
+			klog.V(2).InfoS("PreStop hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "err", err)
+		}
+		cancel()
+		grace -= int64(m.clock.Since(start).Seconds())
+		if grace < minGracePeriodSeconds {
+			grace = minGracePeriodSeconds
+		}
+	}
+
+	klog.V(2).InfoS("Killing container with a grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id.ID, "gracePeriod", grace, "reason", reason)
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
+	defer cancel()
+	_, err := m.runtime.StopContainer(cctx, &runtimeapi.StopContainerRequest{ContainerId: id.ID, Timeout: grace})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
+	}
+	return nil
+}
+
+// minGracePeriodSeconds keeps every stop graceful: a zero grace period
+// still gives the container a second after SIGTERM.
+const minGracePeriodSeconds = 1
+
+func (m *Manager) containerInfo(ctx context.Context, id container.ContainerID) (containerInfo, error) {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	resp, err := m.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id.ID})
+	if err != nil {
+		return containerInfo{}, err
+	}
+	return containerInfoFromAnnotations(resp.GetStatus().GetAnnotations()), nil
+}
+
+func findContainerSpec(pod *v1.Pod, name string) *v1.Container {
+	if pod == nil {
+		return nil
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+			return &c
+		}
+	}
+	return nil
+}
+
+// KillPod stops every container of the pod (all at once, each with its
+// grace period) and then its sandboxes. pod may be a placeholder built from
+// the runtime pod when there is no configuration left.
+func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, running container.Pod, gracePeriodOverride *int64) error {
+	r := m.killPodWithResult(ctx, pod, running, gracePeriodOverride)
+	return r.Error()
+}
+
+func (m *Manager) killPodWithResult(ctx context.Context, pod *v1.Pod, running container.Pod, gracePeriodOverride *int64) container.PodSyncResult {
+	var result container.PodSyncResult
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, c := range running.Containers {
+		if c.State == container.StateExited {
+			continue
+		}
+		wg.Add(1)
+		go func(c *container.Container) {
+			defer wg.Done()
+			err := m.killContainer(ctx, pod, c.ID, c.Name, "", "", gracePeriodOverride)
+			mu.Lock()
+			defer mu.Unlock()
+			r := result.Add(container.KillContainer, c.Name)
+			if err != nil {
+				r.Fail(container.ErrKillContainer, err.Error())
+			}
+		}(c)
+	}
+	wg.Wait()
+	if result.Error() != nil {
+		// Stopping the sandbox under a container that may still run would
+		// pull its network away; try again on the next sync instead.
+		return result
+	}
+	for _, sb := range running.Sandboxes {
+		r := result.Add(container.KillPodSandbox, sb.ID)
+		if err := m.stopSandbox(ctx, sb.ID); err != nil {
+			r.Fail(container.ErrKillPodSandbox, err.Error())
+		}
+	}
+	return result
+}
+
+// errHookTimeout classifies a hook that ran out of time.
+var errHookTimeout = errors.New("hook timed out")

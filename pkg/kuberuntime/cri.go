@@ -1,0 +1,100 @@
+package kuberuntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The CRI calls nodelet makes, split by what they act on. Each method has
+// the signature of the generated gRPC client, so runtimeapi's clients
+// satisfy these interfaces without a wrapper and a fake can stand in for
+// them in unit tests.
+
+// SandboxService runs and inspects pod sandboxes.
+type SandboxService interface {
+	RunPodSandbox(ctx context.Context, in *runtimeapi.RunPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error)
+	StopPodSandbox(ctx context.Context, in *runtimeapi.StopPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error)
+	RemovePodSandbox(ctx context.Context, in *runtimeapi.RemovePodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error)
+	PodSandboxStatus(ctx context.Context, in *runtimeapi.PodSandboxStatusRequest, opts ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error)
+	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+}
+
+// ContainerService runs and inspects containers.
+type ContainerService interface {
+	CreateContainer(ctx context.Context, in *runtimeapi.CreateContainerRequest, opts ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error)
+	StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error)
+	StopContainer(ctx context.Context, in *runtimeapi.StopContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error)
+	RemoveContainer(ctx context.Context, in *runtimeapi.RemoveContainerRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error)
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+	ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error)
+	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
+}
+
+// RuntimeService is everything nodelet asks of the runtime service.
+type RuntimeService interface {
+	SandboxService
+	ContainerService
+	Version(ctx context.Context, in *runtimeapi.VersionRequest, opts ...grpc.CallOption) (*runtimeapi.VersionResponse, error)
+	Status(ctx context.Context, in *runtimeapi.StatusRequest, opts ...grpc.CallOption) (*runtimeapi.StatusResponse, error)
+}
+
+// ImageService pulls and inspects images.
+type ImageService interface {
+	PullImage(ctx context.Context, in *runtimeapi.PullImageRequest, opts ...grpc.CallOption) (*runtimeapi.PullImageResponse, error)
+	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
+	ListImages(ctx context.Context, in *runtimeapi.ListImagesRequest, opts ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error)
+	RemoveImage(ctx context.Context, in *runtimeapi.RemoveImageRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveImageResponse, error)
+}
+
+// ErrRuntimeUnreachable classifies failures to reach the runtime at all, as
+// opposed to the runtime refusing a request.
+var ErrRuntimeUnreachable = errors.New("container runtime is unreachable")
+
+// Dial connects to a CRI endpoint (unix:///path or a bare path) and checks
+// that a runtime answers there, so a wrong endpoint fails at start-up with
+// a message naming it rather than on the first pod.
+func Dial(ctx context.Context, endpoint string, timeout time.Duration) (*grpc.ClientConn, *runtimeapi.VersionResponse, error) {
+	path := strings.TrimPrefix(endpoint, "unix://")
+	if strings.Contains(path, "://") {
+		return nil, nil, fmt.Errorf("container runtime endpoint %q: only unix sockets are supported", endpoint)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q: %v", ErrRuntimeUnreachable, endpoint, err)
+	}
+	conn, err := grpc.NewClient("unix://"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16*1024*1024)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q: %v", ErrRuntimeUnreachable, endpoint, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	v, err := runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q did not answer: %v", ErrRuntimeUnreachable, endpoint, err)
+	}
+	return conn, v, nil
+}
+
+// isNotFound reports whether the runtime says the object does not exist,
+// which for stop and remove means the work is already done.
+func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
+
+// errMessage is the runtime's own words for an error, without gRPC framing.
+func errMessage(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Message()
+	}
+	return err.Error()
+}

@@ -1,0 +1,157 @@
+package kuberuntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/container"
+)
+
+// GCPolicy bounds what garbage collection keeps.
+type GCPolicy struct {
+	// MaxPerPodContainer is how many dead instances of each container of a
+	// live pod are kept (their logs and exit status stay readable).
+	MaxPerPodContainer int
+}
+
+// GarbageCollect removes what no longer serves a purpose: dead containers
+// beyond the newest few per container, dead sandboxes that are not a pod's
+// newest, and everything (containers, sandboxes, logs) of pods whose
+// content the pod workers say may go. It never touches anything running.
+func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, state PodState) error {
+	pods, err := m.GetPods(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	live := map[types.UID]bool{}
+	for _, p := range pods {
+		if state.ShouldPodContentBeRemoved(p.ID) {
+			errs = append(errs, m.removePodLeftovers(ctx, p))
+			continue
+		}
+		live[p.ID] = true
+		errs = append(errs, m.pruneDeadContainers(ctx, p, policy.MaxPerPodContainer))
+		errs = append(errs, m.pruneOldSandboxes(ctx, p))
+	}
+	errs = append(errs, m.removeOrphanedLogDirs(live, state))
+	return errors.Join(errs...)
+}
+
+// removePodLeftovers removes a finished pod's dead sandboxes (taking their
+// containers with them) and dead containers. Running parts are left for
+// the pod workers to stop first.
+func (m *Manager) removePodLeftovers(ctx context.Context, p *container.Pod) error {
+	var errs []error
+	for _, c := range p.Containers {
+		if c.State != container.StateRunning {
+			errs = append(errs, m.removeContainer(ctx, c.ID.ID))
+		}
+	}
+	for _, sb := range p.Sandboxes {
+		if !sb.Ready {
+			errs = append(errs, m.removeSandbox(ctx, sb.ID))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("removing pod %s/%s (%s): %w", p.Namespace, p.Name, p.ID, err)
+	}
+	klog.V(3).InfoS("Removed the runtime leftovers of a finished pod", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.ID)
+	return nil
+}
+
+func (m *Manager) pruneDeadContainers(ctx context.Context, p *container.Pod, keep int) error {
+	byName := map[string][]*container.Container{}
+	for _, c := range p.Containers {
+		byName[c.Name] = append(byName[c.Name], c)
+	}
+	var errs []error
+	for _, cs := range byName {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].CreatedAt.After(cs[j].CreatedAt) })
+		// The newest instance always stays: it is the container's status.
+		dead := 0
+		for i, c := range cs {
+			if c.State == container.StateRunning || i == 0 {
+				continue
+			}
+			if dead++; dead > keep {
+				errs = append(errs, m.removeContainer(ctx, c.ID.ID))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pruneOldSandboxes removes dead sandboxes other than the newest once no
+// container of theirs is left.
+func (m *Manager) pruneOldSandboxes(ctx context.Context, p *container.Pod) error {
+	if len(p.Sandboxes) < 2 {
+		return nil
+	}
+	sbs := append([]*container.Sandbox(nil), p.Sandboxes...)
+	sort.Slice(sbs, func(i, j int) bool { return sbs[i].CreatedAt.After(sbs[j].CreatedAt) })
+	var errs []error
+	for _, sb := range sbs[1:] {
+		if !sb.Ready {
+			errs = append(errs, m.removeSandbox(ctx, sb.ID))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) removeContainer(ctx context.Context, id string) error {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	if _, err := m.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !isNotFound(err) {
+		return fmt.Errorf("removing container %s: %w", id, err)
+	}
+	return nil
+}
+
+func (m *Manager) removeSandbox(ctx context.Context, id string) error {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	if _, err := m.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {
+		return fmt.Errorf("removing sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// removeOrphanedLogDirs deletes the log directories of pods that left the
+// runtime and whose content may go. Directory names end in the pod UID.
+func (m *Manager) removeOrphanedLogDirs(live map[types.UID]bool, state PodState) error {
+	if m.podLogsDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(m.podLogsDir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		i := strings.LastIndex(e.Name(), "_")
+		if !e.IsDir() || i < 0 {
+			continue
+		}
+		uid := types.UID(e.Name()[i+1:])
+		if live[uid] || !state.ShouldPodContentBeRemoved(uid) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(m.podLogsDir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,159 @@
+package kuberuntime
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+const (
+	imageBackOffInitial = 10 * time.Second
+	imageBackOffMax     = 5 * time.Minute
+)
+
+// imagePuller makes sure a container's image is present, honouring the
+// pull policy and backing off per image after failed pulls. Concurrent
+// requests for the same image share one pull.
+type imagePuller struct {
+	images   ImageService
+	recorder record.EventRecorder
+	clock    clock.Clock
+	timeout  time.Duration
+	backOff  *flowcontrol.Backoff
+
+	mu       sync.Mutex
+	inflight map[string]*pull
+}
+
+type pull struct {
+	done chan struct{}
+	ref  string
+	err  error
+}
+
+func newImagePuller(images ImageService, recorder record.EventRecorder, clk clock.Clock, timeout time.Duration) *imagePuller {
+	b := flowcontrol.NewBackOffWithJitter(imageBackOffInitial, imageBackOffMax, 0)
+	b.Clock = clk
+	return &imagePuller{images: images, recorder: recorder, clock: clk, timeout: timeout, backOff: b, inflight: map[string]*pull{}}
+}
+
+// ensureImage returns the image reference to create the container from, or
+// one of the image errors with a message for the container's status.
+func (p *imagePuller) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, auth []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, string, error) {
+	ref := containerRef(pod, c)
+	image := c.Image
+	if strings.TrimSpace(image) == "" || strings.ContainsAny(image, " \t\n") {
+		msg := fmt.Sprintf("Failed to apply default image tag %q: invalid reference format", image)
+		p.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
+		return "", msg, container.ErrInvalidImageName
+	}
+	policy := c.ImagePullPolicy
+	if policy == "" {
+		policy = podutil.DefaultPullPolicy(image)
+	}
+
+	if policy != v1.PullAlways {
+		present, err := p.presentRef(ctx, image)
+		if err != nil {
+			msg := fmt.Sprintf("Failed to inspect image %q: %v", image, err)
+			p.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
+			return "", msg, container.ErrImagePull
+		}
+		if present != "" {
+			p.recorder.Eventf(ref, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", image)
+			return present, "", nil
+		}
+		if policy == v1.PullNever {
+			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", image)
+			p.recorder.Event(ref, v1.EventTypeWarning, "ErrImageNeverPull", msg)
+			return "", msg, container.ErrImageNeverPull
+		}
+	}
+
+	backOffKey := image
+	if p.backOff.IsInBackOffSinceUpdate(backOffKey, p.clock.Now()) {
+		msg := fmt.Sprintf("Back-off pulling image %q", image)
+		p.recorder.Event(ref, v1.EventTypeNormal, "BackOff", msg)
+		return "", msg, container.ErrImagePullBackOff
+	}
+	p.recorder.Eventf(ref, v1.EventTypeNormal, "Pulling", "Pulling image %q", image)
+	start := p.clock.Now()
+	imageRef, err := p.pull(ctx, image, auth, sandbox)
+	if err != nil {
+		p.backOff.Next(backOffKey, p.clock.Now())
+		msg := fmt.Sprintf("Failed to pull image %q: %s", image, errMessage(err))
+		p.recorder.Event(ref, v1.EventTypeWarning, "Failed", msg)
+		return "", msg, container.ErrImagePull
+	}
+	p.backOff.Reset(backOffKey)
+	p.recorder.Eventf(ref, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s", image, p.clock.Since(start).Round(time.Millisecond))
+	return imageRef, "", nil
+}
+
+// presentRef returns the image's ID when the runtime has it, "" otherwise.
+func (p *imagePuller) presentRef(ctx context.Context, image string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	resp, err := p.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	if err != nil {
+		return "", err
+	}
+	if resp.GetImage() == nil {
+		return "", nil
+	}
+	return resp.GetImage().GetId(), nil
+}
+
+// pull fetches an image, sharing the work with any pull of the same image
+// already under way.
+func (p *imagePuller) pull(ctx context.Context, image string, auth []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+	p.mu.Lock()
+	if inflight, ok := p.inflight[image]; ok {
+		p.mu.Unlock()
+		select {
+		case <-inflight.done:
+			return inflight.ref, inflight.err
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	call := &pull{done: make(chan struct{})}
+	p.inflight[image] = call
+	p.mu.Unlock()
+
+	call.ref, call.err = p.pullOnce(ctx, image, auth, sandbox)
+	p.mu.Lock()
+	delete(p.inflight, image)
+	p.mu.Unlock()
+	close(call.done)
+	return call.ref, call.err
+}
+
+func (p *imagePuller) pullOnce(ctx context.Context, image string, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+	if len(auths) == 0 {
+		auths = []*runtimeapi.AuthConfig{nil}
+	}
+	var lastErr error
+	for _, auth := range auths {
+		resp, err := p.images.PullImage(ctx, &runtimeapi.PullImageRequest{
+			Image: &runtimeapi.ImageSpec{Image: image}, Auth: auth, SandboxConfig: sandbox,
+		})
+		if err == nil {
+			return resp.ImageRef, nil
+		}
+		lastErr = err
+	}
+	return "", lastErr
+}
+

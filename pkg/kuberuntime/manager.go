@@ -1,0 +1,387 @@
+// Package kuberuntime turns desired pods into sandboxes and containers on a
+// CRI runtime, and reads them back. It is the "SyncPod → CRI" box of the
+// pipeline: the kubelet core calls SyncPod with the pod spec and the status
+// the PLEG cached; SyncPod computes the actions (computePodActions) and
+// carries them out in seed 000's order. KillPod tears a pod down with its
+// grace period. GetPods and GetPodStatus let the PLEG see what runs.
+//
+// Everything nodelet must know to rebuild a pod's state after a restart is
+// kept in the runtime itself, as labels and annotations (labels.go).
+package kuberuntime
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/container"
+)
+
+// RunContainerOptions is what the kubelet core decides about a container
+// beyond its spec: its environment, its mounts, where its pod's files live.
+type RunContainerOptions struct {
+	Envs   []*runtimeapi.KeyValue
+	Mounts []*runtimeapi.Mount
+	// Hostname overrides the sandbox hostname when set.
+	Hostname string
+}
+
+// Helper is what the runtime manager asks of the kubelet core: the
+// per-container options that depend on volumes, the pod's environment and
+// node-level settings the runtime does not own.
+type Helper interface {
+	RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (*RunContainerOptions, error)
+	PodContainerDir(uid types.UID, containerName string) string
+}
+
+// PodState tells the runtime manager what the pod workers decided, so a
+// sandbox that fails to start because its pod is being torn down is not
+// reported as a failure, and garbage collection knows what may go.
+type PodState interface {
+	IsPodTerminationRequested(uid types.UID) bool
+	ShouldPodContentBeRemoved(uid types.UID) bool
+}
+
+// Options configure a Manager.
+type Options struct {
+	Runtime        RuntimeService
+	Images         ImageService
+	Helper         Helper
+	Recorder       record.EventRecorder
+	Clock          clock.Clock
+	RuntimeName    string
+	PodLogsDir     string
+	RequestTimeout time.Duration
+	// SandboxImage is the pause image; the runtime picks it, but the image
+	// garbage collector must never remove it.
+	SandboxImage string
+	// CgroupParent returns the cgroup a pod's sandbox goes under ("" lets
+	// the runtime choose).
+	CgroupParent func(pod *v1.Pod) string
+}
+
+// Manager is the CRI runtime manager.
+type Manager struct {
+	runtime        RuntimeService
+	helper         Helper
+	recorder       record.EventRecorder
+	clock          clock.Clock
+	runtimeName    string
+	podLogsDir     string
+	requestTimeout time.Duration
+	cgroupParent   func(*v1.Pod) string
+
+	images *imagePuller
+
+	// crashBackOff delays restarts of failing containers: 10 s doubling
+	// to 5 min, forgotten after 10 min of good behaviour.
+	crashBackOff *flowcontrol.Backoff
+
+	// podState is set after construction: the pod workers depend on the
+	// runtime and the runtime asks the pod workers, so one side is wired late.
+	podStateMu sync.RWMutex
+	podState   PodState
+}
+
+const (
+	crashBackOffInitial = 10 * time.Second
+	crashBackOffMax     = 5 * time.Minute
+)
+
+// New builds a Manager.
+func New(o Options) *Manager {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 2 * time.Minute
+	}
+	if o.RuntimeName == "" {
+		o.RuntimeName = "containerd"
+	}
+	if o.CgroupParent == nil {
+		o.CgroupParent = func(*v1.Pod) string { return "" }
+	}
+	if o.Recorder == nil {
+		o.Recorder = &record.FakeRecorder{}
+	}
+	m := &Manager{
+		runtime:        o.Runtime,
+		helper:         o.Helper,
+		recorder:       o.Recorder,
+		clock:          o.Clock,
+		runtimeName:    o.RuntimeName,
+		podLogsDir:     o.PodLogsDir,
+		requestTimeout: o.RequestTimeout,
+		cgroupParent:   o.CgroupParent,
+		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
+	}
+	m.crashBackOff.Clock = o.Clock
+	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout)
+	return m
+}
+
+// SetPodState wires the pod workers in after construction.
+func (m *Manager) SetPodState(s PodState) {
+	m.podStateMu.Lock()
+	defer m.podStateMu.Unlock()
+	m.podState = s
+}
+
+func (m *Manager) terminationRequested(uid types.UID) bool {
+	m.podStateMu.RLock()
+	defer m.podStateMu.RUnlock()
+	return m.podState != nil && m.podState.IsPodTerminationRequested(uid)
+}
+
+// RuntimeName is the runtime's name as it reports it (e.g. "containerd").
+func (m *Manager) RuntimeName() string { return m.runtimeName }
+
+// call bounds one unary CRI request by the request timeout.
+func (m *Manager) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, m.requestTimeout)
+}
+
+// Version asks the runtime who it is.
+func (m *Manager) Version(ctx context.Context) (*runtimeapi.VersionResponse, error) {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	return m.runtime.Version(ctx, &runtimeapi.VersionRequest{})
+}
+
+// RuntimeHealth reports the runtime's own conditions: an error when the
+// runtime is unreachable or not ready, and separately when its network is
+// not ready (only host-network pods may start then).
+func (m *Manager) RuntimeHealth(ctx context.Context) (runtimeErr, networkErr error) {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	resp, err := m.runtime.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRuntimeUnreachable, err), nil
+	}
+	for _, c := range resp.GetStatus().GetConditions() {
+		switch c.Type {
+		case runtimeapi.RuntimeReady:
+			if !c.Status {
+				runtimeErr = fmt.Errorf("container runtime not ready: %s: %s", c.Reason, c.Message)
+			}
+		case runtimeapi.NetworkReady:
+			if !c.Status {
+				networkErr = fmt.Errorf("container runtime network not ready: %s: %s", c.Reason, c.Message)
+			}
+		}
+	}
+	return runtimeErr, networkErr
+}
+
+// GetPods lists every pod that has a sandbox or container in the runtime,
+// grouped by the pod UID label. Objects without the label are not
+// nodelet's and are left alone.
+func (m *Manager) GetPods(ctx context.Context) ([]*container.Pod, error) {
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	sandboxes, err := m.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pod sandboxes: %w", err)
+	}
+	containers, err := m.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
+	}
+	pods := map[types.UID]*container.Pod{}
+	get := func(id podIdentity) *container.Pod {
+		p, ok := pods[id.UID]
+		if !ok {
+			p = &container.Pod{ID: id.UID, Name: id.Name, Namespace: id.Namespace}
+			pods[id.UID] = p
+		}
+		return p
+	}
+	for _, s := range sandboxes.GetItems() {
+		id, ok := podIdentityFromLabels(s.Labels)
+		if !ok {
+			continue
+		}
+		p := get(id)
+		p.Sandboxes = append(p.Sandboxes, &container.Sandbox{
+			ID: s.Id, Ready: s.State == runtimeapi.PodSandboxState_SANDBOX_READY,
+			Attempt: s.GetMetadata().GetAttempt(), CreatedAt: time.Unix(0, s.CreatedAt),
+		})
+	}
+	for _, c := range containers.GetContainers() {
+		id, ok := podIdentityFromLabels(c.Labels)
+		if !ok {
+			continue
+		}
+		get(id).Containers = append(get(id).Containers, &container.Container{
+			ID:        container.ContainerID{Type: m.runtimeName, ID: c.Id},
+			Name:      c.GetMetadata().GetName(),
+			Image:     c.GetImage().GetImage(),
+			ImageID:   c.ImageRef,
+			Hash:      c.Labels[labelContainerHash],
+			State:     stateFromCRI(c.State),
+			CreatedAt: time.Unix(0, c.CreatedAt),
+		})
+	}
+	out := make([]*container.Pod, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// GetPodStatus reads everything the runtime knows about one pod: all its
+// sandboxes and all its containers, dead or alive, newest first.
+func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error) {
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	now := m.clock.Now()
+	selector := map[string]string{labelPodUID: string(uid)}
+	sandboxes, err := m.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{
+		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: selector},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes of pod %s/%s: %w", namespace, name, err)
+	}
+	ps := &container.PodStatus{ID: uid, Name: name, Namespace: namespace, TimeStamp: now}
+	for _, s := range sandboxes.GetItems() {
+		resp, err := m.runtime.PodSandboxStatus(cctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id})
+		if isNotFound(err) {
+			continue // removed since the list
+		}
+		if err != nil {
+			return nil, fmt.Errorf("status of sandbox %s of pod %s/%s: %w", s.Id, namespace, name, err)
+		}
+		ps.SandboxStatuses = append(ps.SandboxStatuses, sandboxStatusFromCRI(resp.GetStatus()))
+	}
+	container.SortSandboxesNewestFirst(ps.SandboxStatuses)
+	if len(ps.SandboxStatuses) > 0 && ps.SandboxStatuses[0].Ready {
+		ps.IPs = ps.SandboxStatuses[0].IPs
+	}
+
+	containers, err := m.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{LabelSelector: selector},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers of pod %s/%s: %w", namespace, name, err)
+	}
+	for _, c := range containers.GetContainers() {
+		resp, err := m.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("status of container %s of pod %s/%s: %w", c.Id, namespace, name, err)
+		}
+		st := m.containerStatusFromCRI(resp.GetStatus())
+		st.SandboxID = c.PodSandboxId
+		ps.ContainerStatuses = append(ps.ContainerStatuses, st)
+	}
+	container.SortNewestFirst(ps.ContainerStatuses)
+	return ps, nil
+}
+
+func stateFromCRI(s runtimeapi.ContainerState) container.State {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return container.StateCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return container.StateRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return container.StateExited
+	default:
+		return container.StateUnknown
+	}
+}
+
+func sandboxStatusFromCRI(s *runtimeapi.PodSandboxStatus) *container.SandboxStatus {
+	out := &container.SandboxStatus{
+		ID:        s.Id,
+		Ready:     s.State == runtimeapi.PodSandboxState_SANDBOX_READY,
+		Attempt:   s.GetMetadata().GetAttempt(),
+		CreatedAt: time.Unix(0, s.CreatedAt),
+		HostNetwork: s.GetLinux().GetNamespaces().GetOptions().GetNetwork() ==
+			runtimeapi.NamespaceMode_NODE,
+	}
+	if ip := s.GetNetwork().GetIp(); ip != "" {
+		out.IPs = append(out.IPs, ip)
+	}
+	for _, ip := range s.GetNetwork().GetAdditionalIps() {
+		out.IPs = append(out.IPs, ip.GetIp())
+	}
+	return out
+}
+
+func (m *Manager) containerStatusFromCRI(s *runtimeapi.ContainerStatus) *container.Status {
+	info := containerInfoFromAnnotations(s.Annotations)
+	st := &container.Status{
+		ID:           container.ContainerID{Type: m.runtimeName, ID: s.Id},
+		Name:         s.GetMetadata().GetName(),
+		State:        stateFromCRI(s.State),
+		CreatedAt:    time.Unix(0, s.CreatedAt),
+		Image:        s.GetImage().GetImage(),
+		ImageID:      s.ImageId,
+		ImageRef:     s.ImageRef,
+		Hash:         s.Labels[labelContainerHash],
+		RestartCount: info.RestartCount,
+		ExitCode:     int(s.ExitCode),
+		Reason:       s.Reason,
+		Message:      s.Message,
+	}
+	if s.StartedAt > 0 {
+		st.StartedAt = time.Unix(0, s.StartedAt)
+	}
+	if s.FinishedAt > 0 {
+		st.FinishedAt = time.Unix(0, s.FinishedAt)
+	}
+	if st.State == container.StateExited {
+		if msg, ok := m.terminationMessage(s, info); ok {
+			st.Message = msg
+		}
+	}
+	return st
+}
+
+// terminationMessage reads what the container wrote to its termination
+// message path, falling back to the tail of its log when the policy asks
+// for it and the container failed without a message.
+func (m *Manager) terminationMessage(s *runtimeapi.ContainerStatus, info containerInfo) (string, bool) {
+	if info.TerminationMessagePath != "" {
+		for _, mnt := range s.Mounts {
+			if mnt.ContainerPath != info.TerminationMessagePath {
+				continue
+			}
+			msg, err := readTail(mnt.HostPath, maxTerminationMessageBytes)
+			if err != nil {
+				klog.V(4).InfoS("Cannot read termination message", "containerID", s.Id, "err", err)
+				break
+			}
+			if msg != "" {
+				return msg, true
+			}
+		}
+	}
+	if info.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError && s.ExitCode != 0 && s.LogPath != "" {
+		if msg, err := tailLogMessage(s.LogPath, maxTerminationMessageLines, maxTerminationMessageLogBytes); err == nil {
+			return msg, msg != ""
+		}
+	}
+	return "", false
+}
+
+// podLogDir is where the runtime writes a pod's container logs.
+func (m *Manager) podLogDir(pod *v1.Pod) string {
+	return filepath.Join(m.podLogsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+}

@@ -1,0 +1,163 @@
+package kuberuntime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// createPodSandbox runs a new sandbox for the pod and returns its ID, or a
+// message for the status and an error.
+func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uint32) (string, string, error) {
+	cfg, err := m.sandboxConfig(pod, attempt)
+	if err != nil {
+		msg := fmt.Sprintf("Failed to generate sandbox config for pod %q: %v", podutil.Ref(pod), err)
+		return "", msg, err
+	}
+	// The runtime writes container logs here but does not create it.
+	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
+		msg := fmt.Sprintf("Failed to create log directory for pod %q: %v", podutil.Ref(pod), err)
+		return "", msg, err
+	}
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
+		Config: cfg, RuntimeHandler: runtimeHandler(pod),
+	})
+	if err != nil {
+		msg := fmt.Sprintf("Failed to create pod sandbox: %v", errMessage(err))
+		return "", msg, err
+	}
+	return resp.PodSandboxId, "", nil
+}
+
+func runtimeHandler(pod *v1.Pod) string {
+	if pod.Spec.RuntimeClassName != nil {
+		return *pod.Spec.RuntimeClassName
+	}
+	return ""
+}
+
+// sandboxConfig describes the pod's sandbox to the runtime.
+func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{
+			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
+		},
+		Labels:       sandboxLabels(pod),
+		Annotations:  sandboxAnnotations(pod),
+		LogDirectory: m.podLogDir(pod),
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent: m.cgroupParent(pod),
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: namespaceOptions(pod),
+			},
+		},
+	}
+	if !pod.Spec.HostNetwork {
+		hostname, err := podHostname(pod)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Hostname = hostname
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		lsc := cfg.Linux.SecurityContext
+		if sc.RunAsUser != nil {
+			lsc.RunAsUser = &runtimeapi.Int64Value{Value: *sc.RunAsUser}
+		}
+		if sc.RunAsGroup != nil {
+			lsc.RunAsGroup = &runtimeapi.Int64Value{Value: *sc.RunAsGroup}
+		}
+		lsc.SupplementalGroups = append(lsc.SupplementalGroups, sc.SupplementalGroups...)
+		if sc.FSGroup != nil {
+			lsc.SupplementalGroups = append(lsc.SupplementalGroups, *sc.FSGroup)
+		}
+		if len(sc.Sysctls) > 0 {
+			cfg.Linux.Sysctls = map[string]string{}
+			for _, s := range sc.Sysctls {
+				cfg.Linux.Sysctls[strings.ReplaceAll(s.Name, "/", ".")] = s.Value
+			}
+		}
+	}
+	for i := range pod.Spec.Containers {
+		for _, p := range pod.Spec.Containers[i].Ports {
+			if p.HostPort <= 0 {
+				continue
+			}
+			cfg.PortMappings = append(cfg.PortMappings, &runtimeapi.PortMapping{
+				Protocol:      protocolToCRI(p.Protocol),
+				ContainerPort: p.ContainerPort,
+				HostPort:      p.HostPort,
+				HostIp:        p.HostIP,
+			})
+		}
+	}
+	return cfg, nil
+}
+
+// podHostname is the hostname a pod's containers see: spec.hostname or the
+// pod name, cut to a DNS label.
+func podHostname(pod *v1.Pod) (string, error) {
+	h := pod.Name
+	if pod.Spec.Hostname != "" {
+		h = pod.Spec.Hostname
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	if h == "" {
+		return "", fmt.Errorf("pod %q has no usable hostname", podutil.Ref(pod))
+	}
+	return h, nil
+}
+
+func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
+	o := &runtimeapi.NamespaceOption{
+		Network: runtimeapi.NamespaceMode_POD,
+		Pid:     runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:     runtimeapi.NamespaceMode_POD,
+	}
+	if pod.Spec.HostNetwork {
+		o.Network = runtimeapi.NamespaceMode_NODE
+	}
+	if pod.Spec.HostIPC {
+		o.Ipc = runtimeapi.NamespaceMode_NODE
+	}
+	switch {
+	case pod.Spec.HostPID:
+		o.Pid = runtimeapi.NamespaceMode_NODE
+	case pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace:
+		o.Pid = runtimeapi.NamespaceMode_POD
+	}
+	return o
+}
+
+func protocolToCRI(p v1.Protocol) runtimeapi.Protocol {
+	switch p {
+	case v1.ProtocolUDP:
+		return runtimeapi.Protocol_UDP
+	case v1.ProtocolSCTP:
+		return runtimeapi.Protocol_SCTP
+	default:
+		return runtimeapi.Protocol_TCP
+	}
+}
+
+// stopSandbox stops a sandbox; a sandbox already gone is not an error.
+func (m *Manager) stopSandbox(ctx context.Context, id string) error {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	if _, err := m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {
+		return err
+	}
+	klog.V(4).InfoS("Stopped pod sandbox", "podSandboxID", id)
+	return nil
+}

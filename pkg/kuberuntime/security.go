@@ -1,0 +1,166 @@
+package kuberuntime
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// CFS period the kubelet uses; quota is expressed against it.
+const cpuPeriodMicros = 100000
+
+// linuxContainerConfig translates a container's resources and security
+// context, pod-level settings filling in what the container leaves unset.
+func linuxContainerConfig(pod *v1.Pod, c *v1.Container) (*runtimeapi.LinuxContainerConfig, error) {
+	lc := &runtimeapi.LinuxContainerConfig{
+		Resources: linuxResources(c),
+		SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: namespaceOptions(pod),
+		},
+	}
+	sc := lc.SecurityContext
+	psc := pod.Spec.SecurityContext
+	if psc == nil {
+		psc = &v1.PodSecurityContext{}
+	}
+	csc := c.SecurityContext
+	if csc == nil {
+		csc = &v1.SecurityContext{}
+	}
+
+	if u := firstInt64(csc.RunAsUser, psc.RunAsUser); u != nil {
+		sc.RunAsUser = &runtimeapi.Int64Value{Value: *u}
+	}
+	if g := firstInt64(csc.RunAsGroup, psc.RunAsGroup); g != nil {
+		sc.RunAsGroup = &runtimeapi.Int64Value{Value: *g}
+	}
+	sc.SupplementalGroups = append(sc.SupplementalGroups, psc.SupplementalGroups...)
+	if psc.FSGroup != nil {
+		sc.SupplementalGroups = append(sc.SupplementalGroups, *psc.FSGroup)
+	}
+	if csc.Privileged != nil {
+		sc.Privileged = *csc.Privileged
+	}
+	if csc.ReadOnlyRootFilesystem != nil {
+		sc.ReadonlyRootfs = *csc.ReadOnlyRootFilesystem
+	}
+	if csc.AllowPrivilegeEscalation != nil {
+		sc.NoNewPrivs = !*csc.AllowPrivilegeEscalation
+	}
+	if caps := csc.Capabilities; caps != nil {
+		sc.Capabilities = &runtimeapi.Capability{}
+		for _, c := range caps.Add {
+			sc.Capabilities.AddCapabilities = append(sc.Capabilities.AddCapabilities, capName(c))
+		}
+		for _, c := range caps.Drop {
+			sc.Capabilities.DropCapabilities = append(sc.Capabilities.DropCapabilities, capName(c))
+		}
+	}
+	if csc.ProcMount != nil && *csc.ProcMount == v1.UnmaskedProcMount {
+		sc.MaskedPaths, sc.ReadonlyPaths = []string{}, []string{}
+	}
+	profile := csc.SeccompProfile
+	if profile == nil {
+		profile = psc.SeccompProfile
+	}
+	if profile != nil {
+		p, err := seccompProfile(profile)
+		if err != nil {
+			return nil, err
+		}
+		sc.Seccomp = p
+	}
+	return lc, nil
+}
+
+func firstInt64(a, b *int64) *int64 {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// capName accepts capabilities with or without the CAP_ prefix, as the API
+// does, and hands the runtime the form it expects.
+func capName(c v1.Capability) string {
+	s := strings.ToUpper(string(c))
+	if s == "ALL" {
+		return s
+	}
+	if !strings.HasPrefix(s, "CAP_") {
+		s = "CAP_" + s
+	}
+	return s
+}
+
+func seccompProfile(p *v1.SeccompProfile) (*runtimeapi.SecurityProfile, error) {
+	switch p.Type {
+	case v1.SeccompProfileTypeRuntimeDefault:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
+	case v1.SeccompProfileTypeUnconfined:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, nil
+	case v1.SeccompProfileTypeLocalhost:
+		if p.LocalhostProfile == nil || *p.LocalhostProfile == "" {
+			return nil, fmt.Errorf("localhost seccomp profile needs a localhostProfile")
+		}
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: *p.LocalhostProfile}, nil
+	default:
+		return nil, fmt.Errorf("unknown seccomp profile type %q", p.Type)
+	}
+}
+
+// linuxResources converts requests and limits to cgroup settings: shares
+// from the CPU request, quota from the CPU limit, and the memory limit.
+func linuxResources(c *v1.Container) *runtimeapi.LinuxContainerResources {
+	r := &runtimeapi.LinuxContainerResources{}
+	cpuReq, hasReq := c.Resources.Requests[v1.ResourceCPU]
+	cpuLim, hasLim := c.Resources.Limits[v1.ResourceCPU]
+	switch {
+	case hasReq:
+		r.CpuShares = milliCPUToShares(cpuReq.MilliValue())
+	case hasLim:
+		// A limit without a request means the request equals the limit.
+		r.CpuShares = milliCPUToShares(cpuLim.MilliValue())
+	default:
+		r.CpuShares = minShares
+	}
+	if hasLim {
+		r.CpuPeriod = cpuPeriodMicros
+		r.CpuQuota = milliCPUToQuota(cpuLim.MilliValue())
+	}
+	if mem, ok := c.Resources.Limits[v1.ResourceMemory]; ok {
+		r.MemoryLimitInBytes = mem.Value()
+	}
+	return r
+}
+
+const (
+	minShares     = 2
+	sharesPerCPU  = 1024
+	milliPerCPU   = 1000
+	minQuotaMicro = 1000
+)
+
+func milliCPUToShares(milli int64) int64 {
+	if milli == 0 {
+		return minShares
+	}
+	s := milli * sharesPerCPU / milliPerCPU
+	if s < minShares {
+		return minShares
+	}
+	return s
+}
+
+func milliCPUToQuota(milli int64) int64 {
+	if milli == 0 {
+		return 0
+	}
+	q := milli * cpuPeriodMicros / milliPerCPU
+	if q < minQuotaMicro {
+		return minQuotaMicro
+	}
+	return q
+}

@@ -1,0 +1,156 @@
+package kuberuntime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// SyncPod brings the runtime in line with the pod spec, in seed 000's
+// order:
+//
+//  1. compute the sandbox and container changes;
+//  2. kill the pod if its sandbox must be replaced (or nothing should run);
+//  3. kill containers that must not run;
+//  4. create the sandbox if needed;
+//  5. start ephemeral containers;
+//  6. start the next init container (and sidecars);
+//  7. (in-place resize is not supported);
+//  8. start app containers.
+//
+// Every step is recorded in the result with a typed error, so the caller
+// can tell a crash-loop back-off from a real failure and the status can name
+// exactly what went wrong.
+func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret) (result container.PodSyncResult) {
+	actions := computePodActions(pod, status)
+	klog.V(3).InfoS("computePodActions", "pod", klog.KObj(pod), "podUID", pod.UID, "actions", actions.String())
+
+	if actions.CreateSandbox && actions.SandboxID != "" {
+		m.recorder.Event(podRef(pod), v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+	}
+
+	// Step 2.
+	if actions.KillPod {
+		kill := m.killPodWithResult(ctx, pod, status.ToRunningPod(), nil)
+		result.Merge(kill)
+		if kill.Error() != nil {
+			klog.ErrorS(kill.Error(), "Failed to kill pod before recreating its sandbox", "pod", klog.KObj(pod), "podUID", pod.UID)
+			return result
+		}
+	} else {
+		// Step 3.
+		for id, k := range actions.ContainersToKill {
+			r := result.Add(container.KillContainer, k.name)
+			if err := m.killContainer(ctx, pod, id, k.name, k.message, k.reason, nil); err != nil {
+				r.Fail(container.ErrKillContainer, err.Error())
+				klog.ErrorS(err, "Failed to kill container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", k.name)
+				return result
+			}
+		}
+	}
+
+	podIPs := status.IPs
+	sandboxID := actions.SandboxID
+	// Step 4.
+	if actions.CreateSandbox {
+		r := result.Add(container.CreatePodSandbox, podutil.Ref(pod))
+		id, msg, err := m.createPodSandbox(ctx, pod, actions.Attempt)
+		if err != nil {
+			if m.terminationRequested(pod.UID) {
+				// The pod is being torn down: failing to start it is expected.
+				klog.V(4).InfoS("Pod was deleted and its sandbox failed to start", "pod", klog.KObj(pod), "podUID", pod.UID)
+				return result
+			}
+			r.Fail(container.ErrCreatePodSandbox, msg)
+			m.recorder.Eventf(podRef(pod), v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", errMessage(err))
+			klog.ErrorS(err, "Failed to create pod sandbox", "pod", klog.KObj(pod), "podUID", pod.UID)
+			return result
+		}
+		sandboxID = id
+		cctx, cancel := m.call(ctx)
+		resp, err := m.runtime.PodSandboxStatus(cctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+		cancel()
+		if err != nil {
+			m.recorder.Eventf(podRef(pod), v1.EventTypeWarning, "FailedPodSandBoxStatus", "Unable to get pod sandbox status: %v", errMessage(err))
+			result.Fail(fmt.Errorf("status of new sandbox %s: %w", id, err))
+			return result
+		}
+		if !pod.Spec.HostNetwork {
+			podIPs = sandboxStatusFromCRI(resp.GetStatus()).IPs
+		}
+	}
+
+	cfgResult := result.Add(container.ConfigPodSandbox, sandboxID)
+	sandboxCfg, err := m.sandboxConfig(pod, actions.Attempt)
+	if err != nil {
+		cfgResult.Fail(container.ErrConfigPodSandbox, err.Error())
+		return result
+	}
+
+	start := func(kind containerKind, c *v1.Container) error {
+		r := result.Add(container.StartContainer, c.Name)
+		if kind != kindEphemeral {
+			if msg, err := m.crashLoopBackOff(pod, c, status); err != nil {
+				r.Fail(err, msg)
+				klog.V(4).InfoS("Backing off restarting container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "kind", kind)
+				return err
+			}
+		}
+		if msg, err := m.startContainer(ctx, sandboxID, sandboxCfg, c, pod, status, pullSecrets, podIPs); err != nil {
+			r.Fail(err, msg)
+			klog.ErrorS(err, "Failed to start container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "kind", kind, "message", msg)
+			return err
+		}
+		return nil
+	}
+
+	// Step 5.
+	for _, i := range actions.EphemeralContainersToStart {
+		c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		start(kindEphemeral, &c)
+	}
+	// Step 6: init containers in order; a failure stops the rest.
+	for _, i := range actions.InitContainersToStart {
+		if err := start(kindInit, &pod.Spec.InitContainers[i]); err != nil {
+			return result
+		}
+	}
+	// Step 8.
+	for _, i := range actions.ContainersToStart {
+		start(kindRegular, &pod.Spec.Containers[i])
+	}
+	return result
+}
+
+// crashLoopBackOff refuses to restart a container that failed too
+// recently: the delay starts at 10 s, doubles per restart up to 5 min, and
+// is forgotten once the container ran for 10 min.
+func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *container.PodStatus) (string, error) {
+	last := status.FindContainerStatusByName(c.Name)
+	if last == nil || last.State != container.StateExited {
+		return "", nil
+	}
+	key := fmt.Sprintf("%s_%s_%s_%s", pod.Namespace, pod.Name, pod.UID, c.Name)
+	ts := last.FinishedAt
+	if ts.IsZero() {
+		ts = m.clock.Now()
+	}
+	if m.crashBackOff.IsInBackOffSince(key, ts) {
+		delay := m.crashBackOff.Get(key).Round(time.Second)
+		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", delay, c.Name, pod.Name, pod.Namespace, pod.UID)
+		m.recorder.Event(containerRef(pod, c), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container "+c.Name+" in pod "+pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")")
+		return msg, container.ErrCrashLoopBackOff
+	}
+	m.crashBackOff.Next(key, ts)
+	return "", nil
+}
+
+// ForgetBackOffs drops back-off state no longer needed; housekeeping calls it.
+func (m *Manager) ForgetBackOffs() { m.crashBackOff.GC(); m.images.backOff.GC() }
