@@ -1,0 +1,258 @@
+// Package testbed starts the real services integration tests run against:
+// a private containerd (its own socket, root, state, configuration and CNI
+// network, so tests never touch the node's pods), and nodelet itself as a
+// subprocess. Everything it creates it removes again.
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+)
+
+// Image names the tests use; hack/mkimage builds them.
+const (
+	PauseImage   = "registry.k8s.io/pause:3.10"
+	BusyboxImage = "docker.io/library/busybox:1.36"
+	NonRootImage = "docker.io/library/busybox:nonroot"
+)
+
+// RepoRoot is the root of the nodelet source tree.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Containerd is a private containerd instance.
+type Containerd struct {
+	Dir      string
+	Address  string
+	Endpoint string
+	CNIConf  string
+	Network  string
+	Bridge   string
+	Subnet   string
+
+	cmd     *exec.Cmd
+	logFile *os.File
+	conn    *grpc.ClientConn
+	// Runtime and Images talk CRI to this containerd directly, so tests
+	// can check what nodelet did without going through nodelet.
+	Runtime runtimeapi.RuntimeServiceClient
+	Images  runtimeapi.ImageServiceClient
+}
+
+// StartContainerd starts a containerd that only this test process uses and
+// imports the local images into it. It fails, never skips, when the
+// machine is not set up: CI always is.
+func StartContainerd(ctx context.Context) (*Containerd, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("integration tests need root (they run containerd)")
+	}
+	for _, bin := range []string{"containerd", "runc", "ctr"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return nil, fmt.Errorf("%s not found: run hack/setup.sh first", bin)
+		}
+	}
+	images := filepath.Join(RepoRoot(), "_output", "images.tar")
+	if _, err := os.Stat(images); err != nil {
+		return nil, fmt.Errorf("test images missing (%v): run hack/setup.sh first", err)
+	}
+
+	id := fmt.Sprintf("%d", os.Getpid())
+	dir, err := os.MkdirTemp("/var/lib", "nodelet-test-"+id+"-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerd{
+		Dir:     dir,
+		Address: filepath.Join(dir, "containerd.sock"),
+		CNIConf: filepath.Join(dir, "cni"),
+		Network: "nodelet-test-" + id,
+		Bridge:  fmt.Sprintf("ntest%d", os.Getpid()%100000),
+		Subnet:  fmt.Sprintf("10.%d.0.0/16", 100+os.Getpid()%100),
+	}
+	c.Endpoint = "unix://" + c.Address
+	if err := c.start(ctx, images); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Containerd) start(ctx context.Context, images string) error {
+	hack := filepath.Join(RepoRoot(), "hack", "containerd")
+	cfg, err := fill(filepath.Join(hack, "config.toml.tmpl"), map[string]string{
+		"@ROOT@": filepath.Join(c.Dir, "root"), "@STATE@": filepath.Join(c.Dir, "state"),
+		"@ADDRESS@": c.Address, "@CNI_CONF_DIR@": c.CNIConf, "@CNI_BIN_DIR@": "/usr/lib/cni",
+		"@SANDBOX_IMAGE@": PauseImage,
+	})
+	if err != nil {
+		return err
+	}
+	cni, err := fill(filepath.Join(hack, "cni.conflist.tmpl"), map[string]string{
+		"@NETWORK@": c.Network, "@BRIDGE@": c.Bridge, "@SUBNET@": c.Subnet,
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.CNIConf, 0o755); err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(c.Dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.CNIConf, "10-test.conflist"), []byte(cni), 0o644); err != nil {
+		return err
+	}
+	c.logFile, err = os.Create(filepath.Join(c.Dir, "containerd.log"))
+	if err != nil {
+		return err
+	}
+	c.cmd = exec.Command("containerd", "--config", cfgPath)
+	c.cmd.Stdout, c.cmd.Stderr = c.logFile, c.logFile
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.cmd.Start(); err != nil {
+		return fmt.Errorf("starting containerd: %w", err)
+	}
+	var v *runtimeapi.VersionResponse
+	c.conn, v, err = kuberuntime.Dial(ctx, c.Endpoint, 30*time.Second)
+	for i := 0; err != nil && i < 100; i++ {
+		// The socket appears a moment after the process starts.
+		time.Sleep(50 * time.Millisecond)
+		c.conn, v, err = kuberuntime.Dial(ctx, c.Endpoint, 30*time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("containerd did not come up (log %s): %w", c.logFile.Name(), err)
+	}
+	_ = v
+	c.Runtime = runtimeapi.NewRuntimeServiceClient(c.conn)
+	c.Images = runtimeapi.NewImageServiceClient(c.conn)
+	out, err := exec.CommandContext(ctx, "ctr", "--address", c.Address, "-n", "k8s.io", "images", "import", images).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("importing images: %v: %s", err, out)
+	}
+	return nil
+}
+
+func fill(path string, kv map[string]string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := string(b)
+	for k, v := range kv {
+		s = strings.ReplaceAll(s, k, v)
+	}
+	return s, nil
+}
+
+// Sandboxes lists the sandboxes this containerd holds.
+func (c *Containerd) Sandboxes(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
+	r, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return r.Items, nil
+}
+
+// Containers lists the containers this containerd holds.
+func (c *Containerd) Containers(ctx context.Context) ([]*runtimeapi.Container, error) {
+	r, err := c.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return r.Containers, nil
+}
+
+// RemoveAll stops and removes every sandbox (and with them every
+// container), so the next test starts from an empty runtime.
+func (c *Containerd) RemoveAll(ctx context.Context) error {
+	sbs, err := c.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sb := range sbs {
+		if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, err)
+		}
+		if _, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stop removes every pod, stops containerd, and deletes its files, mounts,
+// bridge and IP allocations.
+func (c *Containerd) Stop() error {
+	var errs []error
+	if c.Runtime != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		errs = append(errs, c.RemoveAll(ctx))
+		cancel()
+	}
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	if c.cmd != nil && c.cmd.Process != nil {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- c.cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.cmd.Process.Kill()
+			<-done
+		}
+	}
+	if c.logFile != nil {
+		c.logFile.Close()
+	}
+	errs = append(errs, unmountUnder(c.Dir))
+	exec.Command("ip", "link", "delete", c.Bridge).Run()
+	os.RemoveAll(filepath.Join("/var/lib/cni/networks", c.Network))
+	if err := os.RemoveAll(c.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// unmountUnder lazily unmounts everything mounted below dir, deepest first.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var mounts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			mounts = append(mounts, fields[4])
+		}
+	}
+	var errs []error
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
