@@ -1,0 +1,83 @@
+package pleg
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/pkg/container"
+)
+
+// Cache holds the newest runtime status of every pod, with the time it was
+// read. The PLEG writes it after each relist; the pod workers read it.
+//
+// An entry is fresh as of max(its own time, the last relist's time): a
+// relist that found no change for a pod vouches for its older entry.
+type Cache struct {
+	mu      sync.RWMutex
+	entries map[types.UID]*cacheEntry
+	// relisted is when the last complete relist began.
+	relisted time.Time
+}
+
+type cacheEntry struct {
+	status   *container.PodStatus
+	err      error
+	modified time.Time
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache { return &Cache{entries: map[types.UID]*cacheEntry{}} }
+
+// Get returns the cached status of a pod; an unknown pod has an empty status.
+func (c *Cache) Get(uid types.UID) (*container.PodStatus, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e, ok := c.entries[uid]; ok {
+		return e.status, e.err
+	}
+	return &container.PodStatus{ID: uid}, nil
+}
+
+// getIfFresh returns the entry when it is known to be at least as new as
+// min, and reports whether it is.
+func (c *Cache) getIfFresh(uid types.UID, min time.Time) (*container.PodStatus, error, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.entries[uid]
+	switch {
+	case ok && (e.modified.After(min) || c.relisted.After(min)):
+		return e.status, e.err, true
+	case !ok && c.relisted.After(min):
+		return &container.PodStatus{ID: uid}, nil, true
+	}
+	return nil, nil, false
+}
+
+// Set stores a status read at ts, unless a newer one is already there:
+// an on-demand read and a relist may finish out of order.
+func (c *Cache) Set(uid types.UID, status *container.PodStatus, err error, ts time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[uid]; ok && e.modified.After(ts) {
+		return
+	}
+	c.entries[uid] = &cacheEntry{status: status, err: err, modified: ts}
+}
+
+// Delete forgets a pod.
+func (c *Cache) Delete(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, uid)
+}
+
+// MarkRelisted records that every pod's entry was checked as of ts.
+func (c *Cache) MarkRelisted(ts time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ts.After(c.relisted) {
+		c.relisted = ts
+	}
+}

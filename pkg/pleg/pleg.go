@@ -1,0 +1,284 @@
+// Package pleg is the pod lifecycle event generator: it relists the
+// runtime every second, compares what it sees with the previous relist,
+// and emits an event per container that started, died, changed or was
+// removed. The sync loop turns those events into pod syncs. Alongside, it
+// keeps the pod status cache that the pod workers sync from, and can
+// refresh one pod's entry on demand so no transition waits for a relist.
+package pleg
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/container"
+)
+
+// EventType says what happened to a container.
+type EventType string
+
+const (
+	ContainerStarted EventType = "ContainerStarted"
+	ContainerDied    EventType = "ContainerDied"
+	ContainerRemoved EventType = "ContainerRemoved"
+	ContainerChanged EventType = "ContainerChanged"
+)
+
+// Event is one lifecycle change of one container (or sandbox) of a pod.
+type Event struct {
+	ID   types.UID
+	Type EventType
+	// Data is the container or sandbox ID.
+	Data string
+}
+
+// Runtime is what the PLEG reads.
+type Runtime interface {
+	GetPods(ctx context.Context) ([]*container.Pod, error)
+	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
+}
+
+const (
+	// eventCapacity bounds events waiting for the sync loop; beyond it
+	// events are dropped (the periodic sync catches up).
+	eventCapacity = 1000
+	// RelistThreshold is how long relisting may stall before the PLEG,
+	// and with it the node, is reported unhealthy.
+	RelistThreshold = 3 * time.Minute
+)
+
+// Generic is the relisting PLEG.
+type Generic struct {
+	runtime Runtime
+	cache   *Cache
+	clock   clock.WithTicker
+	period  time.Duration
+	events  chan *Event
+
+	mu      sync.Mutex
+	records map[types.UID]*container.Pod
+
+	// lastRelist is the start of the last successful relist (unix nanos).
+	lastRelist atomic.Int64
+}
+
+// NewGeneric returns a PLEG relisting every period.
+func NewGeneric(rt Runtime, cache *Cache, period time.Duration, clk clock.WithTicker) *Generic {
+	return &Generic{
+		runtime: rt, cache: cache, clock: clk, period: period,
+		events:  make(chan *Event, eventCapacity),
+		records: map[types.UID]*container.Pod{},
+	}
+}
+
+// Watch returns the channel events arrive on.
+func (g *Generic) Watch() <-chan *Event { return g.events }
+
+// Cache is the status cache the PLEG maintains.
+func (g *Generic) Cache() *Cache { return g.cache }
+
+// Run relists until ctx ends.
+func (g *Generic) Run(ctx context.Context) {
+	t := g.clock.NewTicker(g.period)
+	defer t.Stop()
+	for {
+		g.Relist(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// Healthy returns an error when relisting has stalled.
+func (g *Generic) Healthy() error {
+	last := g.lastRelist.Load()
+	if last == 0 {
+		return nil // starting up
+	}
+	if since := g.clock.Since(time.Unix(0, last)); since > RelistThreshold {
+		return fmt.Errorf("pleg was last seen active %v ago; threshold is %v", since.Round(time.Second), RelistThreshold)
+	}
+	return nil
+}
+
+// LastRelist is when the last successful relist began.
+func (g *Generic) LastRelist() time.Time {
+	if n := g.lastRelist.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Relist reads every pod from the runtime once, refreshes the cache for
+// pods that changed and emits their events.
+func (g *Generic) Relist(ctx context.Context) {
+	ts := g.clock.Now()
+	pods, err := g.runtime.GetPods(ctx)
+	if err != nil {
+		klog.ErrorS(err, "PLEG: cannot list pods from the runtime")
+		return
+	}
+	current := make(map[types.UID]*container.Pod, len(pods))
+	for _, p := range pods {
+		current[p.ID] = p
+	}
+
+	g.mu.Lock()
+	var all []*Event
+	for uid := range union(g.records, current) {
+		old, cur := g.records[uid], current[uid]
+		events := diff(uid, old, cur)
+		if len(events) == 0 {
+			continue
+		}
+		if cur == nil {
+			// Gone from the runtime: nothing left to cache.
+			g.cache.Delete(uid)
+		} else {
+			status, err := g.runtime.GetPodStatus(ctx, uid, cur.Name, cur.Namespace)
+			if err != nil {
+				klog.ErrorS(err, "PLEG: cannot read pod status", "pod", klog.KRef(cur.Namespace, cur.Name), "podUID", uid)
+				// Keep the old record so the change is seen again next time.
+				continue
+			}
+			g.cache.Set(uid, status, nil, ts)
+		}
+		all = append(all, events...)
+		if cur == nil {
+			delete(g.records, uid)
+		} else {
+			g.records[uid] = cur
+		}
+	}
+	g.mu.Unlock()
+
+	g.cache.MarkRelisted(ts)
+	g.lastRelist.Store(ts.UnixNano())
+	for _, e := range all {
+		select {
+		case g.events <- e:
+		default:
+			klog.ErrorS(nil, "PLEG: event channel is full, dropping event", "podUID", e.ID, "event", e.Type)
+		}
+	}
+}
+
+// GetNewerThan returns a pod's status as of a time after min. When the
+// cache holds nothing that new, the pod is read from the runtime there and
+// then: waiting for the next relist would add up to a second to every
+// transition.
+func (g *Generic) GetNewerThan(ctx context.Context, uid types.UID, name, namespace string, min time.Time) (*container.PodStatus, error) {
+	if s, err, ok := g.cache.getIfFresh(uid, min); ok {
+		return s, err
+	}
+	return g.Refresh(ctx, uid, name, namespace)
+}
+
+// Refresh reads one pod from the runtime into the cache now.
+func (g *Generic) Refresh(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error) {
+	ts := g.clock.Now()
+	s, err := g.runtime.GetPodStatus(ctx, uid, name, namespace)
+	if err != nil {
+		return nil, err
+	}
+	g.cache.Set(uid, s, nil, ts)
+	// The stored status may be newer than ours if a relist raced us.
+	return g.cache.Get(uid)
+}
+
+func union(a, b map[types.UID]*container.Pod) map[types.UID]struct{} {
+	out := make(map[types.UID]struct{}, len(a)+len(b))
+	for k := range a {
+		out[k] = struct{}{}
+	}
+	for k := range b {
+		out[k] = struct{}{}
+	}
+	return out
+}
+
+// state of a container or sandbox in one relist; "" when absent.
+type state string
+
+const (
+	stRunning state = "running"
+	stExited  state = "exited"
+	stUnknown state = "unknown"
+	stAbsent  state = ""
+)
+
+func states(p *container.Pod) map[string]state {
+	out := map[string]state{}
+	if p == nil {
+		return out
+	}
+	for _, c := range p.Containers {
+		switch c.State {
+		case container.StateRunning:
+			out[c.ID.ID] = stRunning
+		case container.StateExited:
+			out[c.ID.ID] = stExited
+		default:
+			// Created counts as unknown: it is neither running nor done.
+			out[c.ID.ID] = stUnknown
+		}
+	}
+	for _, s := range p.Sandboxes {
+		if s.Ready {
+			out[s.ID] = stRunning
+		} else {
+			out[s.ID] = stExited
+		}
+	}
+	return out
+}
+
+// diff lists the events that turn the old view of a pod into the new one.
+func diff(uid types.UID, old, cur *container.Pod) []*Event {
+	before, after := states(old), states(cur)
+	var events []*Event
+	emit := func(t EventType, id string) { events = append(events, &Event{ID: uid, Type: t, Data: id}) }
+	for id := range unionIDs(before, after) {
+		o, n := before[id], after[id]
+		if o == n {
+			continue
+		}
+		switch n {
+		case stRunning:
+			emit(ContainerStarted, id)
+		case stExited:
+			emit(ContainerDied, id)
+		case stUnknown:
+			emit(ContainerChanged, id)
+		case stAbsent:
+			if o == stRunning {
+				emit(ContainerDied, id)
+			}
+			emit(ContainerRemoved, id)
+		}
+	}
+	sortEvents(events)
+	return events
+}
+
+func unionIDs(a, b map[string]state) map[string]struct{} {
+	out := make(map[string]struct{}, len(a)+len(b))
+	for k := range a {
+		out[k] = struct{}{}
+	}
+	for k := range b {
+		out[k] = struct{}{}
+	}
+	return out
+}
+
+// Get returns a pod's cached status without reading the runtime.
+func (g *Generic) Get(uid types.UID) (*container.PodStatus, error) { return g.cache.Get(uid) }
