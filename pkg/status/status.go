@@ -1,0 +1,217 @@
+// Package status is the status manager: the kubelet core's record of the
+// API status of every pod, the "status" box at the end of the pipeline.
+// SyncPod and the termination scripts write it after every sync; the
+// read-only server (and, in cluster mode, the API server) read it.
+//
+// It guards the invariants the API expects: a terminal phase never goes
+// back, condition transition times change only when the condition does,
+// and a pod's start time is set once.
+package status
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// Manager keeps the newest status of each pod, with a version that grows
+// on every change.
+type Manager struct {
+	clock clock.Clock
+
+	mu       sync.RWMutex
+	statuses map[types.UID]*versioned
+	// changed is signalled (without blocking) whenever a status changes.
+	changed chan struct{}
+}
+
+type versioned struct {
+	status    v1.PodStatus
+	version   uint64
+	name      string
+	namespace string
+	// finished is set once TerminatePod ran: no more changes are expected.
+	finished bool
+}
+
+// New returns an empty status manager.
+func New(clk clock.Clock) *Manager {
+	return &Manager{clock: clk, statuses: map[types.UID]*versioned{}, changed: make(chan struct{}, 1)}
+}
+
+// Changed is signalled after a status changes.
+func (m *Manager) Changed() <-chan struct{} { return m.changed }
+
+// GetPodStatus returns the newest status of a pod.
+func (m *Manager) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if v, ok := m.statuses[uid]; ok {
+		return *v.status.DeepCopy(), true
+	}
+	return v1.PodStatus{}, false
+}
+
+// Version returns the version of a pod's status, 0 when there is none.
+func (m *Manager) Version(uid types.UID) uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if v, ok := m.statuses[uid]; ok {
+		return v.version
+	}
+	return 0
+}
+
+// SetPodStatus records a pod's newly computed status.
+func (m *Manager) SetPodStatus(pod *v1.Pod, status v1.PodStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.update(pod, *status.DeepCopy(), false)
+}
+
+// TerminatePod marks the end of a pod's life: every container that is not
+// known to have terminated is recorded as terminated with an unknown
+// status, and a pod that did not reach a terminal phase is marked Failed
+// (static pods excepted: their phase follows their manifest).
+func (m *Manager) TerminatePod(pod *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var status v1.PodStatus
+	if old, ok := m.statuses[pod.UID]; ok {
+		status = *old.status.DeepCopy()
+	} else {
+		status = *pod.Status.DeepCopy()
+	}
+	markUnknownTerminated := func(cs []v1.ContainerStatus) {
+		for i := range cs {
+			if cs[i].State.Terminated != nil {
+				continue
+			}
+			cs[i].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+				Reason:   "ContainerStatusUnknown",
+				Message:  "The container could not be located when the pod was terminated",
+				ExitCode: 137,
+			}}
+			cs[i].Ready = false
+		}
+	}
+	markUnknownTerminated(status.ContainerStatuses)
+	if !podutil.IsStatic(pod) {
+		switch status.Phase {
+		case v1.PodSucceeded, v1.PodFailed:
+		default:
+			klog.V(3).InfoS("Marking terminal pod as failed", "pod", klog.KObj(pod), "podUID", pod.UID, "oldPhase", status.Phase)
+			status.Phase = v1.PodFailed
+		}
+	}
+	m.update(pod, status, true)
+}
+
+// update stores a status under the lock, keeping its invariants.
+func (m *Manager) update(pod *v1.Pod, status v1.PodStatus, finished bool) {
+	old, hadOld := m.statuses[pod.UID]
+	var oldStatus *v1.PodStatus
+	if hadOld {
+		oldStatus = &old.status
+		if old.finished && !finished {
+			// After TerminatePod nothing may change the status again.
+			klog.V(4).InfoS("Ignoring status update for a finished pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+			return
+		}
+		if isTerminal(oldStatus.Phase) && !isTerminal(status.Phase) {
+			klog.ErrorS(nil, "Refusing to move a pod out of its terminal phase", "pod", klog.KObj(pod), "podUID", pod.UID,
+				"oldPhase", oldStatus.Phase, "newPhase", status.Phase)
+			status.Phase = oldStatus.Phase
+		}
+	}
+	now := metav1.NewTime(m.clock.Now())
+	for i := range status.Conditions {
+		keepTransitionTime(&status.Conditions[i], oldStatus, now)
+	}
+	switch {
+	case hadOld && oldStatus.StartTime != nil && !oldStatus.StartTime.IsZero():
+		status.StartTime = oldStatus.StartTime.DeepCopy()
+	case status.StartTime == nil || status.StartTime.IsZero():
+		status.StartTime = &now
+	}
+	normalizeTimes(&status)
+
+	if hadOld && old.finished == finished && apiequality.Semantic.DeepEqual(old.status, status) {
+		return
+	}
+	v := &versioned{status: status, name: pod.Name, namespace: pod.Namespace, finished: finished}
+	if hadOld {
+		v.version = old.version + 1
+	} else {
+		v.version = 1
+	}
+	m.statuses[pod.UID] = v
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// keepTransitionTime carries a condition's last transition time over from
+// the old status unless the condition's value changed.
+func keepTransitionTime(c *v1.PodCondition, old *v1.PodStatus, now metav1.Time) {
+	if old != nil {
+		for _, oc := range old.Conditions {
+			if oc.Type == c.Type && oc.Status == c.Status {
+				c.LastTransitionTime = oc.LastTransitionTime
+				return
+			}
+		}
+	}
+	if c.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = now
+	}
+}
+
+// normalizeTimes truncates times to what the API stores (seconds), so a
+// status read back from the API compares equal to the one written.
+func normalizeTimes(s *v1.PodStatus) {
+	trunc := func(t *metav1.Time) {
+		if t != nil && !t.IsZero() {
+			*t = metav1.NewTime(t.Rfc3339Copy().Time)
+		}
+	}
+	trunc(s.StartTime)
+	for i := range s.Conditions {
+		trunc(&s.Conditions[i].LastProbeTime)
+		trunc(&s.Conditions[i].LastTransitionTime)
+	}
+	for _, list := range [][]v1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses, s.EphemeralContainerStatuses} {
+		for i := range list {
+			for _, st := range []*v1.ContainerState{&list[i].State, &list[i].LastTerminationState} {
+				if st.Running != nil {
+					trunc(&st.Running.StartedAt)
+				}
+				if st.Terminated != nil {
+					trunc(&st.Terminated.StartedAt)
+					trunc(&st.Terminated.FinishedAt)
+				}
+			}
+		}
+	}
+}
+
+func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// RemoveOrphanedStatuses forgets the statuses of pods not in keep.
+func (m *Manager) RemoveOrphanedStatuses(keep map[types.UID]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for uid := range m.statuses {
+		if !keep[uid] {
+			delete(m.statuses, uid)
+		}
+	}
+}
