@@ -1,0 +1,342 @@
+// Package config is where pods enter nodelet: the "source → merge" boxes
+// of the pipeline. Each source (a manifest directory, an HTTP URL, the API
+// server) delivers its complete set of pods whenever it changes; the merge
+// keeps what each source last delivered, diffs the new set against it and
+// sends the sync loop incremental updates: ADD, UPDATE, DELETE, REMOVE and
+// RECONCILE (seed 004).
+package config
+
+import (
+	"context"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// Op is the kind of a pod update.
+type Op int
+
+const (
+	// SET is a source's complete set of pods. Only sources send it.
+	SET Op = iota
+	// ADD carries pods seen for the first time.
+	ADD
+	// UPDATE carries pods whose spec, labels or annotations changed.
+	UPDATE
+	// DELETE carries pods that were marked for graceful deletion.
+	DELETE
+	// REMOVE carries pods that disappeared from their source.
+	REMOVE
+	// RECONCILE carries pods whose status alone changed.
+	RECONCILE
+)
+
+func (o Op) String() string {
+	switch o {
+	case SET:
+		return "SET"
+	case ADD:
+		return "ADD"
+	case UPDATE:
+		return "UPDATE"
+	case DELETE:
+		return "DELETE"
+	case REMOVE:
+		return "REMOVE"
+	case RECONCILE:
+		return "RECONCILE"
+	default:
+		return "UNKNOWN"
+	}
+}
+
+// PodUpdate is one batch of pods of one kind from one source.
+type PodUpdate struct {
+	Op     Op
+	Pods   []*v1.Pod
+	Source string
+}
+
+// updatesBuffer lets sources run a little ahead of a busy sync loop.
+const updatesBuffer = 50
+
+// PodConfig merges the sources into one stream of incremental updates.
+type PodConfig struct {
+	recorder record.EventRecorder
+	clock    clock.PassiveClock
+	updates  chan PodUpdate
+
+	// mu serialises merges, so each source's updates are delivered in
+	// the order its sets arrived.
+	mu      sync.Mutex
+	sources map[string]bool
+	seen    map[string]bool
+	pods    map[string]map[types.UID]*v1.Pod
+}
+
+// New returns a PodConfig with no sources yet.
+func New(recorder record.EventRecorder, clk clock.PassiveClock) *PodConfig {
+	return &PodConfig{
+		recorder: recorder,
+		clock:    clk,
+		updates:  make(chan PodUpdate, updatesBuffer),
+		sources:  map[string]bool{},
+		seen:     map[string]bool{},
+		pods:     map[string]map[types.UID]*v1.Pod{},
+	}
+}
+
+// Updates is the stream the sync loop consumes.
+func (c *PodConfig) Updates() <-chan PodUpdate { return c.updates }
+
+// Register declares a source, so readiness waits for it.
+func (c *PodConfig) Register(source string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sources[source] = true
+}
+
+// Sources lists the registered sources.
+func (c *PodConfig) Sources() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.sources))
+	for s := range c.sources {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Set delivers a source's complete set of pods. The pods become the
+// merge's own: the caller must not touch them afterwards. It blocks while
+// the sync loop is behind, until ctx ends.
+func (c *PodConfig) Set(ctx context.Context, source string, pods []*v1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	firstSet := !c.seen[source]
+	c.seen[source] = true
+	adds, updates, deletes, removes, reconciles := c.merge(source, pods)
+
+	send := func(op Op, pods []*v1.Pod) bool {
+		select {
+		case c.updates <- PodUpdate{Op: op, Pods: copyPods(pods), Source: source}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// Order matters: a removed pod frees its name before an added pod with
+	// the same name arrives.
+	for _, u := range []struct {
+		op   Op
+		pods []*v1.Pod
+	}{{REMOVE, removes}, {ADD, adds}, {UPDATE, updates}, {DELETE, deletes}} {
+		if len(u.pods) > 0 && !send(u.op, u.pods) {
+			return
+		}
+	}
+	if firstSet && len(adds) == 0 && len(updates) == 0 && len(deletes) == 0 {
+		// An empty ADD tells the sync loop the source has reported.
+		if !send(ADD, nil) {
+			return
+		}
+	}
+	if len(reconciles) > 0 {
+		send(RECONCILE, reconciles)
+	}
+}
+
+// merge diffs a source's new set against what it had.
+func (c *PodConfig) merge(source string, newPods []*v1.Pod) (adds, updates, deletes, removes, reconciles []*v1.Pod) {
+	old := c.pods[source]
+	cur := make(map[types.UID]*v1.Pod, len(newPods))
+	for _, ref := range filterDuplicateNames(newPods, source, c.recorder) {
+		if ref.Annotations == nil {
+			ref.Annotations = map[string]string{}
+		}
+		ref.Annotations[podutil.ConfigSourceAnnotationKey] = source
+		if existing, ok := old[ref.UID]; ok {
+			cur[ref.UID] = existing
+			needUpdate, needReconcile, needGracefulDelete := checkAndUpdatePod(existing, ref)
+			switch {
+			case needUpdate:
+				updates = append(updates, existing)
+			case needReconcile:
+				reconciles = append(reconciles, existing)
+			case needGracefulDelete:
+				deletes = append(deletes, existing)
+			}
+			continue
+		}
+		if _, dup := cur[ref.UID]; dup {
+			klog.InfoS("Pod has the same UID as another pod from the source, ignoring", "pod", klog.KObj(ref), "podUID", ref.UID, "source", source)
+			continue
+		}
+		ref.Annotations[podutil.ConfigFirstSeenAnnotationKey] = c.clock.Now().Format(time.RFC3339Nano)
+		cur[ref.UID] = ref
+		adds = append(adds, ref)
+	}
+	for uid, existing := range old {
+		if _, ok := cur[uid]; !ok {
+			removes = append(removes, existing)
+		}
+	}
+	sortByName(removes)
+	c.pods[source] = cur
+	return adds, updates, deletes, removes, reconciles
+}
+
+// filterDuplicateNames keeps the first pod of each full name: two pods
+// with one name cannot both run on a node.
+func filterDuplicateNames(pods []*v1.Pod, source string, recorder record.EventRecorder) []*v1.Pod {
+	names := map[string]bool{}
+	out := make([]*v1.Pod, 0, len(pods))
+	for _, pod := range pods {
+		name := podutil.FullName(pod)
+		if names[name] {
+			klog.InfoS("Pod failed validation due to duplicate pod name, ignoring", "pod", klog.KObj(pod), "podUID", pod.UID, "source", source)
+			recorder.Eventf(pod, v1.EventTypeWarning, "FailedValidation", "Error validating pod %s from %s due to duplicate pod name %q, ignoring", podutil.Ref(pod), source, pod.Name)
+			continue
+		}
+		names[name] = true
+		out = append(out, pod)
+	}
+	return out
+}
+
+// checkAndUpdatePod compares a pod from a new set with the stored one and
+// updates the stored one in place. A change to spec, labels, annotations,
+// deletion timestamp or deletion grace period is an update (a graceful
+// delete when the deletion timestamp is set); a change to status alone is
+// a reconcile.
+func checkAndUpdatePod(existing, ref *v1.Pod) (needUpdate, needReconcile, needGracefulDelete bool) {
+	if !podsDifferSemantically(existing, ref) {
+		if !apiequality.Semantic.DeepEqual(existing.Status, ref.Status) {
+			// nodelet owns the status; a changed one must be reconciled.
+			existing.Status = ref.Status
+			needReconcile = true
+		}
+		return
+	}
+	// The first-seen time is ours, not the source's: keep it.
+	ref.Annotations[podutil.ConfigFirstSeenAnnotationKey] = existing.Annotations[podutil.ConfigFirstSeenAnnotationKey]
+	existing.Spec = ref.Spec
+	existing.Labels = ref.Labels
+	existing.DeletionTimestamp = ref.DeletionTimestamp
+	existing.DeletionGracePeriodSeconds = ref.DeletionGracePeriodSeconds
+	existing.Generation = ref.Generation
+	existing.ResourceVersion = ref.ResourceVersion
+	existing.Status = ref.Status
+	updateAnnotations(existing, ref)
+	if ref.DeletionTimestamp != nil {
+		needGracefulDelete = true
+	} else {
+		needUpdate = true
+	}
+	return
+}
+
+// localAnnotations are set by nodelet itself and never count as a change.
+var localAnnotations = map[string]bool{
+	podutil.ConfigSourceAnnotationKey:    true,
+	podutil.ConfigMirrorAnnotationKey:    true,
+	podutil.ConfigFirstSeenAnnotationKey: true,
+}
+
+func podsDifferSemantically(existing, ref *v1.Pod) bool {
+	return !(apiequality.Semantic.DeepEqual(existing.Spec, ref.Spec) &&
+		reflect.DeepEqual(existing.Labels, ref.Labels) &&
+		apiequality.Semantic.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) &&
+		reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) &&
+		annotationsEqual(existing.Annotations, ref.Annotations))
+}
+
+func annotationsEqual(a, b map[string]string) bool {
+	count := 0
+	for k, v := range a {
+		if localAnnotations[k] {
+			continue
+		}
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+		count++
+	}
+	for k := range b {
+		if !localAnnotations[k] {
+			count--
+		}
+	}
+	return count == 0
+}
+
+// updateAnnotations replaces existing's annotations with ref's, keeping
+// nodelet's local ones.
+func updateAnnotations(existing, ref *v1.Pod) {
+	a := make(map[string]string, len(ref.Annotations)+len(localAnnotations))
+	for k, v := range ref.Annotations {
+		a[k] = v
+	}
+	for k := range localAnnotations {
+		if v, ok := existing.Annotations[k]; ok {
+			a[k] = v
+		}
+	}
+	existing.Annotations = a
+}
+
+func copyPods(pods []*v1.Pod) []*v1.Pod {
+	out := make([]*v1.Pod, len(pods))
+	for i, p := range pods {
+		out[i] = p.DeepCopy()
+	}
+	return out
+}
+
+func sortByName(pods []*v1.Pod) {
+	sort.Slice(pods, func(i, j int) bool { return podutil.FullName(pods[i]) < podutil.FullName(pods[j]) })
+}
+
+// SourcesReady tracks which configured sources have delivered at least
+// once. Until all have, nodelet must not clean anything up: a pod missing
+// from a silent source is not a pod that was deleted.
+type SourcesReady struct {
+	configured func() []string
+	mu         sync.RWMutex
+	seen       map[string]bool
+}
+
+// NewSourcesReady tracks the sources configured returns.
+func NewSourcesReady(configured func() []string) *SourcesReady {
+	return &SourcesReady{configured: configured, seen: map[string]bool{}}
+}
+
+// AddSource records that a source delivered.
+func (s *SourcesReady) AddSource(source string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen[source] = true
+}
+
+// AllReady reports whether every configured source delivered.
+func (s *SourcesReady) AllReady() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, src := range s.configured() {
+		if !s.seen[src] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,313 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// Setter receives a source's complete set of pods.
+type Setter interface {
+	Set(ctx context.Context, source string, pods []*v1.Pod)
+}
+
+// FileSource reads static pod manifests from a directory (every regular,
+// non-hidden file in it) or from one file. It re-reads on every inotify
+// event and every period, and delivers the whole set each time; the merge
+// works out what changed.
+type FileSource struct {
+	path     string
+	nodeName string
+	period   time.Duration
+	out      Setter
+	recorder record.EventRecorder
+	clock    clock.WithTicker
+	nodeRef  *v1.ObjectReference
+
+	// firstSeen orders manifests: of two pods with one name, the one
+	// whose file appeared first keeps running.
+	firstSeen map[string]time.Time
+	// reported holds the last error of each file, so a broken file is
+	// reported when it breaks, not on every re-read.
+	reported map[string]string
+}
+
+// NewFileSource returns a source reading path every period.
+func NewFileSource(path, nodeName string, period time.Duration, out Setter, recorder record.EventRecorder, clk clock.WithTicker) *FileSource {
+	return &FileSource{
+		path: filepath.Clean(path), nodeName: nodeName, period: period, out: out,
+		recorder: recorder, clock: clk,
+		nodeRef:   &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: "", APIVersion: "v1"},
+		firstSeen: map[string]time.Time{}, reported: map[string]string{},
+	}
+}
+
+// Run watches and re-reads until ctx ends.
+func (s *FileSource) Run(ctx context.Context) {
+	klog.InfoS("Watching static pod manifests", "path", s.path)
+	w := newWatch(s.path)
+	defer w.close()
+	w.ensure()
+	s.relist(ctx)
+	t := s.clock.NewTicker(s.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			w.ensure()
+			s.relist(ctx)
+		case ev, ok := <-w.events():
+			if !ok {
+				w.events = func() <-chan fsnotify.Event { return nil }
+				continue
+			}
+			if !w.relevant(ev) {
+				continue
+			}
+			// Editors touch a file several times in a row; one re-read
+			// after the burst sees the final content.
+			w.drain()
+			w.ensure()
+			s.relist(ctx)
+		case err, ok := <-w.errors():
+			if ok {
+				klog.ErrorS(err, "Watching static pod manifests failed; periodic re-reading continues", "path", s.path)
+			}
+		}
+	}
+}
+
+// relist reads every manifest and delivers the set.
+func (s *FileSource) relist(ctx context.Context) {
+	pods, err := s.read()
+	if err != nil {
+		// The path itself is unreadable: keep what was delivered last.
+		s.report(s.path, err)
+		return
+	}
+	s.report(s.path, nil)
+	s.out.Set(ctx, podutil.FileSource, pods)
+}
+
+// read returns the pods of every manifest under the path, in the order
+// their files first appeared.
+func (s *FileSource) read() ([]*v1.Pod, error) {
+	fi, err := os.Stat(s.path)
+	if os.IsNotExist(err) {
+		// No manifests yet is a valid, empty set.
+		klog.V(2).InfoS("Static pod path does not exist; no static pods", "path", s.path)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	if fi.IsDir() {
+		entries, err := os.ReadDir(s.path)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			files = append(files, filepath.Join(s.path, e.Name()))
+		}
+	} else {
+		files = []string{s.path}
+	}
+
+	now := s.clock.Now()
+	present := map[string]bool{}
+	var pods []*v1.Pod
+	var usable []string
+	for _, f := range files {
+		fi, err := os.Stat(f) // follows symlinks: a link to a manifest counts
+		if err != nil {
+			s.report(f, err)
+			continue
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		present[f] = true
+		if _, ok := s.firstSeen[f]; !ok {
+			s.firstSeen[f] = now
+		}
+		usable = append(usable, f)
+	}
+	for f := range s.firstSeen {
+		if !present[f] {
+			delete(s.firstSeen, f)
+			delete(s.reported, f)
+		}
+	}
+	sort.SliceStable(usable, func(i, j int) bool {
+		a, b := s.firstSeen[usable[i]], s.firstSeen[usable[j]]
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return usable[i] < usable[j]
+	})
+	for _, f := range usable {
+		fp, err := s.readFile(f)
+		s.report(f, err)
+		pods = append(pods, fp...)
+	}
+	return pods, nil
+}
+
+func (s *FileSource) readFile(path string) ([]*v1.Pod, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	decoded, err := decodePods(data)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1.Pod, 0, len(decoded))
+	for _, p := range decoded {
+		sp, err := staticPod(p, s.nodeName, path, true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sp)
+	}
+	return out, nil
+}
+
+// report logs a file's error and records a warning event, once per
+// distinct error; a file that recovers is logged once too.
+func (s *FileSource) report(path string, err error) {
+	prev, had := s.reported[path]
+	if err == nil {
+		if had {
+			klog.InfoS("Static pod manifest is readable again", "path", path)
+			delete(s.reported, path)
+		}
+		return
+	}
+	if had && prev == err.Error() {
+		return
+	}
+	s.reported[path] = err.Error()
+	klog.ErrorS(err, "Could not process static pod manifest, ignoring it", "path", path)
+	s.recorder.Eventf(s.nodeRef, v1.EventTypeWarning, "FailedValidation", "Could not process static pod manifest %s: %v", path, err)
+}
+
+// watch keeps inotify watches on the manifest directory (or the file's
+// directory) and on the path's parent, re-establishing them when the path
+// appears, disappears or is re-pointed by a symlink swap.
+type watch struct {
+	path    string
+	w       *fsnotify.Watcher
+	target  string // the directory whose entries we watch, resolved
+	parent  string
+	events  func() <-chan fsnotify.Event
+	errors  func() <-chan error
+	enabled bool
+}
+
+func newWatch(path string) *watch {
+	w := &watch{path: path}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		klog.ErrorS(err, "Cannot watch static pod manifests; re-reading them periodically only", "path", path)
+		w.events = func() <-chan fsnotify.Event { return nil }
+		w.errors = func() <-chan error { return nil }
+		return w
+	}
+	w.w, w.enabled = fw, true
+	w.events = func() <-chan fsnotify.Event { return fw.Events }
+	w.errors = func() <-chan error { return fw.Errors }
+	return w
+}
+
+// ensure (re)adds the watches for what the path resolves to now.
+func (w *watch) ensure() {
+	if !w.enabled {
+		return
+	}
+	parent := filepath.Dir(w.path)
+	if w.parent != parent {
+		if err := w.w.Add(parent); err == nil {
+			w.parent = parent
+		}
+	}
+	dir := w.path
+	if fi, err := os.Stat(w.path); err != nil || !fi.IsDir() {
+		dir = parent
+	}
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		resolved = ""
+	}
+	if resolved == w.target {
+		return
+	}
+	if w.target != "" && w.target != w.parent {
+		w.w.Remove(w.target)
+	}
+	w.target = ""
+	if resolved != "" {
+		if err := w.w.Add(resolved); err != nil {
+			klog.ErrorS(err, "Cannot watch static pod directory", "path", resolved)
+			return
+		}
+		w.target = resolved
+	}
+}
+
+// relevant reports whether an event may change the manifests.
+func (w *watch) relevant(ev fsnotify.Event) bool {
+	dir := filepath.Dir(ev.Name)
+	switch {
+	case ev.Name == w.path:
+		return true
+	case dir == w.target && w.target != w.parent:
+		// Inside the manifest directory: hidden files are not manifests.
+		return !strings.HasPrefix(filepath.Base(ev.Name), ".")
+	default:
+		// In the parent: only the path itself matters (single-file mode,
+		// or the directory being replaced).
+		return false
+	}
+}
+
+// drain discards events already queued: one re-read covers them all.
+func (w *watch) drain() {
+	for {
+		select {
+		case _, ok := <-w.events():
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (w *watch) close() {
+	if w.enabled {
+		w.w.Close()
+	}
+}
+
+// String describes the source for logs.
+func (s *FileSource) String() string { return fmt.Sprintf("file source %s", s.path) }

@@ -1,0 +1,111 @@
+package config
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// decoder reads Pods and PodLists, in YAML or JSON, checking apiVersion
+// and kind. It applies no defaults: nodelet applies its own (defaults.go).
+var decoder = scheme.Codecs.UniversalDeserializer()
+
+// maxManifestBytes bounds what nodelet reads from one manifest.
+const maxManifestBytes = 10 << 20
+
+// decodePods parses a manifest holding one Pod or a PodList.
+func decodePods(data []byte) ([]*v1.Pod, error) {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil, fmt.Errorf("manifest is empty")
+	}
+	if len(data) > maxManifestBytes {
+		return nil, fmt.Errorf("manifest is larger than %d bytes", maxManifestBytes)
+	}
+	obj, gvk, err := decoder.Decode(data, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cannot decode manifest: %w", err)
+	}
+	switch o := obj.(type) {
+	case *v1.Pod:
+		return []*v1.Pod{o}, nil
+	case *v1.PodList:
+		pods := make([]*v1.Pod, len(o.Items))
+		for i := range o.Items {
+			pods[i] = &o.Items[i]
+		}
+		return pods, nil
+	default:
+		return nil, fmt.Errorf("manifest holds a %s, want a v1 Pod or PodList", kindOf(gvk, obj))
+	}
+}
+
+func kindOf(gvk *schema.GroupVersionKind, obj runtime.Object) string {
+	if gvk != nil && gvk.Kind != "" {
+		return gvk.GroupVersion().String() + " " + gvk.Kind
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// staticPod turns a decoded manifest pod into the pod nodelet runs: API
+// defaults applied, then the static identity upstream gives it. The UID is
+// a hash of the defaulted pod, the node and the source, so the same
+// content keeps its UID (nothing restarts when a file is touched or
+// reformatted) and changed content gets a new one (the old pod is
+// replaced). source is the manifest path or URL.
+func staticPod(pod *v1.Pod, nodeName, source string, isFile bool) (*v1.Pod, error) {
+	pod = pod.DeepCopy()
+	setDefaults(pod)
+	if err := validatePod(pod); err != nil {
+		return nil, err
+	}
+	if pod.UID == "" {
+		b, err := json.Marshal(pod)
+		if err != nil {
+			return nil, err
+		}
+		h := md5.New()
+		h.Write(b)
+		if isFile {
+			fmt.Fprintf(h, "host:%s", nodeName)
+			fmt.Fprintf(h, "file:%s", source)
+		} else {
+			fmt.Fprintf(h, "url:%s", source)
+		}
+		pod.UID = types.UID(hex.EncodeToString(h.Sum(nil)))
+	}
+	pod.Name = pod.Name + "-" + strings.ToLower(nodeName)
+	if pod.Namespace == "" {
+		pod.Namespace = metav1.NamespaceDefault
+	}
+	pod.Spec.NodeName = nodeName
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[podutil.ConfigHashAnnotationKey] = string(pod.UID)
+	if isFile {
+		// Node problems must not evict the node's own static pods.
+		addToleration(pod, v1.Toleration{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute})
+	}
+	pod.Status = v1.PodStatus{Phase: v1.PodPending}
+	return pod, nil
+}
+
+func addToleration(pod *v1.Pod, t v1.Toleration) {
+	for _, e := range pod.Spec.Tolerations {
+		if e.MatchToleration(&t) {
+			return
+		}
+	}
+	pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
+}
