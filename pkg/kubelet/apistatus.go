@@ -1,0 +1,538 @@
+package kubelet
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// statusInput is everything the API status of a pod is computed from.
+type statusInput struct {
+	pod *v1.Pod
+	// runtime is what the runtime reports (never nil).
+	runtime *container.PodStatus
+	// old is the status the status manager last recorded (zero if none).
+	old v1.PodStatus
+	// reasons are the latest start failures per container.
+	reasons map[string]reason
+	// ready says whether a running container passes its readiness checks.
+	ready func(name string, s *container.Status) bool
+	// started says whether a running container passed its startup checks.
+	started func(name string, s *container.Status) bool
+	// podIsTerminal is set when the pod will run no more containers.
+	podIsTerminal bool
+	hostIPs       []string
+}
+
+// reason is why a container last failed to start.
+type reason struct {
+	err     error
+	message string
+}
+
+// generateAPIPodStatus computes the API status of a pod from the runtime's
+// view: container states, the phase, and the conditions the kubelet owns.
+func generateAPIPodStatus(in statusInput) v1.PodStatus {
+	pod := in.pod
+	s := v1.PodStatus{QOSClass: qosClass(pod)}
+
+	initialized := regularContainerCreated(pod, in.runtime)
+	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, "PodInitializing", true)
+	regularWaiting := "ContainerCreating"
+	if len(pod.Spec.InitContainers) > 0 && !initialized {
+		regularWaiting = "PodInitializing"
+	}
+	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, regularWaiting, false)
+	if len(pod.Spec.EphemeralContainers) > 0 {
+		eph := make([]v1.Container, len(pod.Spec.EphemeralContainers))
+		for i := range pod.Spec.EphemeralContainers {
+			eph[i] = v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		}
+		s.EphemeralContainerStatuses = containerStatuses(in, eph, "ContainerCreating", false)
+	}
+
+	s.Phase = podPhase(pod, s.InitContainerStatuses, s.ContainerStatuses, in.podIsTerminal)
+	// A terminal phase, once reached (by us or reported by the source),
+	// never changes.
+	if !isTerminal(s.Phase) {
+		switch {
+		case isTerminal(in.old.Phase):
+			s.Phase = in.old.Phase
+		case isTerminal(pod.Status.Phase):
+			s.Phase = pod.Status.Phase
+		}
+	}
+	if s.Phase == in.old.Phase {
+		s.Reason, s.Message = in.old.Reason, in.old.Message
+		if s.Reason == "" {
+			s.Reason = pod.Status.Reason
+		}
+		if s.Message == "" {
+			s.Message = pod.Status.Message
+		}
+	}
+
+	// Conditions owned by others (readiness gates, disruption) are kept.
+	for _, c := range pod.Status.Conditions {
+		if !kubeletCondition(c.Type) {
+			s.Conditions = append(s.Conditions, c)
+		}
+	}
+	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
+	s.Conditions = append(s.Conditions,
+		readyToStartContainersCondition(pod, in.runtime),
+		initializedCondition(pod, all, s.Phase),
+		readyCondition(pod, s.Conditions, all, s.Phase),
+		containersReadyCondition(pod, all, s.Phase),
+		v1.PodCondition{Type: v1.PodScheduled, Status: v1.ConditionTrue},
+	)
+
+	for _, ip := range in.hostIPs {
+		s.HostIPs = append(s.HostIPs, v1.HostIP{IP: ip})
+	}
+	if len(in.hostIPs) > 0 {
+		s.HostIP = in.hostIPs[0]
+	}
+	ips := in.runtime.IPs
+	if pod.Spec.HostNetwork {
+		ips = in.hostIPs
+	}
+	for _, ip := range ips {
+		s.PodIPs = append(s.PodIPs, v1.PodIP{IP: ip})
+	}
+	if len(ips) > 0 {
+		s.PodIP = ips[0]
+	} else if len(in.old.PodIPs) > 0 && !in.podIsTerminal {
+		// Keep reporting the last IP while the sandbox is briefly gone.
+		s.PodIP, s.PodIPs = in.old.PodIP, in.old.PodIPs
+	}
+	s.StartTime = in.old.StartTime
+	return s
+}
+
+func kubeletCondition(t v1.PodConditionType) bool {
+	switch t {
+	case v1.PodScheduled, v1.PodReady, v1.PodInitialized, v1.ContainersReady, v1.PodReadyToStartContainers:
+		return true
+	}
+	return false
+}
+
+func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// regularContainerCreated reports whether any app container exists in
+// the runtime: initialisation then happened at some point.
+func regularContainerCreated(pod *v1.Pod, rs *container.PodStatus) bool {
+	for i := range pod.Spec.Containers {
+		if rs.FindContainerStatusByName(pod.Spec.Containers[i].Name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// containerStatuses builds the API statuses of a list of containers.
+func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting string, init bool) []v1.ContainerStatus {
+	if len(specs) == 0 {
+		return nil
+	}
+	out := make([]v1.ContainerStatus, 0, len(specs))
+	for i := range specs {
+		c := &specs[i]
+		cs := v1.ContainerStatus{Name: c.Name, Image: c.Image}
+		history := in.runtime.StatusesByName(c.Name)
+		if len(history) == 0 {
+			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: defaultWaiting}
+			if prev, ok := findStatus(oldStatuses(in.old, init), c.Name); ok {
+				// The runtime lost the container (garbage collection,
+				// a runtime reset): fall back on what was recorded.
+				switch {
+				case prev.State.Terminated != nil:
+					cs = prev
+				default:
+					cs.RestartCount = prev.RestartCount
+					cs.LastTerminationState = prev.LastTerminationState
+					if prev.State.Running != nil && cs.LastTerminationState.Terminated == nil {
+						// It ran and vanished: it must have stopped.
+						cs.LastTerminationState.Terminated = &v1.ContainerStateTerminated{
+							Reason: "ContainerStatusUnknown", ExitCode: 137,
+							Message: "The container could not be located when the pod was deleted.  The container used to be Running",
+						}
+						if in.pod.DeletionTimestamp == nil {
+							cs.RestartCount++
+						}
+					}
+				}
+			}
+		} else {
+			cur := history[0]
+			cs.ContainerID = cur.ID.String()
+			cs.ImageID = cur.ImageRef
+			if cur.Image != "" {
+				cs.Image = cur.Image
+			}
+			cs.RestartCount = int32(cur.RestartCount)
+			cs.State = apiState(cur)
+			for _, prev := range history[1:] {
+				if prev.State == container.StateExited {
+					cs.LastTerminationState = apiState(prev)
+					break
+				}
+			}
+			if cur.State == container.StateRunning {
+				started := in.started == nil || in.started(c.Name, cur)
+				cs.Started = &started
+				cs.Ready = started && (in.ready == nil || in.ready(c.Name, cur))
+			} else {
+				f := false
+				cs.Started = &f
+			}
+		}
+		// A container that will be started again shows why it is waiting:
+		// its last start failed, or it is backing off.
+		if r, ok := in.reasons[c.Name]; ok && !in.podIsTerminal && cs.State.Running == nil && willRestart(in.pod, c, init, history) {
+			if cs.State.Terminated != nil {
+				cs.LastTerminationState = cs.State
+			}
+			cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: r.err.Error(), Message: r.message}}
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// oldStatuses are the recorded statuses of init or app containers.
+func oldStatuses(old v1.PodStatus, init bool) []v1.ContainerStatus {
+	if init {
+		return old.InitContainerStatuses
+	}
+	return old.ContainerStatuses
+}
+
+// willRestart reports whether a container that is not running will be
+// started again under the pod's restart policy.
+func willRestart(pod *v1.Pod, c *v1.Container, init bool, history []*container.Status) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	if len(history) == 0 || history[0].State != container.StateExited {
+		return true
+	}
+	if init && podutil.IsRestartableInitContainer(c) {
+		return true
+	}
+	switch pod.Spec.RestartPolicy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return history[0].ExitCode != 0
+	}
+	return true
+}
+
+// apiState converts one runtime container state.
+func apiState(s *container.Status) v1.ContainerState {
+	switch s.State {
+	case container.StateRunning:
+		return v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(s.StartedAt)}}
+	case container.StateExited:
+		reason := s.Reason
+		if reason == "" {
+			reason = "Error"
+			if s.ExitCode == 0 {
+				reason = "Completed"
+			}
+		}
+		return v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+			ExitCode: int32(s.ExitCode), Reason: reason, Message: s.Message,
+			StartedAt: metav1.NewTime(s.StartedAt), FinishedAt: metav1.NewTime(s.FinishedAt),
+			ContainerID: s.ID.String(),
+		}}
+	case container.StateCreated:
+		return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	default:
+		return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerStatusUnknown", Message: "The container state is unknown to the runtime"}}
+	}
+}
+
+func findStatus(all []v1.ContainerStatus, name string) (v1.ContainerStatus, bool) {
+	for _, s := range all {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return v1.ContainerStatus{}, false
+}
+
+// podPhase derives the phase from the containers' states:
+//   - Pending while a regular init container has not succeeded, a sidecar
+//     has not started (before any app container ran), or an app container
+//     has not started yet;
+//   - Failed if an init container failed under restartPolicy Never;
+//   - Running while any container runs, or all are restarting;
+//   - Succeeded or Failed once every app container has stopped and none
+//     will restart.
+func podPhase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, podIsTerminal bool) v1.PodPhase {
+	spec := &pod.Spec
+	pendingInit, pendingSidecars, failedInit := 0, 0, 0
+	unknown, running, waiting, stopped, succeeded := 0, 0, 0, 0, 0
+	for i := range spec.InitContainers {
+		c := &spec.InitContainers[i]
+		st, ok := findStatus(initStatuses, c.Name)
+		if podutil.IsRestartableInitContainer(c) {
+			switch {
+			case !ok:
+				unknown++
+			case st.State.Running != nil:
+				if st.Started == nil || !*st.Started {
+					pendingSidecars++
+				}
+				running++
+			case st.State.Terminated != nil:
+				// A stopped sidecar does not decide the phase.
+			case st.State.Waiting != nil:
+				if st.LastTerminationState.Terminated == nil {
+					pendingSidecars++
+				}
+			default:
+				pendingSidecars++
+				unknown++
+			}
+			continue
+		}
+		switch {
+		case !ok, st.State.Running != nil:
+			pendingInit++
+		case st.State.Terminated != nil:
+			if st.State.Terminated.ExitCode != 0 {
+				failedInit++
+			}
+		case st.State.Waiting != nil:
+			if t := st.LastTerminationState.Terminated; t != nil {
+				if t.ExitCode != 0 {
+					failedInit++
+				}
+			} else {
+				pendingInit++
+			}
+		default:
+			pendingInit++
+		}
+	}
+	anyRegularStarted := false
+	for i := range spec.Containers {
+		st, ok := findStatus(statuses, spec.Containers[i].Name)
+		if !ok {
+			unknown++
+			continue
+		}
+		switch {
+		case st.State.Running != nil:
+			running++
+			anyRegularStarted = true
+		case st.State.Terminated != nil:
+			stopped++
+			anyRegularStarted = true
+			if st.State.Terminated.ExitCode == 0 {
+				succeeded++
+			}
+		case st.State.Waiting != nil:
+			if st.LastTerminationState.Terminated != nil {
+				stopped++
+				anyRegularStarted = true
+			} else {
+				waiting++
+			}
+		default:
+			unknown++
+		}
+	}
+
+	if failedInit > 0 && spec.RestartPolicy == v1.RestartPolicyNever {
+		return v1.PodFailed
+	}
+	switch {
+	case pendingInit > 0, pendingSidecars > 0 && !anyRegularStarted, waiting > 0:
+		return v1.PodPending
+	case running > 0 && unknown == 0:
+		return v1.PodRunning
+	case running == 0 && stopped > 0 && unknown == 0:
+		if podIsTerminal && !podutil.IsStatic(pod) {
+			// Nothing will restart, whatever the policy says.
+			if stopped == succeeded {
+				return v1.PodSucceeded
+			}
+			return v1.PodFailed
+		}
+		switch {
+		case spec.RestartPolicy == v1.RestartPolicyAlways:
+			return v1.PodRunning
+		case stopped == succeeded:
+			return v1.PodSucceeded
+		case spec.RestartPolicy == v1.RestartPolicyNever:
+			return v1.PodFailed
+		default:
+			// OnFailure with a failure: restarting.
+			return v1.PodRunning
+		}
+	default:
+		return v1.PodPending
+	}
+}
+
+func readyToStartContainersCondition(pod *v1.Pod, rs *container.PodStatus) v1.PodCondition {
+	c := v1.PodCondition{Type: v1.PodReadyToStartContainers, Status: v1.ConditionFalse}
+	if len(rs.SandboxStatuses) > 0 {
+		sb := rs.SandboxStatuses[0]
+		if sb.Ready && (pod.Spec.HostNetwork || len(sb.IPs) > 0) {
+			c.Status = v1.ConditionTrue
+		}
+	}
+	return c
+}
+
+func initializedCondition(pod *v1.Pod, all []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
+	c := v1.PodCondition{Type: v1.PodInitialized, Status: v1.ConditionTrue}
+	var unknown, incomplete []string
+	for i := range pod.Spec.InitContainers {
+		ic := &pod.Spec.InitContainers[i]
+		st, ok := findStatus(all, ic.Name)
+		switch {
+		case !ok:
+			unknown = append(unknown, ic.Name)
+		case podutil.IsRestartableInitContainer(ic):
+			if st.Started == nil || !*st.Started {
+				incomplete = append(incomplete, ic.Name)
+			}
+		case st.State.Terminated == nil || st.State.Terminated.ExitCode != 0:
+			incomplete = append(incomplete, ic.Name)
+		}
+	}
+	if phase == v1.PodSucceeded && len(unknown) == 0 {
+		c.Reason = "PodCompleted"
+		return c
+	}
+	for i := range pod.Spec.Containers {
+		if st, ok := findStatus(all, pod.Spec.Containers[i].Name); ok && (st.State.Running != nil || st.State.Terminated != nil || st.LastTerminationState.Terminated != nil) {
+			// An app container ran: the pod was initialised, even if a
+			// sidecar is restarting now.
+			return c
+		}
+	}
+	var msgs []string
+	if len(unknown) > 0 {
+		msgs = append(msgs, fmt.Sprintf("containers with unknown status: %v", unknown))
+	}
+	if len(incomplete) > 0 {
+		msgs = append(msgs, fmt.Sprintf("containers with incomplete status: %v", incomplete))
+	}
+	if len(msgs) > 0 {
+		c.Status, c.Reason, c.Message = v1.ConditionFalse, "ContainersNotInitialized", strings.Join(msgs, ", ")
+	}
+	return c
+}
+
+func containersReadyCondition(pod *v1.Pod, all []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
+	c := v1.PodCondition{Type: v1.ContainersReady, Status: v1.ConditionTrue}
+	var unknown, unready []string
+	check := func(name string) {
+		st, ok := findStatus(all, name)
+		switch {
+		case !ok:
+			unknown = append(unknown, name)
+		case !st.Ready:
+			unready = append(unready, name)
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
+			check(pod.Spec.InitContainers[i].Name)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		check(pod.Spec.Containers[i].Name)
+	}
+	if phase == v1.PodSucceeded && len(unknown) == 0 {
+		c.Status, c.Reason = v1.ConditionFalse, "PodCompleted"
+		return c
+	}
+	var msgs []string
+	if len(unknown) > 0 {
+		msgs = append(msgs, fmt.Sprintf("containers with unknown status: %v", unknown))
+	}
+	if len(unready) > 0 {
+		msgs = append(msgs, fmt.Sprintf("containers with unready status: %v", unready))
+	}
+	if len(msgs) > 0 {
+		c.Status, c.Reason, c.Message = v1.ConditionFalse, "ContainersNotReady", strings.Join(msgs, ", ")
+	}
+	return c
+}
+
+func readyCondition(pod *v1.Pod, conditions []v1.PodCondition, all []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
+	cr := containersReadyCondition(pod, all, phase)
+	if cr.Status != v1.ConditionTrue {
+		return v1.PodCondition{Type: v1.PodReady, Status: cr.Status, Reason: cr.Reason, Message: cr.Message}
+	}
+	var unready []string
+	for _, gate := range pod.Spec.ReadinessGates {
+		ok := false
+		for _, c := range conditions {
+			if c.Type == gate.ConditionType && c.Status == v1.ConditionTrue {
+				ok = true
+			}
+		}
+		if !ok {
+			unready = append(unready, string(gate.ConditionType))
+		}
+	}
+	if len(unready) > 0 {
+		sort.Strings(unready)
+		return v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "ReadinessGatesNotReady",
+			Message: fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist or is not true", unready)}
+	}
+	return v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionTrue}
+}
+
+// qosClass classifies a pod: Guaranteed when every container has equal,
+// non-zero cpu and memory requests and limits; BestEffort when none sets
+// any; Burstable otherwise.
+func qosClass(pod *v1.Pod) v1.PodQOSClass {
+	var all []v1.Container
+	all = append(all, pod.Spec.InitContainers...)
+	all = append(all, pod.Spec.Containers...)
+	anySet := false
+	guaranteed := true
+	for i := range all {
+		r := &all[i].Resources
+		for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			req, hasReq := r.Requests[name]
+			lim, hasLim := r.Limits[name]
+			if (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero()) {
+				anySet = true
+			}
+			if !hasLim || lim.IsZero() {
+				guaranteed = false
+				continue
+			}
+			// A missing request defaults to the limit.
+			if hasReq && req.Cmp(lim) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !anySet:
+		return v1.PodQOSBestEffort
+	case guaranteed:
+		return v1.PodQOSGuaranteed
+	default:
+		return v1.PodQOSBurstable
+	}
+}

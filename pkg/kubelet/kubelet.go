@@ -1,0 +1,597 @@
+// Package kubelet is the core between the pod sources and the runtime: the
+// "syncLoop" box of the pipeline, plus the sync scripts the pod workers
+// call (PodSyncer).
+//
+// The sync loop (seeds 000 and 001) selects over the merged config
+// updates, PLEG events, a one-second sync tick and a two-second
+// housekeeping tick, and dispatches each to a SyncHandler method. Those
+// methods update the desired pods, admit or reject new pods, and hand
+// every change to the pod workers; housekeeping reconciles the workers
+// with the desired pods and the runtime and cleans up what is left of
+// pods that are gone.
+//
+// The core holds a handful of components, each behind an interface
+// declared here with only the methods the core uses.
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+)
+
+// PodWorkers is what the core asks of the pod workers.
+type PodWorkers interface {
+	UpdatePod(options podworkers.UpdatePodOptions)
+	SyncKnownPods(desired []*v1.Pod) map[types.UID]podworkers.PodWorkerSync
+	IsPodKnownTerminated(uid types.UID) bool
+	IsPodTerminationRequested(uid types.UID) bool
+	ShouldPodContentBeRemoved(uid types.UID) bool
+}
+
+// Runtime is what the core (not the sync scripts) asks of the runtime.
+type Runtime interface {
+	GetPods(ctx context.Context) ([]*container.Pod, error)
+	GarbageCollect(ctx context.Context, policy kuberuntime.GCPolicy, state kuberuntime.PodState) error
+	RuntimeHealth(ctx context.Context) (runtimeErr, networkErr error)
+	ForgetBackOffs()
+}
+
+// PLEG is the event source and health of the pod lifecycle event generator.
+type PLEG interface {
+	Watch() <-chan *pleg.Event
+	Healthy() error
+}
+
+// Config is the node-level configuration the core acts on.
+type Config struct {
+	NodeName string
+	RootDir  string
+	// MaxPods caps how many pods are admitted.
+	MaxPods int
+	// HostIPs are the node's addresses, primary first.
+	HostIPs []string
+}
+
+// Deps are the components the core drives.
+type Deps struct {
+	Workers   PodWorkers
+	WorkQueue *podworkers.WorkQueue
+	Runtime   Runtime
+	PLEG      PLEG
+	Status    statusStore
+	Sources   *config.SourcesReady
+	Recorder  record.EventRecorder
+	Clock     clock.WithTicker
+}
+
+const (
+	syncTickPeriod     = time.Second
+	housekeepingPeriod = 2 * time.Second
+	runtimeCheckPeriod = 5 * time.Second
+	// The sync loop backs off while the runtime is unhealthy.
+	runtimeBackOffBase = 100 * time.Millisecond
+	runtimeBackOffMax  = 5 * time.Second
+	// syncLoopThreshold is how long the sync loop may stay silent before
+	// /healthz fails.
+	syncLoopThreshold = 2 * time.Minute
+)
+
+// Kubelet is the core.
+type Kubelet struct {
+	cfg       Config
+	pods      *podManager
+	workers   PodWorkers
+	workQueue *podworkers.WorkQueue
+	runtime   Runtime
+	pleg      PLEG
+	status    statusStore
+	sources   *config.SourcesReady
+	recorder  record.EventRecorder
+	clock     clock.WithTicker
+	health    runtimeHealth
+
+	// syncLoopMonitor is when the sync loop last completed an iteration.
+	syncLoopMonitor atomic.Int64
+}
+
+// New builds the core.
+func New(cfg Config, d Deps) *Kubelet {
+	return &Kubelet{
+		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
+		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
+		recorder: d.Recorder, clock: d.Clock,
+	}
+}
+
+// runtimeHealth is the last verdict on the runtime and its network.
+type runtimeHealth struct {
+	mu         sync.RWMutex
+	checked    bool
+	runtimeErr error
+	networkErr error
+}
+
+func (h *runtimeHealth) set(runtimeErr, networkErr error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checked, h.runtimeErr, h.networkErr = true, runtimeErr, networkErr
+}
+
+// NetworkError is non-nil while the runtime's pod network is not ready.
+func (kl *Kubelet) NetworkError() error {
+	kl.health.mu.RLock()
+	defer kl.health.mu.RUnlock()
+	return kl.health.networkErr
+}
+
+// runtimeErrors is non-nil while pods must not be synced: the runtime is
+// unreachable or not ready, or the PLEG has stalled.
+func (kl *Kubelet) runtimeErrors() error {
+	kl.health.mu.RLock()
+	checked, err := kl.health.checked, kl.health.runtimeErr
+	kl.health.mu.RUnlock()
+	if !checked {
+		return fmt.Errorf("container runtime status check may not have completed yet")
+	}
+	if err != nil {
+		return err
+	}
+	return kl.pleg.Healthy()
+}
+
+func (kl *Kubelet) checkRuntime(ctx context.Context) {
+	runtimeErr, networkErr := kl.runtime.RuntimeHealth(ctx)
+	if runtimeErr != nil {
+		klog.ErrorS(runtimeErr, "Container runtime is not healthy")
+	}
+	if networkErr != nil {
+		klog.V(2).InfoS("Container runtime network is not ready", "err", networkErr)
+	}
+	kl.health.set(runtimeErr, networkErr)
+}
+
+// Healthz reports whether the sync loop and the PLEG are alive.
+func (kl *Kubelet) Healthz() error {
+	if last := kl.syncLoopMonitor.Load(); last != 0 {
+		if since := kl.clock.Since(time.Unix(0, last)); since > syncLoopThreshold {
+			return fmt.Errorf("sync loop last active %v ago; threshold is %v", since.Round(time.Second), syncLoopThreshold)
+		}
+	}
+	if err := kl.pleg.Healthy(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Run runs the sync loop until ctx ends or the updates channel closes.
+// Stopping it leaves every pod running.
+func (kl *Kubelet) Run(ctx context.Context, updates <-chan config.PodUpdate) {
+	kl.checkRuntime(ctx)
+	go func() {
+		t := kl.clock.NewTicker(runtimeCheckPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+				kl.checkRuntime(ctx)
+			}
+		}
+	}()
+	kl.syncLoop(ctx, updates)
+}
+
+func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate) {
+	klog.InfoS("Starting the sync loop")
+	syncTicker := kl.clock.NewTicker(syncTickPeriod)
+	defer syncTicker.Stop()
+	housekeeping := kl.clock.NewTicker(housekeepingPeriod)
+	defer housekeeping.Stop()
+	plegCh := kl.pleg.Watch()
+	backOff := runtimeBackOffBase
+	for {
+		if err := kl.runtimeErrors(); err != nil {
+			klog.ErrorS(err, "Skipping pod synchronization")
+			select {
+			case <-ctx.Done():
+				return
+			case <-kl.clock.After(backOff):
+			}
+			backOff = min(2*backOff, runtimeBackOffMax)
+			continue
+		}
+		backOff = runtimeBackOffBase
+		kl.syncLoopMonitor.Store(kl.clock.Now().UnixNano())
+		if !kl.syncLoopIteration(ctx, updates, syncTicker.C(), housekeeping.C(), plegCh) {
+			return
+		}
+		kl.syncLoopMonitor.Store(kl.clock.Now().UnixNano())
+	}
+}
+
+// syncLoopIteration handles one event and reports whether to go on.
+func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case u, ok := <-updates:
+		if !ok {
+			klog.ErrorS(nil, "Update channel is closed, exiting the sync loop")
+			return false
+		}
+		kl.dispatch(u)
+		// Only now, with the update applied, does the source count as
+		// having reported: cleanup must never act on a half-known set.
+		kl.sources.AddSource(u.Source)
+	case e := <-plegCh:
+		if e.Type != pleg.ContainerRemoved {
+			if pod, ok := kl.pods.podByUID(e.ID); ok {
+				klog.V(2).InfoS("SyncLoop (PLEG): event for pod", "pod", klog.KObj(pod), "podUID", pod.UID, "event", e.Type)
+				kl.HandlePodSyncs([]*v1.Pod{pod})
+			} else {
+				klog.V(4).InfoS("SyncLoop (PLEG): pod does not exist, ignore irrelevant event", "podUID", e.ID, "event", e.Type)
+			}
+		}
+	case <-syncCh:
+		if pods := kl.podsToSync(); len(pods) > 0 {
+			klog.V(4).InfoS("SyncLoop (SYNC) pods", "pods", klog.KObjSlice(pods))
+			kl.HandlePodSyncs(pods)
+		}
+	case <-housekeepingCh:
+		if !kl.sources.AllReady() {
+			// Cleaning up before every source reported could kill pods
+			// that are merely not announced yet.
+			klog.V(4).InfoS("SyncLoop (housekeeping, skipped): sources aren't ready yet")
+			break
+		}
+		start := kl.clock.Now()
+		if err := kl.HandlePodCleanups(ctx); err != nil {
+			klog.ErrorS(err, "Failed cleaning pods")
+		}
+		if d := kl.clock.Since(start); d > housekeepingPeriod {
+			klog.ErrorS(nil, "Housekeeping took longer than expected", "expected", housekeepingPeriod, "actual", d.Round(time.Millisecond))
+		}
+	}
+	return true
+}
+
+func (kl *Kubelet) dispatch(u config.PodUpdate) {
+	switch u.Op {
+	case config.ADD:
+		klog.V(2).InfoS("SyncLoop ADD", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
+		kl.HandlePodAdditions(u.Pods)
+	case config.UPDATE:
+		klog.V(2).InfoS("SyncLoop UPDATE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
+		kl.HandlePodUpdates(u.Pods)
+	case config.REMOVE:
+		klog.V(2).InfoS("SyncLoop REMOVE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
+		kl.HandlePodRemoves(u.Pods)
+	case config.RECONCILE:
+		klog.V(4).InfoS("SyncLoop RECONCILE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
+		kl.HandlePodReconcile(u.Pods)
+	case config.DELETE:
+		klog.V(2).InfoS("SyncLoop DELETE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
+		// Graceful deletion is an update carrying a deletion timestamp.
+		kl.HandlePodUpdates(u.Pods)
+	default:
+		klog.ErrorS(nil, "Invalid operation type received", "operation", u.Op)
+	}
+}
+
+// podsToSync returns the desired pods whose next sync is due.
+func (kl *Kubelet) podsToSync() []*v1.Pod {
+	due := map[types.UID]bool{}
+	for _, uid := range kl.workQueue.GetWork() {
+		due[uid] = true
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	var out []*v1.Pod
+	for _, p := range kl.pods.pods() {
+		if due[p.UID] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// HandlePodAdditions admits new pods, oldest first, and starts them.
+func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
+	start := kl.clock.Now()
+	sort.SliceStable(pods, func(i, j int) bool {
+		return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp)
+	})
+	for _, pod := range pods {
+		existing := kl.pods.pods()
+		kl.pods.addOrUpdate(pod)
+		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
+		if wasMirror {
+			if pod == nil {
+				klog.V(2).InfoS("Unable to find pod for mirror pod, skipping", "mirrorPod", klog.KObj(mirror), "mirrorPodUID", mirror.UID)
+				continue
+			}
+			kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateUpdate, StartTime: start})
+			continue
+		}
+		// Pods being terminated already went through admission.
+		if !kl.workers.IsPodTerminationRequested(pod.UID) {
+			if ok, reason, message := kl.canAdmitPod(kl.activePods(existing), pod); !ok {
+				kl.rejectPod(pod, reason, message)
+				continue
+			}
+		}
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateCreate, StartTime: start})
+	}
+}
+
+// HandlePodUpdates hands changed pods to their workers.
+func (kl *Kubelet) HandlePodUpdates(pods []*v1.Pod) {
+	start := kl.clock.Now()
+	for _, pod := range pods {
+		kl.pods.addOrUpdate(pod)
+		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
+		if wasMirror && pod == nil {
+			continue
+		}
+		updateType := podworkers.UpdateUpdate
+		if wasMirror {
+			updateType = podworkers.UpdateSync
+		}
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: updateType, StartTime: start})
+	}
+}
+
+// HandlePodRemoves terminates pods that left their source.
+func (kl *Kubelet) HandlePodRemoves(pods []*v1.Pod) {
+	start := kl.clock.Now()
+	for _, pod := range pods {
+		kl.pods.remove(pod)
+		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
+		if wasMirror {
+			if pod != nil {
+				kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateUpdate, StartTime: start})
+			}
+			continue
+		}
+		if !kl.sources.AllReady() {
+			// Housekeeping will terminate it once the sources are ready.
+			klog.V(2).InfoS("Skipping delete because sources aren't ready yet", "pod", klog.KObj(pod), "podUID", pod.UID)
+			continue
+		}
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, UpdateType: podworkers.UpdateKill, StartTime: start})
+	}
+}
+
+// HandlePodReconcile records pods whose status alone changed at the
+// source. nodelet owns pod status, so only a terminal phase reported by
+// the source (the API server failing a pod) needs acting on.
+func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
+	start := kl.clock.Now()
+	for _, pod := range pods {
+		kl.pods.addOrUpdate(pod)
+		pod, mirror, _ := kl.pods.podAndMirror(pod)
+		if pod == nil {
+			continue
+		}
+		if isTerminal(pod.Status.Phase) || len(pod.Spec.ReadinessGates) > 0 {
+			kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateSync, StartTime: start})
+		}
+	}
+}
+
+// HandlePodSyncs asks the workers to sync pods again.
+func (kl *Kubelet) HandlePodSyncs(pods []*v1.Pod) {
+	start := kl.clock.Now()
+	for _, pod := range pods {
+		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
+		if wasMirror && pod == nil {
+			continue
+		}
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateSync, StartTime: start})
+	}
+}
+
+// terminalInStatus reports whether the pod reached a terminal phase, by
+// its source or by our own account.
+func (kl *Kubelet) terminalInStatus(pod *v1.Pod) bool {
+	if isTerminal(pod.Status.Phase) {
+		return true
+	}
+	s, ok := kl.status.GetPodStatus(pod.UID)
+	return ok && isTerminal(s.Phase)
+}
+
+// activePods are the pods that count against the node's capacity: not
+// known to be finished, and not terminal unless still being torn down.
+func (kl *Kubelet) activePods(pods []*v1.Pod) []*v1.Pod {
+	out := make([]*v1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if kl.workers.IsPodKnownTerminated(p.UID) {
+			continue
+		}
+		if kl.terminalInStatus(p) && !kl.workers.IsPodTerminationRequested(p.UID) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// canAdmitPod decides whether a new pod fits on the node.
+func (kl *Kubelet) canAdmitPod(active []*v1.Pod, pod *v1.Pod) (bool, string, string) {
+	if kl.cfg.MaxPods > 0 && len(active)+1 > kl.cfg.MaxPods {
+		return false, "OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(active), kl.cfg.MaxPods)
+	}
+	return true, "", ""
+}
+
+// rejectPod fails a pod that was not admitted: it never starts.
+func (kl *Kubelet) rejectPod(pod *v1.Pod, reason, message string) {
+	klog.InfoS("Pod was rejected", "pod", klog.KObj(pod), "podUID", pod.UID, "reason", reason, "message", message)
+	kl.recorder.Event(pod, v1.EventTypeWarning, reason, message)
+	kl.status.SetPodStatus(pod, v1.PodStatus{
+		Phase: v1.PodFailed, Reason: reason, Message: "Pod was rejected: " + message, QOSClass: qosClass(pod),
+	})
+}
+
+// HandlePodCleanups reconciles the pod workers with the desired pods and
+// the runtime: orphaned workers are driven to completion, runtime pods
+// nobody wants are killed, pods whose worker finished but that are still
+// desired are restarted, and leftovers of finished pods are removed.
+func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
+	all := kl.pods.pods()
+	byUID := make(map[types.UID]*v1.Pod, len(all))
+	for _, p := range all {
+		byUID[p.UID] = p
+	}
+	working := kl.workers.SyncKnownPods(all)
+
+	keep := map[types.UID]bool{}
+	for uid := range byUID {
+		keep[uid] = true
+	}
+	for uid := range working {
+		keep[uid] = true
+	}
+	kl.status.RemoveOrphanedStatuses(keep)
+
+	running, err := kl.runtime.GetPods(ctx)
+	if err != nil {
+		return fmt.Errorf("listing runtime pods: %w", err)
+	}
+	for _, rp := range running {
+		if w, ok := working[rp.ID]; ok && (w.State == podworkers.SyncPod || w.State == podworkers.TerminatingPod) {
+			continue
+		}
+		if _, desired := byUID[rp.ID]; desired {
+			continue
+		}
+		if !hasRunning(rp) {
+			continue // nothing to stop; garbage collection removes it
+		}
+		klog.V(3).InfoS("Clean up orphaned pod containers", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
+		one := int64(1)
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{
+			UpdateType: podworkers.UpdateKill, RunningPod: rp,
+			KillPodOptions: &podworkers.KillPodOptions{PodTerminationGracePeriodSecondsOverride: &one},
+		})
+	}
+
+	var errs []error
+	if err := kl.runtime.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: 1}, kl.workers); err != nil {
+		errs = append(errs, fmt.Errorf("garbage collection: %w", err))
+	}
+	if err := kl.cleanupOrphanedPodDirs(keep, running); err != nil {
+		errs = append(errs, err)
+	}
+	kl.runtime.ForgetBackOffs()
+
+	// A desired pod without a worker is one whose previous incarnation
+	// under the same UID finished: start it again.
+	start := kl.clock.Now()
+	for _, p := range all {
+		if _, known := working[p.UID]; known || kl.terminalInStatus(p) {
+			continue
+		}
+		klog.V(3).InfoS("Pod will be restarted because it is in the desired set and not known to the pod workers", "pod", klog.KObj(p), "podUID", p.UID)
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: p, MirrorPod: kl.pods.mirrorPodOf(p), UpdateType: podworkers.UpdateCreate, StartTime: start})
+	}
+	return errors.Join(errs...)
+}
+
+func hasRunning(p *container.Pod) bool {
+	for _, c := range p.Containers {
+		if c.State == container.StateRunning || c.State == container.StateCreated || c.State == container.StateUnknown {
+			return true
+		}
+	}
+	for _, s := range p.Sandboxes {
+		if s.Ready {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanupOrphanedPodDirs removes the directories of pods nobody knows any
+// more, but never while anything is still mounted inside one.
+func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool, running []*container.Pod) error {
+	dir := filepath.Join(kl.cfg.RootDir, "pods")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, rp := range running {
+		keep[rp.ID] = true
+	}
+	mounted, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if !e.IsDir() || keep[uid] || !kl.workers.ShouldPodContentBeRemoved(uid) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if hasMountUnder(mounted, path) {
+			klog.V(3).InfoS("Orphaned pod directory still has mounts, leaving it", "podUID", uid, "path", path)
+			continue
+		}
+		if err := os.RemoveAll(path); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		klog.V(3).InfoS("Removed orphaned pod directory", "podUID", uid, "path", path)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("removing orphaned pod directories: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Pods returns every desired pod with its current status.
+func (kl *Kubelet) Pods() []*v1.Pod {
+	pods := kl.pods.pods()
+	out := make([]*v1.Pod, 0, len(pods))
+	for _, p := range pods {
+		c := p.DeepCopy()
+		if s, ok := kl.status.GetPodStatus(p.UID); ok {
+			c.Status = s
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}

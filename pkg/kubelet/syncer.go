@@ -1,0 +1,238 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+)
+
+// syncRuntime is what the sync scripts ask of the container runtime.
+type syncRuntime interface {
+	SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret) container.PodSyncResult
+	KillPod(ctx context.Context, pod *v1.Pod, running container.Pod, gracePeriodOverride *int64) error
+	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
+}
+
+// statusStore is the status manager as the kubelet core uses it.
+type statusStore interface {
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
+	TerminatePod(pod *v1.Pod)
+	RemoveOrphanedStatuses(keep map[types.UID]bool)
+}
+
+// SyncerOptions configure the PodSyncer.
+type SyncerOptions struct {
+	Runtime  syncRuntime
+	Status   statusStore
+	Network  func() error
+	RootDir  string
+	HostIPs  []string
+	Recorder record.EventRecorder
+	Clock    clock.Clock
+}
+
+// PodSyncer carries out the lifecycle steps the pod workers decide on:
+// seed 002's SyncPod, and seed 003's SyncTerminatingPod,
+// SyncTerminatingRuntimePod and SyncTerminatedPod. It is deliberately a
+// type of its own rather than methods on the Kubelet: the pod workers see
+// exactly these four methods.
+type PodSyncer struct {
+	runtime  syncRuntime
+	status   statusStore
+	network  func() error
+	dirs     podDirs
+	hostIPs  []string
+	recorder record.EventRecorder
+	clock    clock.Clock
+	reasons  *reasonCache
+}
+
+var _ podworkers.Syncer = (*PodSyncer)(nil)
+
+// NewPodSyncer returns the sync scripts.
+func NewPodSyncer(o SyncerOptions) *PodSyncer {
+	if o.Network == nil {
+		o.Network = func() error { return nil }
+	}
+	return &PodSyncer{
+		runtime: o.Runtime, status: o.Status, network: o.Network, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
+	}
+}
+
+// apiStatus computes a pod's API status from its runtime status.
+func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTerminal bool) v1.PodStatus {
+	if rs == nil {
+		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
+	}
+	old, _ := s.status.GetPodStatus(pod.UID)
+	return generateAPIPodStatus(statusInput{
+		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
+		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs,
+	})
+}
+
+// SyncPod sets a pod up, in seed 002's order: compute the API status and
+// stop if the pod is terminal; record the status; wait for the network;
+// create the pod's directories; let the runtime create the sandbox and
+// containers. Only back-off failures are swallowed: every other failure
+// is returned so the worker retries with a back-off.
+func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, rs *container.PodStatus) (bool, error) {
+	klog.V(4).InfoS("SyncPod enter", "pod", klog.KObj(pod), "podUID", pod.UID, "updateType", updateType)
+	defer klog.V(4).InfoS("SyncPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
+
+	status := s.apiStatus(pod, rs, false)
+	if isTerminal(status.Phase) {
+		s.status.SetPodStatus(pod, status)
+		return true, nil
+	}
+	s.status.SetPodStatus(pod, status)
+
+	if err := s.network(); err != nil && !pod.Spec.HostNetwork {
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "network is not ready: %v", err)
+		return false, fmt.Errorf("%w: %v", podworkers.ErrNetworkNotReady, err)
+	}
+	if err := s.makePodDirs(pod.UID); err != nil {
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "error making pod data directories: %v", err)
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Cancelled: the pod workers want it torn down, start nothing new.
+		return false, err
+	}
+
+	result := s.runtime.SyncPod(ctx, pod, rs, nil)
+	s.reasons.update(pod.UID, result)
+	if err := result.Error(); err != nil && !result.OnlyBackOff() {
+		return false, err
+	}
+	return false, nil
+}
+
+// SyncTerminatingPod stops every container of the pod within its grace
+// period, then checks that the runtime agrees nothing runs, and records
+// the final container states while they are still there to read.
+func (s *PodSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, rs *container.PodStatus, gracePeriod *int64, statusFn podworkers.PodStatusFunc) error {
+	klog.V(4).InfoS("SyncTerminatingPod enter", "pod", klog.KObj(pod), "podUID", pod.UID)
+	defer klog.V(4).InfoS("SyncTerminatingPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
+
+	status := s.apiStatus(pod, rs, false)
+	if statusFn != nil {
+		statusFn(&status)
+	}
+	s.status.SetPodStatus(pod, status)
+
+	if rs == nil {
+		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
+	}
+	if err := s.runtime.KillPod(ctx, pod, rs.ToRunningPod(), gracePeriod); err != nil {
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
+		return fmt.Errorf("killing pod %s: %w", pod.Name, err)
+	}
+
+	final, err := s.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return fmt.Errorf("reading pod status after killing it: %w", err)
+	}
+	if running := final.RunningContainers(); len(running) > 0 {
+		ids := make([]string, len(running))
+		for i, c := range running {
+			ids[i] = c.ID.String()
+		}
+		return fmt.Errorf("detected running containers after a successful KillPod, CRI violation: %v", ids)
+	}
+	status = s.apiStatus(pod, final, true)
+	if statusFn != nil {
+		statusFn(&status)
+	}
+	s.status.SetPodStatus(pod, status)
+	klog.V(4).InfoS("Pod termination stopped all running containers", "pod", klog.KObj(pod), "podUID", pod.UID)
+	return nil
+}
+
+// SyncTerminatingRuntimePod stops a pod found in the runtime that has no
+// configuration: there is no spec to honour, so it gets one second.
+func (s *PodSyncer) SyncTerminatingRuntimePod(ctx context.Context, running *container.Pod) error {
+	pod := running.ToAPIPod()
+	klog.V(4).InfoS("Orphaned running pod terminating without grace period", "pod", klog.KObj(pod), "podUID", pod.UID)
+	grace := int64(1)
+	if err := s.runtime.KillPod(ctx, pod, *running, &grace); err != nil {
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
+		return fmt.Errorf("killing orphaned pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// SyncTerminatedPod records the final status once nothing of the pod runs.
+func (s *PodSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, rs *container.PodStatus) error {
+	klog.V(4).InfoS("SyncTerminatedPod enter", "pod", klog.KObj(pod), "podUID", pod.UID)
+	defer klog.V(4).InfoS("SyncTerminatedPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
+	s.status.SetPodStatus(pod, s.apiStatus(pod, rs, true))
+	s.status.TerminatePod(pod)
+	s.reasons.remove(pod.UID)
+	return nil
+}
+
+func (s *PodSyncer) makePodDirs(uid types.UID) error {
+	for _, d := range []string{"volumes", "plugins", "containers"} {
+		if err := os.MkdirAll(filepath.Join(s.dirs.pod(uid), d), 0o750); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reasonCache remembers why each container last failed to start, so the
+// API status can say so while the container waits to be retried.
+type reasonCache struct {
+	mu sync.RWMutex
+	m  map[types.UID]map[string]reason
+}
+
+func newReasonCache() *reasonCache { return &reasonCache{m: map[types.UID]map[string]reason{}} }
+
+func (c *reasonCache) update(uid types.UID, result container.PodSyncResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range result.Results {
+		if r.Action != container.StartContainer {
+			continue
+		}
+		if r.Err == nil {
+			delete(c.m[uid], r.Target)
+			continue
+		}
+		if c.m[uid] == nil {
+			c.m[uid] = map[string]reason{}
+		}
+		c.m[uid][r.Target] = reason{err: r.Err, message: r.Message}
+	}
+}
+
+func (c *reasonCache) get(uid types.UID) map[string]reason {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make(map[string]reason, len(c.m[uid]))
+	for k, v := range c.m[uid] {
+		out[k] = v
+	}
+	return out
+}
+
+func (c *reasonCache) remove(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, uid)
+}

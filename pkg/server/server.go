@@ -1,0 +1,92 @@
+// Package server is nodelet's HTTP face: the read-only port serving the
+// pods nodelet runs with their current status (/pods) and its health
+// (/healthz), at the end of the pipeline where the status lands.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// PodSource lists the pods nodelet runs, with their status.
+type PodSource interface {
+	Pods() []*v1.Pod
+}
+
+// HealthChecker reports nodelet's health; nil means healthy.
+type HealthChecker func() error
+
+// ReadOnly is the unauthenticated read-only server.
+type ReadOnly struct {
+	pods    PodSource
+	healthz HealthChecker
+	mux     *http.ServeMux
+}
+
+// NewReadOnly returns the read-only server's handler.
+func NewReadOnly(pods PodSource, healthz HealthChecker) *ReadOnly {
+	s := &ReadOnly{pods: pods, healthz: healthz, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /pods", s.handlePods)
+	s.mux.HandleFunc("GET /pods/", s.handlePods)
+	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
+	return s
+}
+
+func (s *ReadOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *ReadOnly) handlePods(w http.ResponseWriter, r *http.Request) {
+	list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+	for _, p := range s.pods.Pods() {
+		list.Items = append(list.Items, *p)
+	}
+	if list.Items == nil {
+		list.Items = []v1.Pod{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&list); err != nil {
+		klog.ErrorS(err, "Writing /pods response failed")
+	}
+}
+
+func (s *ReadOnly) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	if err := s.healthz(); err != nil {
+		http.Error(w, fmt.Sprintf("unhealthy: %v", err), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, "ok")
+}
+
+// Serve listens on addr and serves h until ctx ends. The listener is
+// opened before Serve returns its first error, so a busy port fails start-up.
+func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, <-chan error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		done <- err
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	return ln.Addr(), done, nil
+}
