@@ -1,0 +1,237 @@
+// Package app is nodelet's composition root: it reads the command line
+// and the KubeletConfiguration file, builds every component and wires
+// them into the pipeline.
+package app
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+)
+
+// Options is nodelet's resolved configuration: the config file's values
+// with command-line flags applied on top, and defaults for the rest.
+type Options struct {
+	ConfigFile       string
+	Kubeconfig       string
+	RootDir          string
+	HostnameOverride string
+	Config           kubeletv1beta1.KubeletConfiguration
+}
+
+// Defaults nodelet applies to fields left unset. The v1beta1 package has
+// no defaulting code of its own; these are upstream's defaults, except
+// that the read-only port is on by default (standalone nodes have no
+// other way to show their pods).
+const (
+	DefaultRootDir         = "/var/lib/kubelet"
+	DefaultRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	DefaultPodLogsDir      = "/var/log/pods"
+	DefaultReadOnlyPort    = 10255
+	DefaultPort            = 10250
+	DefaultMaxPods         = 110
+)
+
+// flagValues holds the flags that override config file fields.
+type flagValues struct {
+	podManifestPath    string
+	runtimeEndpoint    string
+	readOnlyPort       int32
+	port               int32
+	maxPods            int32
+	syncFrequency      time.Duration
+	fileCheckFrequency time.Duration
+	cgroupDriver       string
+	address            string
+}
+
+// Parse reads the command line (without the program name) and the config
+// file it names. Errors are one line and name the problem.
+func Parse(args []string) (*Options, error) {
+	fs := pflag.NewFlagSet("nodelet", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := &Options{}
+	var f flagValues
+	fs.StringVar(&o.ConfigFile, "config", "", "path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig for the API server (cluster mode)")
+	fs.StringVar(&o.RootDir, "root-dir", DefaultRootDir, "directory for nodelet's files (pod directories)")
+	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "node name to use instead of the hostname")
+	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
+	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
+	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")
+	fs.Int32Var(&f.port, "port", 0, "kubelet API port (port)")
+	fs.Int32Var(&f.maxPods, "max-pods", 0, "maximum number of pods (maxPods)")
+	fs.DurationVar(&f.syncFrequency, "sync-frequency", 0, "resync period of running pods (syncFrequency)")
+	fs.DurationVar(&f.fileCheckFrequency, "file-check-frequency", 0, "re-read period of static pod manifests (fileCheckFrequency)")
+	fs.StringVar(&f.cgroupDriver, "cgroup-driver", "", "cgroup driver: cgroupfs (cgroupDriver)")
+	fs.StringVar(&f.address, "address", "", "IP address to serve on (address)")
+	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(gofs)
+	for _, name := range []string{"v", "vmodule"} {
+		fs.AddGoFlag(gofs.Lookup(name))
+	}
+	fs.Lookup("v").Shorthand = "v"
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+
+	readOnlySet := false
+	if o.ConfigFile != "" {
+		cfg, set, err := LoadConfigFile(o.ConfigFile)
+		if err != nil {
+			return nil, err
+		}
+		o.Config, readOnlySet = *cfg, set
+	}
+	c := &o.Config
+	if fs.Changed("pod-manifest-path") {
+		c.StaticPodPath = f.podManifestPath
+	}
+	if fs.Changed("container-runtime-endpoint") {
+		c.ContainerRuntimeEndpoint = f.runtimeEndpoint
+	}
+	if fs.Changed("read-only-port") {
+		c.ReadOnlyPort, readOnlySet = f.readOnlyPort, true
+	}
+	if fs.Changed("port") {
+		c.Port = f.port
+	}
+	if fs.Changed("max-pods") {
+		c.MaxPods = f.maxPods
+	}
+	if fs.Changed("sync-frequency") {
+		c.SyncFrequency = metav1.Duration{Duration: f.syncFrequency}
+	}
+	if fs.Changed("file-check-frequency") {
+		c.FileCheckFrequency = metav1.Duration{Duration: f.fileCheckFrequency}
+	}
+	if fs.Changed("cgroup-driver") {
+		c.CgroupDriver = f.cgroupDriver
+	}
+	if fs.Changed("address") {
+		c.Address = f.address
+	}
+	setDefaults(c, readOnlySet)
+	if err := validate(c); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// LoadConfigFile reads a KubeletConfiguration strictly: a wrong
+// apiVersion or kind, or any unknown field, is an error. It also reports
+// whether readOnlyPort was set (its zero value means "disabled").
+func LoadConfigFile(path string) (*kubeletv1beta1.KubeletConfiguration, bool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading config file: %w", err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, false, fmt.Errorf("config file %s is not valid YAML: %v", path, oneLine(err))
+	}
+	var head struct {
+		APIVersion string          `json:"apiVersion"`
+		Kind       string          `json:"kind"`
+		ReadOnly   json.RawMessage `json:"readOnlyPort"`
+	}
+	if err := json.Unmarshal(js, &head); err != nil {
+		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
+	}
+	if want := kubeletv1beta1.SchemeGroupVersion.String(); head.APIVersion != want || head.Kind != "KubeletConfiguration" {
+		return nil, false, fmt.Errorf("config file %s: want apiVersion %s and kind KubeletConfiguration, got %q and %q", path, want, head.APIVersion, head.Kind)
+	}
+	cfg := &kubeletv1beta1.KubeletConfiguration{}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
+	}
+	return cfg, len(head.ReadOnly) > 0, nil
+}
+
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
+	if c.ContainerRuntimeEndpoint == "" {
+		c.ContainerRuntimeEndpoint = DefaultRuntimeEndpoint
+	}
+	if c.SyncFrequency.Duration == 0 {
+		c.SyncFrequency.Duration = time.Minute
+	}
+	if c.FileCheckFrequency.Duration == 0 {
+		c.FileCheckFrequency.Duration = 20 * time.Second
+	}
+	if c.HTTPCheckFrequency.Duration == 0 {
+		c.HTTPCheckFrequency.Duration = 20 * time.Second
+	}
+	if c.Address == "" {
+		c.Address = "0.0.0.0"
+	}
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if !readOnlySet {
+		c.ReadOnlyPort = DefaultReadOnlyPort
+	}
+	if c.MaxPods == 0 {
+		c.MaxPods = DefaultMaxPods
+	}
+	if c.CgroupDriver == "" {
+		c.CgroupDriver = "cgroupfs"
+	}
+	if c.PodLogsDir == "" {
+		c.PodLogsDir = DefaultPodLogsDir
+	}
+	if c.RuntimeRequestTimeout.Duration == 0 {
+		c.RuntimeRequestTimeout.Duration = 2 * time.Minute
+	}
+}
+
+func validate(c *kubeletv1beta1.KubeletConfiguration) error {
+	var errs []error
+	if c.SyncFrequency.Duration < 0 {
+		errs = append(errs, fmt.Errorf("syncFrequency (%v) must not be negative", c.SyncFrequency.Duration))
+	}
+	if c.FileCheckFrequency.Duration < 0 {
+		errs = append(errs, fmt.Errorf("fileCheckFrequency (%v) must not be negative", c.FileCheckFrequency.Duration))
+	}
+	if c.MaxPods < 0 {
+		errs = append(errs, fmt.Errorf("maxPods (%d) must not be negative", c.MaxPods))
+	}
+	for name, p := range map[string]int32{"port": c.Port, "readOnlyPort": c.ReadOnlyPort} {
+		if p < 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s (%d) must be between 0 and 65535", name, p))
+		}
+	}
+	switch c.CgroupDriver {
+	case "cgroupfs":
+	case "systemd":
+		errs = append(errs, errors.New("cgroupDriver systemd is not supported: nodelet drives cgroupfs"))
+	default:
+		errs = append(errs, fmt.Errorf("cgroupDriver %q is not one of cgroupfs, systemd", c.CgroupDriver))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return fmt.Errorf("invalid configuration: %s", strings.Join(msgs, "; "))
+}

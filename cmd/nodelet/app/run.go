@@ -1,0 +1,172 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/kubelet"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/status"
+)
+
+const (
+	plegRelistPeriod = time.Second
+	// syncBackOffPeriod is how long a pod waits after a failed sync.
+	syncBackOffPeriod = 10 * time.Second
+	dialTimeout       = 10 * time.Second
+)
+
+// NodeName is the name the node goes by: --hostname-override or the
+// machine's hostname, lower-cased as the API requires.
+func NodeName(override string) (string, error) {
+	name := override
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("cannot determine the node name: %w", err)
+		}
+		name = h
+	}
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" {
+		return "", fmt.Errorf("node name is empty")
+	}
+	return name, nil
+}
+
+// Run builds nodelet from its options and runs it until ctx ends.
+// Stopping leaves every pod running: only deleting a pod stops it.
+func Run(ctx context.Context, o *Options) error {
+	c := &o.Config
+	nodeName, err := NodeName(o.HostnameOverride)
+	if err != nil {
+		return err
+	}
+	conn, version, err := kuberuntime.Dial(ctx, c.ContainerRuntimeEndpoint, dialTimeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	klog.InfoS("Connected to the container runtime", "endpoint", c.ContainerRuntimeEndpoint,
+		"runtime", version.RuntimeName, "version", version.RuntimeVersion, "criVersion", version.RuntimeApiVersion)
+	for _, d := range []string{o.RootDir, c.PodLogsDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	hostIPs := nodeIPs()
+	klog.InfoS("Starting nodelet", "node", nodeName, "hostIPs", hostIPs, "rootDir", o.RootDir, "staticPodPath", c.StaticPodPath)
+
+	clk := clock.RealClock{}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartStructuredLogging(2)
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodelet", Host: nodeName})
+
+	statusManager := status.New(clk)
+	runtime := kuberuntime.New(kuberuntime.Options{
+		Runtime:        runtimeapi.NewRuntimeServiceClient(conn),
+		Images:         runtimeapi.NewImageServiceClient(conn),
+		Helper:         kubelet.NewContainerOptions(o.RootDir, nodeName, hostIPs),
+		Recorder:       recorder,
+		Clock:          clk,
+		RuntimeName:    version.RuntimeName,
+		PodLogsDir:     c.PodLogsDir,
+		RequestTimeout: c.RuntimeRequestTimeout.Duration,
+	})
+	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
+	workQueue := podworkers.NewWorkQueue(clk)
+
+	var core *kubelet.Kubelet
+	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{
+		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,
+		Recorder: recorder, Clock: clk,
+		// The core is built below; no sync runs before it exists.
+		Network: func() error { return core.NetworkError() },
+	})
+	workers := podworkers.New(podworkers.Options{
+		Syncer: syncer, Status: gpleg, WorkQueue: workQueue, Clock: clk,
+		ResyncInterval: c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
+	})
+	runtime.SetPodState(workers)
+
+	podConfig := config.New(recorder, clk)
+	core = kubelet.New(kubelet.Config{
+		NodeName: nodeName, RootDir: o.RootDir, MaxPods: int(c.MaxPods), HostIPs: hostIPs,
+	}, kubelet.Deps{
+		Workers: workers, WorkQueue: workQueue, Runtime: runtime, PLEG: gpleg, Status: statusManager,
+		Sources: config.NewSourcesReady(podConfig.Sources), Recorder: recorder, Clock: clk,
+	})
+
+	if c.StaticPodPath != "" {
+		podConfig.Register(podutil.FileSource)
+		src := config.NewFileSource(c.StaticPodPath, nodeName, c.FileCheckFrequency.Duration, podConfig, recorder, clk)
+		go src.Run(ctx)
+	}
+	if o.Kubeconfig != "" {
+		klog.InfoS("A kubeconfig was given; cluster mode is not available yet, running standalone", "kubeconfig", o.Kubeconfig)
+	}
+
+	var serverErr <-chan error
+	if c.ReadOnlyPort > 0 {
+		addr, errs, err := server.Serve(ctx, net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core, core.Healthz))
+		if err != nil {
+			return fmt.Errorf("read-only server: %w", err)
+		}
+		klog.InfoS("Serving the read-only API", "address", addr.String())
+		serverErr = errs
+	}
+
+	go gpleg.Run(ctx)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		core.Run(ctx, podConfig.Updates())
+	}()
+	select {
+	case <-loopDone:
+	case err := <-serverErr:
+		if err != nil {
+			return fmt.Errorf("read-only server: %w", err)
+		}
+	}
+	<-loopDone
+	klog.InfoS("nodelet stopped; pods keep running")
+	return nil
+}
+
+// nodeIPs finds the node's primary address: the one on the interface of
+// the default route, else the first global unicast address.
+func nodeIPs() []string {
+	conn, err := net.Dial("udp", "192.0.2.1:9") // no packet is sent
+	if err == nil {
+		defer conn.Close()
+		if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsLoopback() {
+			return []string{a.IP.String()}
+		}
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+			return []string{n.IP.String()}
+		}
+	}
+	return []string{"127.0.0.1"}
+}

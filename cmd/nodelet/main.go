@@ -1,0 +1,32 @@
+// Command nodelet is a Kubernetes node agent: it runs the pods of static
+// manifests (and, in cluster mode, of the API server) on a CRI runtime and
+// reports their status. See README.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/cmd/nodelet/app"
+)
+
+func main() {
+	opts, err := app.Parse(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = app.Run(ctx, opts)
+	klog.Flush()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
+		os.Exit(1)
+	}
+}
