@@ -80,7 +80,7 @@ func (p *PodSyncResult) Merge(o PodSyncResult) {
 func (p *PodSyncResult) Fail(err error) { p.SyncError = errors.Join(p.SyncError, err) }
 
 // Error joins every failure, or returns nil when all steps succeeded.
-func (p *PodSyncResult) Error() error {
+func (p PodSyncResult) Error() error {
 	var errs []error
 	for _, r := range p.Results {
 		if r.Err != nil {
@@ -95,7 +95,7 @@ func (p *PodSyncResult) Error() error {
 
 // OnlyBackOff reports whether every failed step failed only because it is
 // backing off.
-func (p *PodSyncResult) OnlyBackOff() bool {
+func (p PodSyncResult) OnlyBackOff() bool {
 	if p.SyncError != nil {
 		return false
 	}

@@ -77,13 +77,12 @@ type Pod struct {
 func (p *Pod) IsEmpty() bool { return p == nil || len(p.Containers)+len(p.Sandboxes) == 0 }
 
 // ToAPIPod builds the minimal API pod that stands in for a runtime pod that
-// has no configuration, so it can be logged and killed.
+// has no configuration, so it can be logged and killed. It deliberately has
+// no container specs: killing then reads each container's grace period and
+// preStop hook from the runtime, where they were recorded at creation.
 func (p *Pod) ToAPIPod() *v1.Pod {
 	pod := &v1.Pod{}
 	pod.UID, pod.Name, pod.Namespace = p.ID, p.Name, p.Namespace
-	for _, c := range p.Containers {
-		pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: c.Name, Image: c.Image})
-	}
 	return pod
 }
 

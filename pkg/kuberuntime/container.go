@@ -210,14 +210,15 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 		if spec.Lifecycle != nil {
 			preStop = spec.Lifecycle.PreStop
 		}
-	} else if info, err := m.containerInfo(ctx, id); err == nil {
-		if info.PodGracePeriod != nil {
-			grace = *info.PodGracePeriod
-		}
-		preStop = info.PreStop
-		spec = &v1.Container{Name: name}
 	} else {
+		// No spec (an orphan): use what was recorded on the container.
 		spec = &v1.Container{Name: name}
+		if info, err := m.containerInfo(ctx, id); err == nil {
+			if info.PodGracePeriod != nil {
+				grace = *info.PodGracePeriod
+			}
+			preStop = info.PreStop
+		}
 	}
 	if gracePeriodOverride != nil {
 		grace = *gracePeriodOverride

@@ -1,0 +1,297 @@
+package kuberuntime
+
+import (
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/pkg/container"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type podBuilder struct{ pod *v1.Pod }
+
+func newPod(policy v1.RestartPolicy, names ...string) *podBuilder {
+	p := &v1.Pod{}
+	p.Name, p.Namespace, p.UID = "p", "ns", "uid"
+	p.Spec.RestartPolicy = policy
+	for _, n := range names {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: n, Image: "img"})
+	}
+	return &podBuilder{p}
+}
+
+func (b *podBuilder) init(names ...string) *podBuilder {
+	for _, n := range names {
+		b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, v1.Container{Name: n, Image: "img"})
+	}
+	return b
+}
+
+func (b *podBuilder) sidecar(name string) *podBuilder {
+	always := v1.ContainerRestartPolicyAlways
+	b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, v1.Container{Name: name, Image: "img", RestartPolicy: &always})
+	return b
+}
+
+func (b *podBuilder) hostNetwork() *podBuilder { b.pod.Spec.HostNetwork = true; return b }
+
+func (b *podBuilder) deleted() *podBuilder {
+	now := metav1.NewTime(t0)
+	b.pod.DeletionTimestamp = &now
+	return b
+}
+
+func (b *podBuilder) ephemeral(name string) *podBuilder {
+	b.pod.Spec.EphemeralContainers = append(b.pod.Spec.EphemeralContainers, v1.EphemeralContainer{
+		EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: name, Image: "img"}})
+	return b
+}
+
+type statusBuilder struct {
+	pod *v1.Pod
+	s   *container.PodStatus
+	n   int
+}
+
+func rtStatus(pod *v1.Pod) *statusBuilder {
+	return &statusBuilder{pod: pod, s: &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}}
+}
+
+// sandbox adds a sandbox (newest first, as the runtime manager sorts).
+func (b *statusBuilder) sandbox(id string, ready bool, attempt uint32, ips ...string) *statusBuilder {
+	b.n++
+	b.s.SandboxStatuses = append([]*container.SandboxStatus{{
+		ID: id, Ready: ready, Attempt: attempt, IPs: ips, CreatedAt: t0.Add(time.Duration(b.n) * time.Second),
+		HostNetwork: b.pod.Spec.HostNetwork,
+	}}, b.s.SandboxStatuses...)
+	return b
+}
+
+// c adds a container status in the newest sandbox; exit is used when
+// the state is exited.
+func (b *statusBuilder) c(name string, state container.State, exit int) *statusBuilder {
+	sb := ""
+	if len(b.s.SandboxStatuses) > 0 {
+		sb = b.s.SandboxStatuses[0].ID
+	}
+	return b.cIn(sb, name, state, exit)
+}
+
+func (b *statusBuilder) cIn(sandbox, name string, state container.State, exit int) *statusBuilder {
+	b.n++
+	hash := ""
+	for _, cs := range [][]v1.Container{b.pod.Spec.InitContainers, b.pod.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				hash = HashContainer(&cs[i])
+			}
+		}
+	}
+	b.s.ContainerStatuses = append(b.s.ContainerStatuses, &container.Status{
+		ID: container.ContainerID{Type: "fake", ID: name + "-id"}, Name: name, State: state, ExitCode: exit,
+		CreatedAt: t0.Add(time.Duration(b.n) * time.Second), SandboxID: sandbox, Hash: hash,
+	})
+	return b
+}
+
+func (b *statusBuilder) hash(name, h string) *statusBuilder {
+	for _, c := range b.s.ContainerStatuses {
+		if c.Name == name {
+			c.Hash = h
+		}
+	}
+	return b
+}
+
+type want struct {
+	kill, create bool
+	attempt      uint32
+	init, start  []int
+	ephemeral    []int
+	killed       []string
+}
+
+func TestComputePodActions(t *testing.T) {
+	R, E, U, C := container.StateRunning, container.StateExited, container.StateUnknown, container.StateCreated
+	always, onFailure, never := v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever
+	tests := []struct {
+		name   string
+		pod    *v1.Pod
+		status func(*v1.Pod) *container.PodStatus
+		want   want
+	}{
+		{"new pod creates a sandbox and starts every container",
+			newPod(always, "a", "b").pod, func(p *v1.Pod) *container.PodStatus { return rtStatus(p).s },
+			want{kill: true, create: true, start: []int{0, 1}}},
+		{"new pod with init containers starts only the first init container",
+			newPod(always, "a").init("i1", "i2").pod, func(p *v1.Pod) *container.PodStatus { return rtStatus(p).s },
+			want{kill: true, create: true, init: []int{0}}},
+		{"everything running with the same spec: nothing to do",
+			newPod(always, "a", "b").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).c("b", R, 0).s
+			}, want{}},
+		{"dead sandbox is killed and recreated with the next attempt",
+			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", false, 2, "10.0.0.1").c("a", E, 137).s
+			}, want{kill: true, create: true, attempt: 3, start: []int{0}}},
+		{"sandbox without an IP is recreated",
+			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0).c("a", R, 0).s
+			}, want{kill: true, create: true, attempt: 1, start: []int{0}}},
+		{"host network pod needs no IP",
+			newPod(always, "a").hostNetwork().pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0).c("a", R, 0).s
+			}, want{}},
+		{"network mode changed: recreate",
+			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				s := rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).s
+				s.SandboxStatuses[0].HostNetwork = true
+				return s
+			}, want{kill: true, create: true, attempt: 1, start: []int{0}}},
+		{"two ready sandboxes: recreate",
+			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("old", true, 0, "10.0.0.1").sandbox("new", true, 1, "10.0.0.2").c("a", R, 0).s
+			}, want{kill: true, create: true, attempt: 2, start: []int{0}}},
+		{"Never: dead sandbox of a pod that ran is not recreated",
+			newPod(never, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", false, 0, "10.0.0.1").c("a", E, 1).s
+			}, want{kill: true, attempt: 1}},
+		{"OnFailure: all succeeded, dead sandbox is not recreated",
+			newPod(onFailure, "a", "b").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", false, 0, "10.0.0.1").c("a", E, 0).c("b", E, 0).s
+			}, want{kill: true, attempt: 1}},
+		{"OnFailure: new sandbox restarts only the failed container",
+			newPod(onFailure, "a", "b").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", false, 0, "10.0.0.1").c("a", E, 0).c("b", E, 2).s
+			}, want{kill: true, create: true, attempt: 1, start: []int{1}}},
+		{"Always: exited 0 is restarted",
+			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 0).s
+			}, want{start: []int{0}}},
+		{"OnFailure: exited 0 is not restarted and the pod stops",
+			newPod(onFailure, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 0).s
+			}, want{kill: true}},
+		{"OnFailure: exited 1 is restarted",
+			newPod(onFailure, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 1).s
+			}, want{start: []int{0}}},
+		{"Never: exited 1 is not restarted and the pod stops",
+			newPod(never, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 1).s
+			}, want{kill: true}},
+		{"Never: one exited, one running: keep running",
+			newPod(never, "a", "b").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 0).c("b", R, 0).s
+			}, want{}},
+		{"changed spec: kill and start again, whatever the policy",
+			newPod(never, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).hash("a", "old").s
+			}, want{start: []int{0}, killed: []string{"a"}}},
+		{"unknown state: kill and start",
+			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", U, 0).s
+			}, want{start: []int{0}, killed: []string{"a"}}},
+		{"created but never started: start",
+			newPod(never, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", C, 0).s
+			}, want{start: []int{0}}},
+		{"first init done: start the second",
+			newPod(always, "a").init("i1", "i2").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("i1", E, 0).s
+			}, want{init: []int{1}}},
+		{"init container running: wait",
+			newPod(always, "a").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("i1", R, 0).s
+			}, want{}},
+		{"failed init container is restarted under Always",
+			newPod(always, "a").init("i1", "i2").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("i1", E, 0).c("i2", E, 3).s
+			}, want{init: []int{1}}},
+		{"failed init container under Never stops the pod",
+			newPod(never, "a").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("i1", E, 1).s
+			}, want{kill: true}},
+		{"all init containers done: start the app containers",
+			newPod(always, "a", "b").init("i1", "i2").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("i1", E, 0).c("i2", E, 0).s
+			}, want{start: []int{0, 1}}},
+		{"init containers of an old sandbox do not count",
+			newPod(always, "a").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("old", false, 0, "10.0.0.1").c("i1", E, 0).sandbox("new", true, 1, "10.0.0.2").s
+			}, want{attempt: 1, init: []int{0}}},
+		{"once an app container exists, init containers are not re-run",
+			newPod(always, "a").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).s
+			}, want{}},
+		{"sidecar not started yet: start it, the next init container waits",
+			newPod(always, "a").sidecar("s").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").s
+			}, want{init: []int{0}}},
+		{"sidecar running: the next init container starts",
+			newPod(always, "a").sidecar("s").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).s
+			}, want{init: []int{1}}},
+		{"sidecar running, init done: app containers start beside it",
+			newPod(always, "a").sidecar("s").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).c("i1", E, 0).s
+			}, want{start: []int{0}}},
+		{"sidecar exited after the app started: restarted, app kept",
+			newPod(never, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", E, 1).c("a", R, 0).s
+			}, want{init: []int{0}}},
+		{"app containers done under Never: the pod (and its sidecar) stops",
+			newPod(never, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).c("a", E, 0).s
+			}, want{kill: true}},
+		{"deleted pod: exited containers are not restarted",
+			newPod(always, "a").deleted().pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 0).s
+			}, want{kill: true}},
+		{"ephemeral container without status starts; one that ran does not",
+			newPod(always, "a").ephemeral("dbg").ephemeral("old").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).c("old", E, 0).s
+			}, want{ephemeral: []int{0}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := computePodActions(tc.pod, tc.status(tc.pod))
+			var killed []string
+			for _, k := range a.ContainersToKill {
+				killed = append(killed, k.name)
+			}
+			sort.Strings(killed)
+			got := want{kill: a.KillPod, create: a.CreateSandbox, attempt: a.Attempt, init: a.InitContainersToStart,
+				start: a.ContainersToStart, ephemeral: a.EphemeralContainersToStart, killed: killed}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("computePodActions:\n got  %+v\n want %+v\n(%s)", got, tc.want, a)
+			}
+		})
+	}
+}
+
+func TestHashIgnoresResourcesAndUnsetFields(t *testing.T) {
+	c := v1.Container{Name: "a", Image: "img", Command: []string{"sh"}}
+	h := HashContainer(&c)
+	c2 := c
+	c2.Resources.Limits = v1.ResourceList{v1.ResourceCPU: *resourceQuantity("1")}
+	if HashContainer(&c2) != h {
+		t.Error("changing resources changed the hash")
+	}
+	c3 := c
+	c3.Command = []string{"bash"}
+	if HashContainer(&c3) == h {
+		t.Error("changing the command kept the hash")
+	}
+	// The hash of an unchanged spec is part of nodelet's compatibility:
+	// a new value restarts every running container on upgrade.
+	if h != "fcef7d16" {
+		t.Errorf("hash of a fixed spec changed to %s: upgrading would restart containers", h)
+	}
+}

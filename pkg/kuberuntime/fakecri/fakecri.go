@@ -1,0 +1,468 @@
+// Package fakecri is an in-memory CRI runtime for unit tests. It keeps
+// sandboxes, containers and images in maps, records every call, and lets
+// a test make containers exit or calls fail. Integration tests use a real
+// containerd instead; this fake never stands in for one.
+package fakecri
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+)
+
+// Runtime is the fake. Its zero value is not usable: call New.
+type Runtime struct {
+	mu         sync.Mutex
+	clock      clock.PassiveClock
+	nextID     int
+	sandboxes  map[string]*sandbox
+	containers map[string]*ctr
+	images     map[string]string // name -> id
+	calls      []string
+	// errors maps a method name to the error its next call returns.
+	errors map[string]error
+	// NetworkReady is reported by Status.
+	NetworkReady bool
+	// OnStop runs when StopContainer is called, before it returns.
+	OnStop func(id string, timeout int64)
+	// ExecResult is what ExecSync returns.
+	ExecResult func(id string, cmd []string) (*runtimeapi.ExecSyncResponse, error)
+}
+
+type sandbox struct {
+	cfg     *runtimeapi.PodSandboxConfig
+	state   runtimeapi.PodSandboxState
+	created time.Time
+	ip      string
+}
+
+type ctr struct {
+	sandboxID string
+	cfg       *runtimeapi.ContainerConfig
+	image     string
+	state     runtimeapi.ContainerState
+	created   time.Time
+	started   time.Time
+	finished  time.Time
+	exitCode  int32
+	reason    string
+}
+
+// New returns an empty fake runtime that has the given images.
+func New(clk clock.PassiveClock, images ...string) *Runtime {
+	r := &Runtime{
+		clock: clk, sandboxes: map[string]*sandbox{}, containers: map[string]*ctr{},
+		images: map[string]string{}, errors: map[string]error{}, NetworkReady: true,
+	}
+	for _, img := range images {
+		r.images[img] = "sha256:" + img
+	}
+	return r
+}
+
+// FailNext makes the next call of method fail with err.
+func (r *Runtime) FailNext(method string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errors[method] = err
+}
+
+// Calls returns the methods called so far, with their main argument.
+func (r *Runtime) Calls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.calls...)
+}
+
+// ResetCalls forgets the recorded calls.
+func (r *Runtime) ResetCalls() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = nil
+}
+
+// record notes a call and returns its injected error, if any. Call with mu held.
+func (r *Runtime) record(method, arg string) error {
+	r.calls = append(r.calls, method+" "+arg)
+	if err, ok := r.errors[method]; ok {
+		delete(r.errors, method)
+		return err
+	}
+	return nil
+}
+
+func (r *Runtime) id(prefix string) string {
+	r.nextID++
+	return fmt.Sprintf("%s%d", prefix, r.nextID)
+}
+
+func notFound(what, id string) error { return status.Errorf(codes.NotFound, "%s %q not found", what, id) }
+
+// Exit makes a running container exit with code.
+func (r *Runtime) Exit(id string, code int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.containers[id]; ok && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		c.state, c.exitCode, c.finished = runtimeapi.ContainerState_CONTAINER_EXITED, code, r.clock.Now()
+		c.reason = "Completed"
+		if code != 0 {
+			c.reason = "Error"
+		}
+	}
+}
+
+// ContainerIDs returns the IDs of containers with the given name and
+// state (any state when state is nil), oldest first.
+func (r *Runtime) ContainerIDs(name string, state *runtimeapi.ContainerState) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for id, c := range r.containers {
+		if c.cfg.Metadata.Name == name && (state == nil || c.state == *state) {
+			out = append(out, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return r.containers[out[i]].created.Before(r.containers[out[j]].created) || out[i] < out[j] })
+	return out
+}
+
+// SetSandboxState forces a sandbox's state.
+func (r *Runtime) SetSandboxState(id string, ready bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.sandboxes[id]; ok {
+		s.state = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+		if ready {
+			s.state = runtimeapi.PodSandboxState_SANDBOX_READY
+		}
+	}
+}
+
+// Counts returns how many sandboxes and containers exist.
+func (r *Runtime) Counts() (sandboxes, containers int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sandboxes), len(r.containers)
+}
+
+// Version reports the fake's identity.
+func (r *Runtime) Version(ctx context.Context, in *runtimeapi.VersionRequest, _ ...grpc.CallOption) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "fake", RuntimeVersion: "1.0", RuntimeApiVersion: "v1"}, nil
+}
+
+// Status reports the runtime ready and the network as NetworkReady says.
+func (r *Runtime) Status(ctx context.Context, in *runtimeapi.StatusRequest, _ ...grpc.CallOption) (*runtimeapi.StatusResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("Status", ""); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+		{Type: runtimeapi.RuntimeReady, Status: true},
+		{Type: runtimeapi.NetworkReady, Status: r.NetworkReady, Reason: "NetworkPluginNotReady"},
+	}}}, nil
+}
+
+// RunPodSandbox creates a ready sandbox with an IP unless host network.
+func (r *Runtime) RunPodSandbox(ctx context.Context, in *runtimeapi.RunPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("RunPodSandbox", in.Config.Metadata.Name); err != nil {
+		return nil, err
+	}
+	id := r.id("sb")
+	s := &sandbox{cfg: in.Config, state: runtimeapi.PodSandboxState_SANDBOX_READY, created: r.clock.Now()}
+	if in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		s.ip = fmt.Sprintf("10.0.0.%d", r.nextID)
+	}
+	r.sandboxes[id] = s
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// StopPodSandbox stops a sandbox and every container in it.
+func (r *Runtime) StopPodSandbox(ctx context.Context, in *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("StopPodSandbox", in.PodSandboxId); err != nil {
+		return nil, err
+	}
+	s, ok := r.sandboxes[in.PodSandboxId]
+	if !ok {
+		return nil, notFound("sandbox", in.PodSandboxId)
+	}
+	s.state = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	for _, c := range r.containers {
+		if c.sandboxID == in.PodSandboxId && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			c.state, c.exitCode, c.finished, c.reason = runtimeapi.ContainerState_CONTAINER_EXITED, 137, r.clock.Now(), "Error"
+		}
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+// RemovePodSandbox removes a sandbox and its containers.
+func (r *Runtime) RemovePodSandbox(ctx context.Context, in *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("RemovePodSandbox", in.PodSandboxId); err != nil {
+		return nil, err
+	}
+	delete(r.sandboxes, in.PodSandboxId)
+	for id, c := range r.containers {
+		if c.sandboxID == in.PodSandboxId {
+			delete(r.containers, id)
+		}
+	}
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// PodSandboxStatus describes a sandbox.
+func (r *Runtime) PodSandboxStatus(ctx context.Context, in *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("PodSandboxStatus", in.PodSandboxId); err != nil {
+		return nil, err
+	}
+	s, ok := r.sandboxes[in.PodSandboxId]
+	if !ok {
+		return nil, notFound("sandbox", in.PodSandboxId)
+	}
+	st := &runtimeapi.PodSandboxStatus{
+		Id: in.PodSandboxId, Metadata: s.cfg.Metadata, State: s.state, CreatedAt: s.created.UnixNano(),
+		Labels: s.cfg.Labels, Annotations: s.cfg.Annotations,
+		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: s.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()}},
+	}
+	if s.ip != "" {
+		st.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: s.ip}
+	}
+	return &runtimeapi.PodSandboxStatusResponse{Status: st}, nil
+}
+
+// ListPodSandbox lists sandboxes matching the filter.
+func (r *Runtime) ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("ListPodSandbox", ""); err != nil {
+		return nil, err
+	}
+	out := &runtimeapi.ListPodSandboxResponse{}
+	for id, s := range r.sandboxes {
+		if f := in.GetFilter(); f != nil && !labelsMatch(s.cfg.Labels, f.LabelSelector) {
+			continue
+		}
+		out.Items = append(out.Items, &runtimeapi.PodSandbox{
+			Id: id, Metadata: s.cfg.Metadata, State: s.state, CreatedAt: s.created.UnixNano(),
+			Labels: s.cfg.Labels, Annotations: s.cfg.Annotations,
+		})
+	}
+	sort.Slice(out.Items, func(i, j int) bool { return out.Items[i].Id < out.Items[j].Id })
+	return out, nil
+}
+
+func labelsMatch(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// CreateContainer creates a container in a sandbox.
+func (r *Runtime) CreateContainer(ctx context.Context, in *runtimeapi.CreateContainerRequest, _ ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("CreateContainer", in.Config.Metadata.Name); err != nil {
+		return nil, err
+	}
+	if _, ok := r.sandboxes[in.PodSandboxId]; !ok {
+		return nil, notFound("sandbox", in.PodSandboxId)
+	}
+	id := r.id("c")
+	r.containers[id] = &ctr{
+		sandboxID: in.PodSandboxId, cfg: in.Config, image: in.Config.Image.Image,
+		state: runtimeapi.ContainerState_CONTAINER_CREATED, created: r.clock.Now().Add(time.Duration(r.nextID)),
+	}
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// StartContainer starts a created container.
+func (r *Runtime) StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[in.ContainerId]
+	if err := r.record("StartContainer", nameOf(c)); err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("container", in.ContainerId)
+	}
+	c.state, c.started = runtimeapi.ContainerState_CONTAINER_RUNNING, r.clock.Now()
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func nameOf(c *ctr) string {
+	if c == nil {
+		return "?"
+	}
+	return c.cfg.Metadata.Name
+}
+
+// StopContainer stops a container as if it exited on SIGTERM.
+func (r *Runtime) StopContainer(ctx context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
+	r.mu.Lock()
+	c, ok := r.containers[in.ContainerId]
+	err := r.record("StopContainer", fmt.Sprintf("%s timeout=%d", nameOf(c), in.Timeout))
+	onStop := r.OnStop
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("container", in.ContainerId)
+	}
+	if onStop != nil {
+		onStop(in.ContainerId, in.Timeout)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING || c.state == runtimeapi.ContainerState_CONTAINER_CREATED {
+		c.state, c.exitCode, c.finished, c.reason = runtimeapi.ContainerState_CONTAINER_EXITED, 0, r.clock.Now(), "Completed"
+	}
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+// RemoveContainer removes a container.
+func (r *Runtime) RemoveContainer(ctx context.Context, in *runtimeapi.RemoveContainerRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("RemoveContainer", nameOf(r.containers[in.ContainerId])); err != nil {
+		return nil, err
+	}
+	delete(r.containers, in.ContainerId)
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+// ListContainers lists containers matching the filter.
+func (r *Runtime) ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("ListContainers", ""); err != nil {
+		return nil, err
+	}
+	out := &runtimeapi.ListContainersResponse{}
+	for id, c := range r.containers {
+		if f := in.GetFilter(); f != nil && (!labelsMatch(c.cfg.Labels, f.LabelSelector) || (f.PodSandboxId != "" && f.PodSandboxId != c.sandboxID)) {
+			continue
+		}
+		out.Containers = append(out.Containers, &runtimeapi.Container{
+			Id: id, PodSandboxId: c.sandboxID, Metadata: c.cfg.Metadata, Image: &runtimeapi.ImageSpec{Image: c.image},
+			ImageRef: "sha256:" + c.image, State: c.state, CreatedAt: c.created.UnixNano(),
+			Labels: c.cfg.Labels, Annotations: c.cfg.Annotations,
+		})
+	}
+	sort.Slice(out.Containers, func(i, j int) bool { return out.Containers[i].Id < out.Containers[j].Id })
+	return out, nil
+}
+
+// ContainerStatus describes a container.
+func (r *Runtime) ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("ContainerStatus", in.ContainerId); err != nil {
+		return nil, err
+	}
+	c, ok := r.containers[in.ContainerId]
+	if !ok {
+		return nil, notFound("container", in.ContainerId)
+	}
+	st := &runtimeapi.ContainerStatus{
+		Id: in.ContainerId, Metadata: c.cfg.Metadata, State: c.state, CreatedAt: c.created.UnixNano(),
+		Image: &runtimeapi.ImageSpec{Image: c.image}, ImageRef: "sha256:" + c.image, ExitCode: c.exitCode,
+		Reason: c.reason, Labels: c.cfg.Labels, Annotations: c.cfg.Annotations, Mounts: c.cfg.Mounts,
+	}
+	if !c.started.IsZero() {
+		st.StartedAt = c.started.UnixNano()
+	}
+	if !c.finished.IsZero() {
+		st.FinishedAt = c.finished.UnixNano()
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: st}, nil
+}
+
+// ExecSync runs ExecResult, or succeeds with no output.
+func (r *Runtime) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+	r.mu.Lock()
+	err := r.record("ExecSync", strings.Join(in.Cmd, " "))
+	fn := r.ExecResult
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if fn != nil {
+		return fn(in.ContainerId, in.Cmd)
+	}
+	return &runtimeapi.ExecSyncResponse{}, nil
+}
+
+// PullImage adds the image.
+func (r *Runtime) PullImage(ctx context.Context, in *runtimeapi.PullImageRequest, _ ...grpc.CallOption) (*runtimeapi.PullImageResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("PullImage", in.Image.Image); err != nil {
+		return nil, err
+	}
+	r.images[in.Image.Image] = "sha256:" + in.Image.Image
+	return &runtimeapi.PullImageResponse{ImageRef: r.images[in.Image.Image]}, nil
+}
+
+// ImageStatus reports whether the image is present.
+func (r *Runtime) ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("ImageStatus", in.Image.Image); err != nil {
+		return nil, err
+	}
+	id, ok := r.images[in.Image.Image]
+	if !ok {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: id, RepoTags: []string{in.Image.Image}}}, nil
+}
+
+// ListImages lists the images.
+func (r *Runtime) ListImages(ctx context.Context, in *runtimeapi.ListImagesRequest, _ ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := &runtimeapi.ListImagesResponse{}
+	for name, id := range r.images {
+		out.Images = append(out.Images, &runtimeapi.Image{Id: id, RepoTags: []string{name}})
+	}
+	return out, nil
+}
+
+// RemoveImage removes an image.
+func (r *Runtime) RemoveImage(ctx context.Context, in *runtimeapi.RemoveImageRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveImageResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.images, in.Image.Image)
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+// ContainerConfig returns the config a container was created with.
+func (r *Runtime) ContainerConfig(id string) *runtimeapi.ContainerConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.containers[id]; ok {
+		return c.cfg
+	}
+	return nil
+}

@@ -1,0 +1,408 @@
+package kuberuntime
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
+)
+
+type testHelper struct{ dir string }
+
+func (h testHelper) RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (*RunContainerOptions, error) {
+	return &RunContainerOptions{Envs: []*runtimeapi.KeyValue{{Key: "GREETING", Value: []byte("hi")}}}, nil
+}
+func (h testHelper) PodContainerDir(uid types.UID, name string) string {
+	return filepath.Join(h.dir, string(uid), name)
+}
+
+type podState struct{ removable map[types.UID]bool }
+
+func (s podState) IsPodTerminationRequested(types.UID) bool       { return false }
+func (s podState) ShouldPodContentBeRemoved(uid types.UID) bool { return s.removable[uid] }
+
+type fixture struct {
+	m        *Manager
+	rt       *fakecri.Runtime
+	clock    *testingclock.FakeClock
+	recorder *record.FakeRecorder
+}
+
+func newFixture(t *testing.T, images ...string) *fixture {
+	clk := testingclock.NewFakeClock(t0)
+	rt := fakecri.New(clk, append(images, "img")...)
+	rec := record.NewFakeRecorder(1000)
+	m := New(Options{Runtime: rt, Images: rt, Helper: testHelper{t.TempDir()}, Recorder: rec, Clock: clk, RuntimeName: "fake", PodLogsDir: t.TempDir()})
+	return &fixture{m: m, rt: rt, clock: clk, recorder: rec}
+}
+
+func (f *fixture) status(t *testing.T, pod *v1.Pod) *container.PodStatus {
+	t.Helper()
+	s, err := f.m.GetPodStatus(context.Background(), pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (f *fixture) sync(t *testing.T, pod *v1.Pod) container.PodSyncResult {
+	t.Helper()
+	return f.m.SyncPod(context.Background(), pod, f.status(t, pod), nil)
+}
+
+func calls(rt *fakecri.Runtime, prefix ...string) []string {
+	var out []string
+	for _, c := range rt.Calls() {
+		for _, p := range prefix {
+			if strings.HasPrefix(c, p+" ") {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func TestSyncPodStartsInitContainersInOrderThenApps(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app1", "app2").init("i1", "i2").pod
+	ctx := context.Background()
+
+	// Sync 1: sandbox and the first init container only.
+	if err := f.sync(t, pod).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(f.rt, "RunPodSandbox", "StartContainer"); strings.Join(got, ",") != "RunPodSandbox p,StartContainer i1" {
+		t.Fatalf("first sync: %v", got)
+	}
+	// i1 still running: nothing new starts.
+	f.rt.ResetCalls()
+	f.sync(t, pod)
+	if got := calls(f.rt, "StartContainer"); len(got) != 0 {
+		t.Fatalf("started %v while the init container runs", got)
+	}
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+	f.rt.Exit(f.rt.ContainerIDs("i1", &running)[0], 0)
+	f.rt.ResetCalls()
+	f.sync(t, pod)
+	if got := calls(f.rt, "StartContainer"); strings.Join(got, ",") != "StartContainer i2" {
+		t.Fatalf("after i1: %v", got)
+	}
+	f.rt.Exit(f.rt.ContainerIDs("i2", &running)[0], 0)
+	f.rt.ResetCalls()
+	f.sync(t, pod)
+	if got := calls(f.rt, "StartContainer"); strings.Join(got, ",") != "StartContainer app1,StartContainer app2" {
+		t.Fatalf("after init: %v", got)
+	}
+	s := f.status(t, pod)
+	if len(s.IPs) != 1 || len(s.RunningContainers()) != 2 {
+		t.Fatalf("status %v", s)
+	}
+	// A fully running pod needs no calls that change anything.
+	f.rt.ResetCalls()
+	f.m.SyncPod(ctx, pod, s, nil)
+	if got := calls(f.rt, "RunPodSandbox", "CreateContainer", "StopContainer", "StopPodSandbox"); len(got) != 0 {
+		t.Fatalf("steady state made calls %v", got)
+	}
+}
+
+func TestContainerConfigCarriesIdentityAndLogPath(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	pod.Spec.Containers[0].Command = []string{"echo", "$(GREETING)", "$$(GREETING)", "$(MISSING)"}
+	pod.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
+	f.sync(t, pod)
+	cfg := f.rt.ContainerConfig(f.rt.ContainerIDs("app", nil)[0])
+	if got := strings.Join(cfg.Command, " "); got != "echo hi $(GREETING) $(MISSING)" {
+		t.Errorf("command = %q", got)
+	}
+	for k, want := range map[string]string{
+		"io.kubernetes.pod.name": "p", "io.kubernetes.pod.namespace": "ns", "io.kubernetes.pod.uid": "uid",
+		"io.kubernetes.container.name": "app",
+	} {
+		if cfg.Labels[k] != want {
+			t.Errorf("label %s = %q, want %q", k, cfg.Labels[k], want)
+		}
+	}
+	if cfg.LogPath != "app/0.log" {
+		t.Errorf("log path %q", cfg.LogPath)
+	}
+	var term *runtimeapi.Mount
+	for _, m := range cfg.Mounts {
+		if m.ContainerPath == "/dev/termination-log" {
+			term = m
+		}
+	}
+	if term == nil {
+		t.Fatal("no termination message mount")
+	}
+	if fi, err := os.Stat(term.HostPath); err != nil || fi.Mode().Perm() != 0o666 {
+		t.Errorf("termination message file %v %v", fi, err)
+	}
+}
+
+func TestRestartCountAndCrashLoopBackOff(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	f.sync(t, pod)
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+
+	// First failure: restarted at once with restart count 1.
+	f.rt.Exit(f.rt.ContainerIDs("app", &running)[0], 1)
+	if err := f.sync(t, pod).Error(); err != nil {
+		t.Fatal(err)
+	}
+	id := f.rt.ContainerIDs("app", &running)[0]
+	if got := f.rt.ContainerConfig(id).Annotations["io.kubernetes.container.restartCount"]; got != "1" {
+		t.Fatalf("restart count %s", got)
+	}
+	// Second failure right away: back off 10 s.
+	f.rt.Exit(id, 1)
+	res := f.sync(t, pod)
+	if !res.OnlyBackOff() || res.Error() == nil || !errors.Is(res.Results[len(res.Results)-1].Err, container.ErrCrashLoopBackOff) {
+		t.Fatalf("want a back-off, got %v", res.Error())
+	}
+	f.clock.Step(9 * time.Second)
+	if res := f.sync(t, pod); res.Error() == nil {
+		t.Fatal("restarted before 10 s passed")
+	}
+	f.clock.Step(2 * time.Second)
+	if err := f.sync(t, pod).Error(); err != nil {
+		t.Fatalf("not restarted after 10 s: %v", err)
+	}
+	// Third failure: the delay doubles.
+	f.rt.Exit(f.rt.ContainerIDs("app", &running)[0], 1)
+	f.clock.Step(11 * time.Second)
+	if res := f.sync(t, pod); res.Error() == nil {
+		t.Fatal("restarted after 11 s, want 20 s")
+	}
+	f.clock.Step(10 * time.Second)
+	if err := f.sync(t, pod).Error(); err != nil {
+		t.Fatalf("not restarted after 21 s: %v", err)
+	}
+}
+
+func TestKillPodStopsContainersThenSandbox(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a", "b").pod
+	grace := int64(7)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	f.sync(t, pod)
+	f.rt.ResetCalls()
+	s := f.status(t, pod)
+	if err := f.m.KillPod(context.Background(), pod, s.ToRunningPod(), nil); err != nil {
+		t.Fatal(err)
+	}
+	got := calls(f.rt, "StopContainer", "StopPodSandbox")
+	if len(got) != 3 || !strings.HasPrefix(got[2], "StopPodSandbox") {
+		t.Fatalf("calls %v: want both containers stopped, then the sandbox", got)
+	}
+	for _, c := range got[:2] {
+		if !strings.HasSuffix(c, "timeout=7") {
+			t.Errorf("%s: want the pod's grace period", c)
+		}
+	}
+	// An override shortens it, but never below one second.
+	f2 := newFixture(t)
+	f2.sync(t, pod)
+	zero := int64(0)
+	f2.rt.ResetCalls()
+	f2.m.KillPod(context.Background(), pod, f2.status(t, pod).ToRunningPod(), &zero)
+	for _, c := range calls(f2.rt, "StopContainer") {
+		if !strings.HasSuffix(c, "timeout=1") {
+			t.Errorf("%s: want timeout=1", c)
+		}
+	}
+}
+
+func TestKillPodOfAnOrphanUsesAnnotations(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	grace := int64(4)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	f.sync(t, pod)
+	f.rt.ResetCalls()
+	running := f.status(t, pod).ToRunningPod()
+	if err := f.m.KillPod(context.Background(), running.ToAPIPod(), running, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(f.rt, "StopContainer"); len(got) != 1 || !strings.HasSuffix(got[0], "timeout=4") {
+		t.Fatalf("calls %v: want the grace period from the container's annotation", got)
+	}
+}
+
+func TestFailedKillLeavesTheSandboxRunning(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	f.sync(t, pod)
+	f.rt.FailNext("StopContainer", errors.New("boom"))
+	err := f.m.KillPod(context.Background(), pod, f.status(t, pod).ToRunningPod(), nil)
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("err = %v", err)
+	}
+	if got := calls(f.rt, "StopPodSandbox"); len(got) != 0 {
+		t.Fatalf("sandbox stopped under a live container: %v", got)
+	}
+}
+
+func TestSandboxFailureIsReported(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	f.rt.FailNext("RunPodSandbox", errors.New("cni exploded"))
+	res := f.sync(t, pod)
+	if res.Error() == nil || res.OnlyBackOff() || !errors.Is(res.Results[len(res.Results)-1].Err, container.ErrCreatePodSandbox) {
+		t.Fatalf("result %v", res.Error())
+	}
+	if ev := drain(f.recorder); !strings.Contains(ev, "FailedCreatePodSandBox") || !strings.Contains(ev, "cni exploded") {
+		t.Fatalf("events %q", ev)
+	}
+}
+
+func drain(r *record.FakeRecorder) string {
+	var b strings.Builder
+	for {
+		select {
+		case e := <-r.Events:
+			b.WriteString(e + "\n")
+		default:
+			return b.String()
+		}
+	}
+}
+
+func TestImagePullPolicies(t *testing.T) {
+	ctx := context.Background()
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	c := &pod.Spec.Containers[0]
+	for _, tc := range []struct {
+		image   string
+		policy  v1.PullPolicy
+		present bool
+		pulls   int
+		err     error
+	}{
+		{"img:1", v1.PullIfNotPresent, true, 0, nil},
+		{"img:1", v1.PullIfNotPresent, false, 1, nil},
+		{"img:1", v1.PullAlways, true, 1, nil},
+		{"img:1", v1.PullNever, false, 0, container.ErrImageNeverPull},
+		{"img:1", v1.PullNever, true, 0, nil},
+		{"img", "", true, 1, nil}, // untagged defaults to Always
+		{"img:2", "", true, 0, nil},
+		{"bad image", "", false, 0, container.ErrInvalidImageName},
+	} {
+		f := newFixture(t)
+		if tc.present {
+			f.rt.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: tc.image}})
+		}
+		f.rt.ResetCalls()
+		c.Image, c.ImagePullPolicy = tc.image, tc.policy
+		_, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil)
+		if !errors.Is(err, tc.err) && err != tc.err {
+			t.Errorf("%s %s present=%v: err %v, want %v", tc.image, tc.policy, tc.present, err, tc.err)
+		}
+		if got := len(calls(f.rt, "PullImage")); got != tc.pulls {
+			t.Errorf("%s %s present=%v: %d pulls, want %d", tc.image, tc.policy, tc.present, got, tc.pulls)
+		}
+	}
+}
+
+func TestImagePullBackOff(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	c := &pod.Spec.Containers[0]
+	c.Image, c.ImagePullPolicy = "missing:1", v1.PullIfNotPresent
+	f.rt.FailNext("PullImage", errors.New("not found"))
+	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); !errors.Is(err, container.ErrImagePull) {
+		t.Fatalf("first: %v", err)
+	}
+	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); !errors.Is(err, container.ErrImagePullBackOff) {
+		t.Fatalf("second: %v", err)
+	}
+	f.clock.Step(11 * time.Second)
+	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); err != nil {
+		t.Fatalf("after the back-off: %v", err)
+	}
+}
+
+func TestGarbageCollect(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	live := newPod(v1.RestartPolicyAlways, "a").pod
+	gone := newPod(v1.RestartPolicyAlways, "b").pod
+	gone.Name, gone.UID = "gone", "gone-uid"
+	f.sync(t, live)
+	f.sync(t, gone)
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+	// Three dead instances of "a": the newest two stay (one is its status).
+	for i := 0; i < 3; i++ {
+		f.rt.Exit(f.rt.ContainerIDs("a", &running)[0], 1)
+		f.clock.Step(time.Hour) // past any back-off
+		f.sync(t, live)
+	}
+	f.m.KillPod(ctx, gone, f.status(t, gone).ToRunningPod(), nil)
+
+	if err := f.m.GarbageCollect(ctx, GCPolicy{MaxPerPodContainer: 1}, podState{removable: map[types.UID]bool{"gone-uid": true}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(f.rt.ContainerIDs("a", nil)); got != 2 {
+		t.Errorf("live pod keeps %d instances of a, want 2 (the running one and the newest dead one)", got)
+	}
+	if got := len(f.rt.ContainerIDs("b", nil)); got != 0 {
+		t.Errorf("finished pod keeps %d containers", got)
+	}
+	if sbs, _ := f.m.GetPodStatus(ctx, gone.UID, gone.Name, gone.Namespace); len(sbs.SandboxStatuses) != 0 {
+		t.Errorf("finished pod keeps its sandbox")
+	}
+}
+
+func TestExpand(t *testing.T) {
+	env := EnvMapping(map[string]string{"A": "1", "B": "two"})
+	for in, want := range map[string]string{
+		"plain": "plain", "$(A)": "1", "x$(A)y$(B)z": "x1ytwoz", "$$(A)": "$(A)", "$(C)": "$(C)",
+		"$(A": "$(A", "$A": "$A", "$": "$", "$$": "$", "$()": "$()", "a$$b": "a$b",
+	} {
+		if got := Expand(in, env); got != want {
+			t.Errorf("Expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestTailLogMessage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	log := "2026-01-01T00:00:00Z stdout F one\n2026-01-01T00:00:01Z stderr P tw\n2026-01-01T00:00:01Z stderr F o\n2026-01-01T00:00:02Z stdout F three\n"
+	os.WriteFile(path, []byte(log), 0o644)
+	got, err := tailLogMessage(path, 2, 1024)
+	if err != nil || got != "two\nthree\n" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	got, _ = tailLogMessage(path, 80, 6)
+	if got != "three\n" {
+		t.Fatalf("byte limit: got %q", got)
+	}
+}
+
+func TestDefaultPullPolicyUsedForInvalidImage(t *testing.T) {
+	// Images with whitespace are rejected before any runtime call.
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	pod.Spec.Containers[0].Image = "bad image"
+	res := f.sync(t, pod)
+	if err := res.Error(); err == nil || !strings.Contains(err.Error(), "InvalidImageName") {
+		t.Fatalf("err %v", err)
+	}
+	if len(calls(f.rt, "CreateContainer")) != 0 {
+		t.Fatal("created a container with an invalid image")
+	}
+}
