@@ -1,0 +1,203 @@
+package pleg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/container"
+)
+
+type fakeRuntime struct {
+	mu      sync.Mutex
+	pods    []*container.Pod
+	reads   map[types.UID]int
+	listErr error
+}
+
+func (f *fakeRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	out := make([]*container.Pod, len(f.pods))
+	for i, p := range f.pods {
+		c := *p
+		c.Containers = append([]*container.Container(nil), p.Containers...)
+		out[i] = &c
+	}
+	return out, nil
+}
+
+func (f *fakeRuntime) GetPodStatus(ctx context.Context, uid types.UID, name, ns string) (*container.PodStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.reads == nil {
+		f.reads = map[types.UID]int{}
+	}
+	f.reads[uid]++
+	s := &container.PodStatus{ID: uid, Name: name, Namespace: ns}
+	for _, p := range f.pods {
+		if p.ID == uid {
+			for _, c := range p.Containers {
+				s.ContainerStatuses = append(s.ContainerStatuses, &container.Status{ID: c.ID, Name: c.Name, State: c.State})
+			}
+		}
+	}
+	return s, nil
+}
+
+func (f *fakeRuntime) set(pods ...*container.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pods = pods
+}
+
+func (f *fakeRuntime) readCount(uid types.UID) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads[uid]
+}
+
+func pod(uid string, cs ...*container.Container) *container.Pod {
+	return &container.Pod{ID: types.UID(uid), Name: uid, Namespace: "ns", Containers: cs}
+}
+
+func ctr(id string, s container.State) *container.Container {
+	return &container.Container{ID: container.ContainerID{Type: "fake", ID: id}, Name: "n" + id, State: s}
+}
+
+func events(g *Generic) []string {
+	var out []string
+	for {
+		select {
+		case e := <-g.Watch():
+			out = append(out, fmt.Sprintf("%s %s %s", e.ID, e.Type, e.Data))
+		default:
+			return out
+		}
+	}
+}
+
+func TestRelistEmitsEvents(t *testing.T) {
+	R, E, U := container.StateRunning, container.StateExited, container.StateUnknown
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	ctx := context.Background()
+	steps := []struct {
+		pods []*container.Pod
+		want []string
+	}{
+		{[]*container.Pod{pod("p", ctr("1", R))}, []string{"p ContainerStarted 1"}},
+		{[]*container.Pod{pod("p", ctr("1", R))}, nil},
+		{[]*container.Pod{pod("p", ctr("1", E), ctr("2", R))}, []string{"p ContainerDied 1", "p ContainerStarted 2"}},
+		{[]*container.Pod{pod("p", ctr("2", U))}, []string{"p ContainerRemoved 1", "p ContainerChanged 2"}},
+		{[]*container.Pod{pod("p", ctr("2", R))}, []string{"p ContainerStarted 2"}},
+		{nil, []string{"p ContainerDied 2", "p ContainerRemoved 2"}},
+	}
+	for i, s := range steps {
+		rt.set(s.pods...)
+		clk.Step(time.Second)
+		g.Relist(ctx)
+		if got := events(g); !reflect.DeepEqual(got, s.want) {
+			t.Fatalf("step %d: events %v, want %v", i, got, s.want)
+		}
+	}
+	if st, _ := g.Cache().Get("p"); len(st.ContainerStatuses) != 0 {
+		t.Fatalf("cache kept a vanished pod: %v", st)
+	}
+}
+
+func TestRelistCachesChangedPodsOnly(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	rt.set(pod("a", ctr("1", container.StateRunning)), pod("b", ctr("2", container.StateRunning)))
+	g.Relist(context.Background())
+	rt.set(pod("a", ctr("1", container.StateExited)), pod("b", ctr("2", container.StateRunning)))
+	g.Relist(context.Background())
+	if rt.readCount("a") != 2 || rt.readCount("b") != 1 {
+		t.Fatalf("status reads a=%d b=%d, want 2 and 1", rt.readCount("a"), rt.readCount("b"))
+	}
+}
+
+func TestGetNewerThanReadsOnDemandOnlyWhenStale(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	ctx := context.Background()
+	rt.set(pod("p", ctr("1", container.StateRunning)))
+
+	// Nothing cached yet: read from the runtime at once.
+	if s, err := g.GetNewerThan(ctx, "p", "p", "ns", time.Time{}); err != nil || len(s.ContainerStatuses) != 1 {
+		t.Fatalf("first read: %v %v", s, err)
+	}
+	if rt.readCount("p") != 1 {
+		t.Fatalf("reads = %d", rt.readCount("p"))
+	}
+	clk.Step(time.Second)
+	g.Relist(ctx) // caches p (new to the relist: ContainerStarted)
+	reads := rt.readCount("p")
+	before := clk.Now().Add(-time.Millisecond)
+	if _, err := g.GetNewerThan(ctx, "p", "p", "ns", before); err != nil || rt.readCount("p") != reads {
+		t.Fatalf("fresh cache entry was not used (reads %d -> %d)", reads, rt.readCount("p"))
+	}
+	// A sync finished after the relist: its effects may be missing from the
+	// cache, so the status is read again, not waited for.
+	clk.Step(10 * time.Millisecond)
+	syncDone := clk.Now()
+	clk.Step(10 * time.Millisecond)
+	if _, err := g.GetNewerThan(ctx, "p", "p", "ns", syncDone); err != nil || rt.readCount("p") != reads+1 {
+		t.Fatalf("stale entry was not refreshed (reads %d -> %d)", reads, rt.readCount("p"))
+	}
+	// An unknown pod after a relist newer than min is known to be empty.
+	if s, err := g.GetNewerThan(ctx, "other", "other", "ns", before); err != nil || len(s.ContainerStatuses) != 0 || rt.readCount("other") != 0 {
+		t.Fatalf("unknown pod: %v %v reads=%d", s, err, rt.readCount("other"))
+	}
+}
+
+func TestCacheKeepsTheNewerStatus(t *testing.T) {
+	c := NewCache()
+	newer := &container.PodStatus{ID: "p", Name: "newer"}
+	c.Set("p", newer, nil, time.Unix(200, 0))
+	c.Set("p", &container.PodStatus{ID: "p", Name: "older"}, nil, time.Unix(100, 0))
+	if s, _ := c.Get("p"); s.Name != "newer" {
+		t.Fatalf("an older read replaced a newer one: %v", s.Name)
+	}
+}
+
+func TestHealthy(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	g.Relist(context.Background())
+	if err := g.Healthy(); err != nil {
+		t.Fatal(err)
+	}
+	rt.listErr = errors.New("runtime down")
+	clk.Step(RelistThreshold + time.Second)
+	g.Relist(context.Background())
+	if err := g.Healthy(); err == nil {
+		t.Fatal("stalled relisting reported healthy")
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { g.Run(ctx); close(done) }()
+	cancel()
+	<-done
+}

@@ -1,0 +1,128 @@
+package status
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+func testPod(uid string) *v1.Pod {
+	p := &v1.Pod{}
+	p.Name, p.Namespace, p.UID = uid, "ns", types.UID(uid)
+	return p
+}
+
+func ready(s v1.ConditionStatus) v1.PodStatus {
+	return v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: s}}}
+}
+
+func condTime(m *Manager, uid types.UID) time.Time {
+	s, _ := m.GetPodStatus(uid)
+	return s.Conditions[0].LastTransitionTime.Time
+}
+
+func TestTransitionTimeChangesOnlyWithTheCondition(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	m := New(clk)
+	pod := testPod("a")
+	m.SetPodStatus(pod, ready(v1.ConditionFalse))
+	first := condTime(m, "a")
+	clk.Step(time.Minute)
+	m.SetPodStatus(pod, ready(v1.ConditionFalse))
+	if got := condTime(m, "a"); !got.Equal(first) {
+		t.Fatalf("unchanged condition moved from %v to %v", first, got)
+	}
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	if got := condTime(m, "a"); !got.Equal(clk.Now()) {
+		t.Fatalf("flipped condition has transition time %v, want %v", got, clk.Now())
+	}
+}
+
+func TestStartTimeIsSetOnce(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	m := New(clk)
+	pod := testPod("a")
+	m.SetPodStatus(pod, ready(v1.ConditionFalse))
+	clk.Step(time.Hour)
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	s, _ := m.GetPodStatus("a")
+	if !s.StartTime.Time.Equal(time.Unix(1000, 0)) {
+		t.Fatalf("start time %v", s.StartTime)
+	}
+}
+
+func TestTerminalPhaseNeverRegresses(t *testing.T) {
+	m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
+	pod := testPod("a")
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodSucceeded})
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning})
+	if s, _ := m.GetPodStatus("a"); s.Phase != v1.PodSucceeded {
+		t.Fatalf("phase went back to %s", s.Phase)
+	}
+}
+
+func TestVersionGrowsOnlyOnChange(t *testing.T) {
+	m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
+	pod := testPod("a")
+	m.SetPodStatus(pod, ready(v1.ConditionFalse))
+	m.SetPodStatus(pod, ready(v1.ConditionFalse))
+	if v := m.Version("a"); v != 1 {
+		t.Fatalf("version %d after an unchanged update", v)
+	}
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	if v := m.Version("a"); v != 2 {
+		t.Fatalf("version %d after a change", v)
+	}
+}
+
+func TestTerminatePod(t *testing.T) {
+	m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
+	pod := testPod("a")
+	st := v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{
+		{Name: "done", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}},
+		{Name: "lost", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}, Ready: true},
+	}}
+	m.SetPodStatus(pod, st)
+	m.TerminatePod(pod)
+	s, _ := m.GetPodStatus("a")
+	if s.Phase != v1.PodFailed {
+		t.Errorf("phase %s, want Failed", s.Phase)
+	}
+	if s.ContainerStatuses[0].State.Terminated.ExitCode != 0 {
+		t.Error("a terminated container was overwritten")
+	}
+	if l := s.ContainerStatuses[1]; l.State.Terminated == nil || l.State.Terminated.Reason != "ContainerStatusUnknown" || l.Ready {
+		t.Errorf("lost container %+v", l)
+	}
+	// Nothing changes a finished pod's status again.
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning})
+	if s2, _ := m.GetPodStatus("a"); s2.Phase != v1.PodFailed {
+		t.Errorf("status changed after TerminatePod: %s", s2.Phase)
+	}
+
+	static := testPod("s")
+	static.Annotations = map[string]string{podutil.ConfigSourceAnnotationKey: podutil.FileSource}
+	m.SetPodStatus(static, v1.PodStatus{Phase: v1.PodRunning})
+	m.TerminatePod(static)
+	if s, _ := m.GetPodStatus("s"); s.Phase != v1.PodRunning {
+		t.Errorf("static pod phase %s: its phase follows its manifest", s.Phase)
+	}
+}
+
+func TestRemoveOrphanedStatuses(t *testing.T) {
+	m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
+	m.SetPodStatus(testPod("a"), v1.PodStatus{})
+	m.SetPodStatus(testPod("b"), v1.PodStatus{})
+	m.RemoveOrphanedStatuses(map[types.UID]bool{"a": true})
+	if _, ok := m.GetPodStatus("b"); ok {
+		t.Error("orphan kept")
+	}
+	if _, ok := m.GetPodStatus("a"); !ok {
+		t.Error("kept pod removed")
+	}
+}
