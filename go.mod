@@ -3,6 +3,7 @@ module github.com/nodelet/nodelet
 go 1.26.8
 
 require (
+	github.com/cockroachdb/datadriven v1.0.3
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-containerregistry v0.22.1
 	github.com/spf13/pflag v1.1.0

@@ -415,24 +415,29 @@ func (p *PodWorkers) wake(uid types.UID) {
 }
 
 // effectiveGracePeriod is the grace period a terminating pod gets: the
-// smallest of what is in force, the API's deletion grace period and any
-// kill override, defaulting to the spec's; at least one second. It only
-// ever decreases. The second result reports whether it just did.
+// smallest of the one in force, the API's deletion grace period and any
+// kill override; the pod spec's (or the API default) when none of those
+// was given. Never less than one second, and it only ever decreases. An
+// explicit zero (a forced deletion) means as fast as possible: one second.
+// The second result reports whether the grace period just decreased.
 func effectiveGracePeriod(status *podSyncStatus, pod *v1.Pod, options *KillPodOptions) (int64, bool) {
-	grace := status.gracePeriod
-	if o := pod.DeletionGracePeriodSeconds; o != nil && (grace == 0 || *o < grace) {
-		grace = *o
-	}
-	if options != nil {
-		if o := options.PodTerminationGracePeriodSecondsOverride; o != nil && (grace == 0 || *o < grace) {
-			grace = *o
+	grace := status.gracePeriod // 0: not decided yet
+	lower := func(v int64) {
+		if v < 1 {
+			v = 1
+		}
+		if grace == 0 || v < grace {
+			grace = v
 		}
 	}
-	if grace == 0 && pod.Spec.TerminationGracePeriodSeconds != nil {
-		grace = *pod.Spec.TerminationGracePeriodSeconds
+	if o := pod.DeletionGracePeriodSeconds; o != nil {
+		lower(*o)
 	}
-	if grace < 1 {
-		grace = 1
+	if options != nil && options.PodTerminationGracePeriodSecondsOverride != nil {
+		lower(*options.PodTerminationGracePeriodSecondsOverride)
+	}
+	if grace == 0 {
+		lower(podutil.GracePeriodSeconds(pod))
 	}
 	return grace, status.gracePeriod != 0 && status.gracePeriod != grace
 }
@@ -580,6 +585,21 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 		status.startedAt = p.clock.Now()
 	}
 	status.mergeLastUpdate(w.options)
+	if w.state == TerminatingPod && w.options.Pod != nil {
+		// Transitions replay the last update, which may predate the
+		// termination: the terminating sync must still get the grace
+		// period in force.
+		if status.gracePeriod == 0 {
+			status.gracePeriod, _ = effectiveGracePeriod(status, w.options.Pod, nil)
+		}
+		grace := status.gracePeriod
+		kill := KillPodOptions{}
+		if w.options.KillPodOptions != nil {
+			kill = *w.options.KillPodOptions
+		}
+		kill.PodTerminationGracePeriodSecondsOverride = &grace
+		w.options.KillPodOptions = &kill
+	}
 	return ctx, w, lastSync, true
 }
 
