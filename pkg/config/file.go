@@ -36,9 +36,10 @@ type FileSource struct {
 	clock    clock.WithTicker
 	nodeRef  *v1.ObjectReference
 
-	// firstSeen orders manifests: of two pods with one name, the one
-	// whose file appeared first keeps running.
-	firstSeen map[string]time.Time
+	// firstSeen orders manifests by when they appeared: of two pods with
+	// one name, the one whose file appeared first keeps running.
+	firstSeen map[string]uint64
+	seen      uint64
 	// reported holds the last error of each file, so a broken file is
 	// reported when it breaks, not on every re-read.
 	reported map[string]string
@@ -50,7 +51,7 @@ func NewFileSource(path, nodeName string, period time.Duration, out Setter, reco
 		path: filepath.Clean(path), nodeName: nodeName, period: period, out: out,
 		recorder: recorder, clock: clk,
 		nodeRef:   &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: "", APIVersion: "v1"},
-		firstSeen: map[string]time.Time{}, reported: map[string]string{},
+		firstSeen: map[string]uint64{}, reported: map[string]string{},
 	}
 }
 
@@ -131,14 +132,16 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 		files = []string{s.path}
 	}
 
-	now := s.clock.Now()
 	present := map[string]bool{}
 	var pods []*v1.Pod
 	var usable []string
 	for _, f := range files {
 		fi, err := os.Stat(f) // follows symlinks: a link to a manifest counts
 		if err != nil {
-			s.report(f, err)
+			if _, lerr := os.Lstat(f); os.IsNotExist(lerr) {
+				continue // removed since the directory was listed
+			}
+			s.report(f, err) // e.g. a dangling symlink
 			continue
 		}
 		if !fi.Mode().IsRegular() {
@@ -146,7 +149,8 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 		}
 		present[f] = true
 		if _, ok := s.firstSeen[f]; !ok {
-			s.firstSeen[f] = now
+			s.seen++
+			s.firstSeen[f] = s.seen
 		}
 		usable = append(usable, f)
 	}
@@ -158,8 +162,8 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 	}
 	sort.SliceStable(usable, func(i, j int) bool {
 		a, b := s.firstSeen[usable[i]], s.firstSeen[usable[j]]
-		if !a.Equal(b) {
-			return a.Before(b)
+		if a != b {
+			return a < b
 		}
 		return usable[i] < usable[j]
 	})

@@ -33,8 +33,15 @@ func decodePods(data []byte) ([]*v1.Pod, error) {
 		return nil, fmt.Errorf("manifest is larger than %d bytes", maxManifestBytes)
 	}
 	obj, gvk, err := decoder.Decode(data, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("cannot decode manifest: %w", err)
+	switch {
+	case runtime.IsMissingVersion(err):
+		return nil, fmt.Errorf("manifest has no apiVersion")
+	case runtime.IsMissingKind(err):
+		return nil, fmt.Errorf("manifest has no kind")
+	case err != nil:
+		// Decoders quote the input in some errors: keep one line of it.
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		return nil, fmt.Errorf("cannot decode manifest: %s", msg)
 	}
 	switch o := obj.(type) {
 	case *v1.Pod:

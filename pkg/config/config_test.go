@@ -1,0 +1,259 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+func mkPod(uid, name string) *v1.Pod {
+	p := &v1.Pod{}
+	p.UID, p.Name, p.Namespace = types.UID(uid), name, "ns"
+	p.Spec.Containers = []v1.Container{{Name: "c", Image: "img:1"}}
+	return p
+}
+
+// received drains what the merge delivered, formatted as "OP name,name".
+func received(c *PodConfig) []string {
+	var out []string
+	for {
+		select {
+		case u := <-c.Updates():
+			var names []string
+			for _, p := range u.Pods {
+				names = append(names, p.Name)
+			}
+			out = append(out, fmt.Sprintf("%s %s", u.Op, strings.Join(names, ",")))
+		default:
+			return out
+		}
+	}
+}
+
+func newConfig() (*PodConfig, *testingclock.FakeClock, *record.FakeRecorder) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rec := record.NewFakeRecorder(100)
+	return New(rec, clk), clk, rec
+}
+
+func TestMerge(t *testing.T) {
+	deleted := metav1.NewTime(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
+	ten := int64(10)
+	tests := []struct {
+		name   string
+		before []*v1.Pod
+		change func(p *v1.Pod)
+		want   []string
+	}{
+		{"nothing changed", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) {}, nil},
+		{"spec changed", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) { p.Spec.Containers[0].Image = "img:2" }, []string{"UPDATE a"}},
+		{"labels changed", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) { p.Labels = map[string]string{"x": "y"} }, []string{"UPDATE a"}},
+		{"annotation changed", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) { p.Annotations = map[string]string{"x": "y"} }, []string{"UPDATE a"}},
+		{"only nodelet's own annotations changed", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) {
+			p.Annotations = map[string]string{podutil.ConfigFirstSeenAnnotationKey: "other", podutil.ConfigMirrorAnnotationKey: "x"}
+		}, nil},
+		{"deletion timestamp set", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) {
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &deleted, &ten
+		}, []string{"DELETE a"}},
+		{"status only", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) { p.Status.Phase = v1.PodRunning }, []string{"RECONCILE a"}},
+		{"spec and status: an update, no extra reconcile", []*v1.Pod{mkPod("a", "a")}, func(p *v1.Pod) {
+			p.Spec.Containers[0].Image = "img:2"
+			p.Status.Phase = v1.PodRunning
+		}, []string{"UPDATE a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, _ := newConfig()
+			ctx := context.Background()
+			c.Set(ctx, "api", copies(tc.before))
+			received(c)
+			next := copies(tc.before)
+			tc.change(next[0])
+			c.Set(ctx, "api", next)
+			if got := received(c); strings.Join(got, ";") != strings.Join(tc.want, ";") {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func copies(pods []*v1.Pod) []*v1.Pod {
+	out := make([]*v1.Pod, len(pods))
+	for i, p := range pods {
+		out[i] = p.DeepCopy()
+	}
+	return out
+}
+
+func TestMergeDeletionGracePeriodChange(t *testing.T) {
+	c, _, _ := newConfig()
+	ctx := context.Background()
+	deleted := metav1.NewTime(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
+	ten, five := int64(10), int64(5)
+	p := mkPod("a", "a")
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &deleted, &ten
+	c.Set(ctx, "api", []*v1.Pod{p.DeepCopy()})
+	received(c)
+	p.DeletionGracePeriodSeconds = &five
+	c.Set(ctx, "api", []*v1.Pod{p})
+	if got := received(c); len(got) != 1 || got[0] != "DELETE a" {
+		t.Fatalf("got %v, want a DELETE with the shorter grace period", got)
+	}
+}
+
+func TestMergeOrderAndFirstSet(t *testing.T) {
+	c, _, _ := newConfig()
+	ctx := context.Background()
+
+	// A source's first, empty set still tells the loop it reported.
+	c.Set(ctx, "file", nil)
+	if got := received(c); len(got) != 1 || got[0] != "ADD " {
+		t.Fatalf("first empty set: %v", got)
+	}
+	c.Set(ctx, "file", nil)
+	if got := received(c); len(got) != 0 {
+		t.Fatalf("second empty set: %v", got)
+	}
+
+	keep, gone, upd, del, rec := mkPod("k", "keep"), mkPod("g", "gone"), mkPod("u", "upd"), mkPod("d", "del"), mkPod("r", "rec")
+	c.Set(ctx, "api", copies([]*v1.Pod{keep, gone, upd, del, rec}))
+	if got := received(c); len(got) != 1 || !strings.HasPrefix(got[0], "ADD ") {
+		t.Fatalf("first set with pods: %v", got)
+	}
+	now := metav1.NewTime(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
+	next := copies([]*v1.Pod{keep, upd, del, rec})
+	next[1].Spec.Containers[0].Image = "img:2"
+	next[2].DeletionTimestamp = &now
+	next[3].Status.Phase = v1.PodRunning
+	next = append(next, mkPod("n", "new"))
+	c.Set(ctx, "api", next)
+	want := []string{"REMOVE gone", "ADD new", "UPDATE upd", "DELETE del", "RECONCILE rec"}
+	if got := received(c); strings.Join(got, ";") != strings.Join(want, ";") {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestMergeAnnotations(t *testing.T) {
+	c, clk, _ := newConfig()
+	ctx := context.Background()
+	c.Set(ctx, "file", []*v1.Pod{mkPod("a", "a")})
+	add := <-c.Updates()
+	seen := add.Pods[0].Annotations[podutil.ConfigFirstSeenAnnotationKey]
+	if add.Pods[0].Annotations[podutil.ConfigSourceAnnotationKey] != "file" || seen == "" {
+		t.Fatalf("annotations %v", add.Pods[0].Annotations)
+	}
+	clk.Step(time.Hour)
+	p := mkPod("a", "a")
+	p.Spec.Containers[0].Image = "img:2"
+	c.Set(ctx, "file", []*v1.Pod{p})
+	upd := <-c.Updates()
+	if got := upd.Pods[0].Annotations[podutil.ConfigFirstSeenAnnotationKey]; got != seen {
+		t.Fatalf("first-seen time changed from %s to %s on update", seen, got)
+	}
+}
+
+func TestMergeDuplicateNamesKeepTheFirst(t *testing.T) {
+	c, _, rec := newConfig()
+	c.Set(context.Background(), "file", []*v1.Pod{mkPod("first", "web"), mkPod("second", "web")})
+	u := <-c.Updates()
+	if len(u.Pods) != 1 || u.Pods[0].UID != "first" {
+		t.Fatalf("got %v", u.Pods)
+	}
+	if e := <-rec.Events; !strings.Contains(e, "duplicate pod name") {
+		t.Fatalf("event %q", e)
+	}
+}
+
+func TestMergeDeliversCopies(t *testing.T) {
+	c, _, _ := newConfig()
+	ctx := context.Background()
+	c.Set(ctx, "api", []*v1.Pod{mkPod("a", "a")})
+	first := <-c.Updates()
+	p := mkPod("a", "a")
+	p.Spec.Containers[0].Image = "img:2"
+	c.Set(ctx, "api", []*v1.Pod{p})
+	<-c.Updates()
+	if first.Pods[0].Spec.Containers[0].Image != "img:1" {
+		t.Fatal("a delivered pod changed under the consumer's feet")
+	}
+}
+
+func TestSourcesReady(t *testing.T) {
+	c, _, _ := newConfig()
+	r := NewSourcesReady(c.Sources)
+	if !r.AllReady() {
+		t.Fatal("no sources configured is ready")
+	}
+	c.Register("file")
+	c.Register("api")
+	r.AddSource("file")
+	if r.AllReady() {
+		t.Fatal("ready before the api source reported")
+	}
+	r.AddSource("api")
+	if !r.AllReady() {
+		t.Fatal("not ready after every source reported")
+	}
+}
+
+func TestStaticPodIdentity(t *testing.T) {
+	base := mkPod("", "web")
+	base.Namespace = ""
+	a, err := staticPod(base, "Node1", "/etc/manifests/web.yaml", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Name != "web-node1" || a.Namespace != "default" || a.Spec.NodeName != "Node1" {
+		t.Errorf("identity: name %q namespace %q node %q", a.Name, a.Namespace, a.Spec.NodeName)
+	}
+	if a.UID == "" || a.Annotations[podutil.ConfigHashAnnotationKey] != string(a.UID) || a.Status.Phase != v1.PodPending {
+		t.Errorf("uid %q annotations %v phase %q", a.UID, a.Annotations, a.Status.Phase)
+	}
+	again, _ := staticPod(base, "Node1", "/etc/manifests/web.yaml", true)
+	if again.UID != a.UID {
+		t.Error("same content got a different UID")
+	}
+	changed := base.DeepCopy()
+	changed.Spec.Containers[0].Image = "img:2"
+	for name, other := range map[string]func() (*v1.Pod, error){
+		"content": func() (*v1.Pod, error) { return staticPod(changed, "Node1", "/etc/manifests/web.yaml", true) },
+		"node":    func() (*v1.Pod, error) { return staticPod(base, "node2", "/etc/manifests/web.yaml", true) },
+		"path":    func() (*v1.Pod, error) { return staticPod(base, "Node1", "/etc/manifests/other.yaml", true) },
+	} {
+		p, err := other()
+		if err != nil || p.UID == a.UID {
+			t.Errorf("changed %s kept the UID (%v)", name, err)
+		}
+	}
+	// Spelling out a default does not change the pod, so not its UID.
+	explicit := base.DeepCopy()
+	explicit.Spec.RestartPolicy = v1.RestartPolicyAlways
+	if p, _ := staticPod(explicit, "Node1", "/etc/manifests/web.yaml", true); p.UID != a.UID {
+		t.Error("an explicit default changed the UID")
+	}
+	foundToleration := false
+	for _, tol := range a.Spec.Tolerations {
+		if tol.Operator == v1.TolerationOpExists && tol.Effect == v1.TaintEffectNoExecute {
+			foundToleration = true
+		}
+	}
+	if !foundToleration {
+		t.Error("file static pod does not tolerate NoExecute taints")
+	}
+	// A UID given in the manifest is kept.
+	fixed := base.DeepCopy()
+	fixed.UID = "given"
+	if p, _ := staticPod(fixed, "n", "/x", true); p.UID != "given" {
+		t.Errorf("uid %q", p.UID)
+	}
+}

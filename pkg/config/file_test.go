@@ -1,0 +1,214 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// setRecorder collects the sets a source delivers.
+type setRecorder struct{ sets chan []*v1.Pod }
+
+func (r *setRecorder) Set(ctx context.Context, source string, pods []*v1.Pod) {
+	select {
+	case r.sets <- pods:
+	case <-ctx.Done():
+	}
+}
+
+func manifest(name, image string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\nspec:\n  containers:\n  - name: c\n    image: %s\n", name, image)
+}
+
+type fileFixture struct {
+	t      *testing.T
+	dir    string
+	clock  *testingclock.FakeClock
+	rec    *setRecorder
+	events *record.FakeRecorder
+}
+
+func startFileSource(t *testing.T, path string) *fileFixture {
+	f := &fileFixture{t: t, dir: path, clock: testingclock.NewFakeClock(time.Unix(1000, 0)),
+		rec: &setRecorder{sets: make(chan []*v1.Pod, 100)}, events: record.NewFakeRecorder(100)}
+	src := NewFileSource(path, "node1", 20*time.Second, f.rec, f.events, f.clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f
+}
+
+// names formats a set as "name@image" entries, sorted.
+func names(pods []*v1.Pod) string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name+"@"+p.Spec.Containers[0].Image)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// waitFor waits for a delivered set matching want, failing after 5 s.
+func (f *fileFixture) waitFor(want string) []*v1.Pod {
+	f.t.Helper()
+	deadline := time.After(5 * time.Second)
+	last := "<none>"
+	for {
+		select {
+		case pods := <-f.rec.sets:
+			if last = names(pods); last == want {
+				return pods
+			}
+		case <-deadline:
+			f.t.Fatalf("no set %q delivered; last was %q", want, last)
+		}
+	}
+}
+
+func (f *fileFixture) write(name, content string) {
+	f.t.Helper()
+	tmp := filepath.Join(f.dir, ".tmp-"+name)
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(f.dir, name)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func TestFileSourceFollowsTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644)
+	f := startFileSource(t, dir)
+	first := f.waitFor("a-node1@img:1")
+
+	f.write("b.json", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"},"spec":{"containers":[{"name":"c","image":"img:1"}]}}`)
+	f.waitFor("a-node1@img:1,b-node1@img:1")
+
+	// Editing in place (not via rename) is seen too.
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:2")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edited := f.waitFor("a-node1@img:2,b-node1@img:1")
+	for _, p := range edited {
+		if p.Name == "a-node1" && p.UID == first[0].UID {
+			t.Error("changed content kept the UID")
+		}
+	}
+
+	f.write(".hidden.yaml", manifest("hidden", "img:1"))
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "sub", "c.yaml"), []byte(manifest("c", "img:1")), 0o644)
+	os.Remove(filepath.Join(dir, "b.json"))
+	f.waitFor("a-node1@img:2")
+	// Periodic re-reads deliver the same set again; the merge dedups.
+	f.clock.Step(20 * time.Second)
+	f.waitFor("a-node1@img:2")
+}
+
+func TestFileSourceTouchKeepsTheUID(t *testing.T) {
+	dir := t.TempDir()
+	f := startFileSource(t, dir)
+	f.waitFor("")
+	f.write("a.yaml", manifest("a", "img:1"))
+	first := f.waitFor("a-node1@img:1")
+	// Reformatted but equal content, rewritten by rename.
+	f.write("a.yaml", "# reformatted\n"+manifest("a", "img:1"))
+	again := f.waitFor("a-node1@img:1")
+	if again[0].UID != first[0].UID {
+		t.Fatal("rewriting equal content changed the UID")
+	}
+}
+
+func TestFileSourceSymlinkSwap(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(store, "v1.yaml"), []byte(manifest("web", "img:1")), 0o644)
+	os.WriteFile(filepath.Join(store, "v2.yaml"), []byte(manifest("web", "img:2")), 0o644)
+	if err := os.Symlink(filepath.Join(store, "v1.yaml"), filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	f := startFileSource(t, dir)
+	f.waitFor("web-node1@img:1")
+	tmp := filepath.Join(dir, ".web.yaml.new")
+	os.Symlink(filepath.Join(store, "v2.yaml"), tmp)
+	if err := os.Rename(tmp, filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("web-node1@img:2")
+}
+
+func TestFileSourceSingleFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "only.yaml")
+	os.WriteFile(path, []byte(manifest("only", "img:1")), 0o644)
+	os.WriteFile(filepath.Join(dir, "other.yaml"), []byte(manifest("other", "img:1")), 0o644)
+	f := startFileSource(t, path)
+	f.waitFor("only-node1@img:1")
+	tmp := filepath.Join(dir, "only.yaml.swp")
+	os.WriteFile(tmp, []byte(manifest("only", "img:2")), 0o644)
+	os.Rename(tmp, path)
+	f.waitFor("only-node1@img:2")
+}
+
+func TestFileSourceDirectoryAppearing(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "manifests")
+	f := startFileSource(t, dir)
+	// A missing path is an empty set, so the source counts as ready.
+	f.waitFor("")
+	os.Mkdir(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644)
+	f.waitFor("a-node1@img:1")
+}
+
+func TestFileSourceReportsBadFilesOnce(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "good.yaml"), []byte(manifest("good", "img:1")), 0o644)
+	os.WriteFile(filepath.Join(dir, "garbage.yaml"), []byte("{{{ not yaml"), 0o644)
+	os.WriteFile(filepath.Join(dir, "invalid.yaml"), []byte(manifest("Bad_Name", "img:1")), 0o644)
+	os.WriteFile(filepath.Join(dir, "service.yaml"), []byte("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"), 0o644)
+	os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "dangling.yaml"))
+	f := startFileSource(t, dir)
+	f.waitFor("good-node1@img:1")
+	f.clock.Step(20 * time.Second)
+	f.waitFor("good-node1@img:1")
+
+	var events []string
+	for len(f.events.Events) > 0 {
+		events = append(events, <-f.events.Events)
+	}
+	joined := strings.Join(events, "\n")
+	for _, want := range []string{"garbage.yaml", "invalid.yaml", "Bad_Name", "service.yaml", "Service", "dangling.yaml"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no event mentions %q:\n%s", want, joined)
+		}
+	}
+	if len(events) != 4 {
+		t.Errorf("%d events after two reads, want 4 (one per bad file):\n%s", len(events), joined)
+	}
+}
+
+func TestFileSourceSameNameKeepsTheOlderFile(t *testing.T) {
+	dir := t.TempDir()
+	f := startFileSource(t, dir)
+	f.waitFor("")
+	f.write("z-first.yaml", manifest("web", "img:1"))
+	f.waitFor("web-node1@img:1")
+	// a-second.yaml sorts first but appeared later: z-first.yaml wins, and
+	// the merge (not the source) drops the duplicate.
+	f.write("a-second.yaml", manifest("web", "img:2"))
+	pods := f.waitFor("web-node1@img:1,web-node1@img:2")
+	if pods[0].Spec.Containers[0].Image != "img:1" {
+		t.Fatalf("the newer file comes first: %s", names(pods))
+	}
+}
