@@ -1,0 +1,358 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// NodeletBinary builds nodelet once per test process and returns its path.
+func NodeletBinary() (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodelet-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "nodelet")
+		args := []string{"build", "-o", binary}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/nodelet")...)
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building nodelet: %v: %s", err, out)
+		}
+	})
+	return binary, buildErr
+}
+
+// NodeletOptions tune a test nodelet.
+type NodeletOptions struct {
+	NodeName string
+	// ExtraConfig is appended to the generated KubeletConfiguration.
+	ExtraConfig string
+	// Args are extra command-line flags.
+	Args []string
+}
+
+// Nodelet is a nodelet process under test.
+type Nodelet struct {
+	t         testing.TB
+	CD        *Containerd
+	Dir       string
+	Manifests string
+	RootDir   string
+	LogsDir   string
+	Config    string
+	NodeName  string
+	Port      int
+	LogPath   string
+
+	opts NodeletOptions
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// StartNodelet runs nodelet against cd, reading manifests from a fresh
+// directory, and stops it (and removes every pod) when the test ends.
+func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
+	t.Helper()
+	dir := t.TempDir()
+	if opts.NodeName == "" {
+		opts.NodeName = "node1"
+	}
+	n := &Nodelet{
+		t: t, CD: cd, Dir: dir, Manifests: filepath.Join(dir, "manifests"), RootDir: filepath.Join(dir, "root"),
+		LogsDir: filepath.Join(dir, "pod-logs"), Config: filepath.Join(dir, "config.yaml"),
+		NodeName: opts.NodeName, LogPath: filepath.Join(dir, "nodelet.log"), opts: opts,
+	}
+	if err := os.MkdirAll(n.Manifests, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.Port = freePort(t)
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: %s
+containerRuntimeEndpoint: %s
+podLogsDir: %s
+readOnlyPort: %d
+address: 127.0.0.1
+%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, opts.ExtraConfig)
+	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.Start()
+	t.Cleanup(func() {
+		n.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := cd.RemoveAll(ctx); err != nil {
+			t.Errorf("removing pods: %v", err)
+		}
+		if strings.Contains(n.Log(), "WARNING: DATA RACE") {
+			t.Errorf("the race detector found a data race in nodelet; see %s", n.LogPath)
+			t.Log(n.Log())
+		}
+		if t.Failed() {
+			t.Logf("nodelet log tail:\n%s", n.LogTail(60))
+		}
+	})
+	return n
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start (re)starts the nodelet process and waits for /healthz.
+func (n *Nodelet) Start() {
+	n.t.Helper()
+	bin, err := NodeletBinary()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	args := append([]string{"--config", n.Config, "--root-dir", n.RootDir, "--hostname-override", n.NodeName, "-v", "4"}, n.opts.Args...)
+	n.cmd = exec.Command(bin, args...)
+	n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.done = make(chan error, 1)
+	go func(cmd *exec.Cmd) {
+		n.done <- cmd.Wait()
+		logf.Close()
+	}(n.cmd)
+	Eventually(n.t, 30*time.Second, func() (bool, string) {
+		if n.Exited() {
+			return true, ""
+		}
+		err := n.Healthz()
+		return err == nil, fmt.Sprintf("nodelet not healthy: %v", err)
+	})
+	if n.Exited() {
+		n.t.Fatalf("nodelet exited at start-up:\n%s", n.LogTail(30))
+	}
+}
+
+// Exited reports whether the process has ended.
+func (n *Nodelet) Exited() bool {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return true
+	}
+	return n.cmd.ProcessState != nil || n.peekDone()
+}
+
+func (n *Nodelet) peekDone() bool {
+	select {
+	case err := <-n.done:
+		n.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop ends nodelet with SIGTERM (pods keep running).
+func (n *Nodelet) Stop() { n.signal(syscall.SIGTERM) }
+
+// Kill ends nodelet with SIGKILL, as a crash would.
+func (n *Nodelet) Kill() { n.signal(syscall.SIGKILL) }
+
+func (n *Nodelet) signal(sig syscall.Signal) {
+	if n.cmd == nil || n.cmd.Process == nil || n.peekDone() {
+		return
+	}
+	n.cmd.Process.Signal(sig)
+	select {
+	case <-n.done:
+	case <-time.After(20 * time.Second):
+		n.cmd.Process.Kill()
+		<-n.done
+	}
+}
+
+// Healthz queries /healthz.
+func (n *Nodelet) Healthz() error {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.Port))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthz: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// Pods returns what /pods reports.
+func (n *Nodelet) Pods() ([]v1.Pod, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/pods", n.Port))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var list v1.PodList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// Pod returns the pod /pods reports under a manifest's name (nodelet
+// suffixes static pod names with the node name).
+func (n *Nodelet) Pod(name string) (*v1.Pod, error) {
+	pods, err := n.Pods()
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		if pods[i].Name == n.PodName(name) {
+			return &pods[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// PodName is the name nodelet gives a static pod named name.
+func (n *Nodelet) PodName(name string) string { return name + "-" + n.NodeName }
+
+// WriteManifest writes a manifest file atomically (write, then rename),
+// as careful tools do.
+func (n *Nodelet) WriteManifest(file, content string) {
+	n.t.Helper()
+	tmp := filepath.Join(n.Manifests, "."+file+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(n.Manifests, file)); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// RemoveManifest deletes a manifest file.
+func (n *Nodelet) RemoveManifest(file string) {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.Manifests, file)); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// Log returns everything nodelet logged.
+func (n *Nodelet) Log() string {
+	b, _ := os.ReadFile(n.LogPath)
+	return string(b)
+}
+
+// LogTail returns the last lines nodelet logged.
+func (n *Nodelet) LogTail(lines int) string {
+	all := strings.Split(strings.TrimRight(n.Log(), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// RuntimeContainers lists the containers the runtime holds for a static
+// pod (by its manifest name).
+func (n *Nodelet) RuntimeContainers(name string) []*runtimeapi.Container {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := n.CD.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": n.PodName(name)},
+	}})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return r.Containers
+}
+
+// RuntimeSandboxes lists the sandboxes the runtime holds for a static pod.
+func (n *Nodelet) RuntimeSandboxes(name string) []*runtimeapi.PodSandbox {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := n.CD.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": n.PodName(name)},
+	}})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return r.Items
+}
+
+// RunningContainer returns the running container named cname of a static
+// pod, or nil.
+func (n *Nodelet) RunningContainer(pod, cname string) *runtimeapi.Container {
+	for _, c := range n.RuntimeContainers(pod) {
+		if c.GetMetadata().GetName() == cname && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return c
+		}
+	}
+	return nil
+}
+
+// Exec runs a command in a container and returns its stdout.
+func (n *Nodelet) Exec(id string, cmd ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := n.CD.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 10})
+	if err != nil {
+		return "", err
+	}
+	if r.ExitCode != 0 {
+		return string(r.Stdout), fmt.Errorf("exit %d: %s", r.ExitCode, bytes.TrimSpace(r.Stderr))
+	}
+	return string(r.Stdout), nil
+}
+
+// Eventually polls cond every 50 ms until it holds or the timeout passes;
+// on timeout the test fails with cond's last message.
+func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var msg string
+	for {
+		var ok bool
+		ok, msg = cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %s", timeout, msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
