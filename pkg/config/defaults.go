@@ -168,4 +168,3 @@ func defaultVolume(v *v1.Volume) {
 		v.EmptyDir = &v1.EmptyDirVolumeSource{}
 	}
 }
-

@@ -99,11 +99,15 @@ func TestValidation(t *testing.T) {
 		{"Duplicate value", func(p *v1.Pod) { p.Spec.InitContainers = []v1.Container{p.Spec.Containers[0]} }},
 		{"image", func(p *v1.Pod) { p.Spec.Containers[0].Image = " " }},
 		{"restartPolicy", func(p *v1.Pod) { p.Spec.RestartPolicy = "Sometimes" }},
-		{"containerPort", func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 70000, Protocol: "TCP"}} }},
+		{"containerPort", func(p *v1.Pod) {
+			p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 70000, Protocol: "TCP"}}
+		}},
 		{"hostPort", func(p *v1.Pod) {
 			p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: -1, Protocol: "TCP"}}
 		}},
-		{"protocol", func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, Protocol: "ICMP"}} }},
+		{"protocol", func(p *v1.Pod) {
+			p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, Protocol: "ICMP"}}
+		}},
 		{"volumeMounts[0].name", func(p *v1.Pod) { p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "nope", MountPath: "/x"}} }},
 		{"hostPath.path", func(p *v1.Pod) {
 			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "rel"}}}}

@@ -156,4 +156,3 @@ func (p *imagePuller) pullOnce(ctx context.Context, image string, auths []*runti
 	}
 	return "", lastErr
 }
-

@@ -30,7 +30,7 @@ func (h testHelper) PodContainerDir(uid types.UID, name string) string {
 
 type podState struct{ removable map[types.UID]bool }
 
-func (s podState) IsPodTerminationRequested(types.UID) bool       { return false }
+func (s podState) IsPodTerminationRequested(types.UID) bool     { return false }
 func (s podState) ShouldPodContentBeRemoved(uid types.UID) bool { return s.removable[uid] }
 
 type fixture struct {

@@ -33,17 +33,17 @@ func TestTraces(t *testing.T) {
 
 // harness is one scripted pod-workers world.
 type harness struct {
-	clock   *testingclock.FakeClock
-	queue   []func()
-	pw      *PodWorkers
-	wq      *WorkQueue
-	trace   []string
-	pods    map[string]*v1.Pod
-	fail    map[string]error  // "method uid" -> error for the next call
-	during  map[string]string // "method uid" -> command to run inside the call
+	clock    *testingclock.FakeClock
+	queue    []func()
+	pw       *PodWorkers
+	wq       *WorkQueue
+	trace    []string
+	pods     map[string]*v1.Pod
+	fail     map[string]error  // "method uid" -> error for the next call
+	during   map[string]string // "method uid" -> command to run inside the call
 	terminal map[types.UID]bool
-	cache   map[types.UID]*container.PodStatus
-	waiters []waiter
+	cache    map[types.UID]*container.PodStatus
+	waiters  []waiter
 }
 
 func newHarness() *harness {

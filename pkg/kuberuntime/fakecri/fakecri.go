@@ -105,7 +105,9 @@ func (r *Runtime) id(prefix string) string {
 	return fmt.Sprintf("%s%d", prefix, r.nextID)
 }
 
-func notFound(what, id string) error { return status.Errorf(codes.NotFound, "%s %q not found", what, id) }
+func notFound(what, id string) error {
+	return status.Errorf(codes.NotFound, "%s %q not found", what, id)
+}
 
 // Exit makes a running container exit with code.
 func (r *Runtime) Exit(id string, code int32) {
@@ -131,7 +133,9 @@ func (r *Runtime) ContainerIDs(name string, state *runtimeapi.ContainerState) []
 			out = append(out, id)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return r.containers[out[i]].created.Before(r.containers[out[j]].created) || out[i] < out[j] })
+	sort.Slice(out, func(i, j int) bool {
+		return r.containers[out[i]].created.Before(r.containers[out[j]].created) || out[i] < out[j]
+	})
 	return out
 }
 
