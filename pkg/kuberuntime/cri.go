@@ -68,8 +68,12 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration) (*grpc.Cl
 	if strings.Contains(path, "://") {
 		return nil, nil, fmt.Errorf("container runtime endpoint %q: only unix sockets are supported", endpoint)
 	}
-	if _, err := os.Stat(path); err != nil {
+	fi, err := os.Stat(path)
+	if err != nil {
 		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q: %v", ErrRuntimeUnreachable, endpoint, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q is not a socket", ErrRuntimeUnreachable, endpoint)
 	}
 	conn, err := grpc.NewClient("unix://"+path,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -41,7 +41,7 @@ func TestSmokeStartKillCollect(t *testing.T) {
 	pod := &v1.Pod{}
 	pod.Name, pod.Namespace, pod.UID = "smoke", "default", types.UID(uuid.NewUUID())
 	pod.Spec.RestartPolicy = v1.RestartPolicyAlways
-	pod.Spec.Containers = []v1.Container{{Name: "c", Image: testbed.BusyboxImage, Command: []string{"sleep", "3600"},
+	pod.Spec.Containers = []v1.Container{{Name: "c", Image: testbed.BusyboxImage, Command: []string{"sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
 		TerminationMessagePath: "/dev/termination-log"}}
 
 	status, err := m.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)

@@ -1,0 +1,49 @@
+# nodelet: a Kubernetes node agent. Every target runs as root (it drives
+# containerd); each sets the machine up first if it needs to.
+
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: all setup build run clean-pods test unit integration lint bench fuzz clean
+
+all: build
+
+setup:
+	bash hack/setup.sh
+
+build:
+	$(GO) build -o _output/nodelet ./cmd/nodelet
+
+# Run nodelet standalone on the example static pods.
+run:
+	bash hack/run-demo.sh
+
+# Remove every pod nodelet runs on this node (e.g. after the demo).
+clean-pods:
+	bash hack/clean-pods.sh
+
+# Everything: formatting, vet, unit and integration tests, all with the
+# race detector (integration tests also build nodelet with it).
+test: setup lint
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/integration/)
+
+integration: setup
+	$(GO) test -race -count=1 -timeout 30m ./test/integration/...
+
+# Start-up latency against the raw CRI cost, and the podworkers
+# benchmarks; prints ratios.
+bench: setup
+	$(GO) test -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
+
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/config/
+
+clean:
+	rm -rf _output

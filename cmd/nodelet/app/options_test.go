@@ -1,0 +1,99 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaults(t *testing.T) {
+	o, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Config
+	if c.ReadOnlyPort != 10255 || c.Port != 10250 || c.MaxPods != 110 || c.SyncFrequency.Duration != time.Minute ||
+		c.FileCheckFrequency.Duration != 20*time.Second || c.CgroupDriver != "cgroupfs" ||
+		c.ContainerRuntimeEndpoint != "unix:///run/containerd/containerd.sock" || o.RootDir != "/var/lib/kubelet" {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+func TestConfigFileAndFlags(t *testing.T) {
+	path := writeConfig(t, `staticPodPath: /etc/kubernetes/manifests
+containerRuntimeEndpoint: unix:///custom.sock
+syncFrequency: 30s
+fileCheckFrequency: 5s
+readOnlyPort: 0
+port: 11250
+maxPods: 7
+cgroupDriver: cgroupfs
+`)
+	o, err := Parse([]string{"--config", path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Config
+	if c.StaticPodPath != "/etc/kubernetes/manifests" || c.ContainerRuntimeEndpoint != "unix:///custom.sock" ||
+		c.SyncFrequency.Duration != 30*time.Second || c.FileCheckFrequency.Duration != 5*time.Second ||
+		c.ReadOnlyPort != 0 || c.Port != 11250 || c.MaxPods != 7 {
+		t.Fatalf("from file: %+v", c)
+	}
+	// Flags override the file.
+	o, err = Parse([]string{"--config", path, "--pod-manifest-path=/other", "--max-pods", "3", "--read-only-port=10300",
+		"--container-runtime-endpoint", "unix:///flag.sock", "--root-dir=/tmp/r", "--hostname-override=Node-A", "-v=4",
+		"--kubeconfig=/etc/kubeconfig"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Config.StaticPodPath != "/other" || o.Config.MaxPods != 3 || o.Config.ReadOnlyPort != 10300 ||
+		o.Config.ContainerRuntimeEndpoint != "unix:///flag.sock" || o.RootDir != "/tmp/r" ||
+		o.HostnameOverride != "Node-A" || o.Kubeconfig != "/etc/kubeconfig" {
+		t.Fatalf("flags: %+v", o)
+	}
+	if name, _ := NodeName(o.HostnameOverride); name != "node-a" {
+		t.Fatalf("node name %q", name)
+	}
+}
+
+func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args func(t *testing.T) []string
+		want string
+	}{
+		{"missing file", func(t *testing.T) []string { return []string{"--config", "/nonexistent/config.yaml"} }, "/nonexistent/config.yaml"},
+		{"unknown field", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "staticPodPth: /x\n")} }, `unknown field "staticPodPth"`},
+		{"invalid YAML", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "maxPods: [\n")} }, "not valid YAML"},
+		{"wrong type", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "maxPods: lots\n")} }, "maxPods"},
+		{"wrong kind", func(t *testing.T) []string {
+			p := filepath.Join(t.TempDir(), "c.yaml")
+			os.WriteFile(p, []byte("apiVersion: v1\nkind: Pod\n"), 0o644)
+			return []string{"--config", p}
+		}, "KubeletConfiguration"},
+		{"bad cgroup driver", func(t *testing.T) []string { return []string{"--cgroup-driver=weird"} }, "cgroupDriver"},
+		{"bad port", func(t *testing.T) []string { return []string{"--read-only-port=70000"} }, "readOnlyPort"},
+		{"unknown flag", func(t *testing.T) []string { return []string{"--no-such-flag"} }, "no-such-flag"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.args(t))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q: want one line mentioning %q", err, tc.want)
+			}
+		})
+	}
+}

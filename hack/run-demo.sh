@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sets the machine up if needed, builds nodelet and runs it standalone on
+# the static pods in examples/. Ctrl-C stops nodelet; the pods keep running
+# (as with the kubelet). Remove a manifest while nodelet runs to delete
+# its pod.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+bash hack/setup.sh
+go build -o _output/nodelet ./cmd/nodelet
+go build -o _output/podtable ./hack/podtable
+
+MANIFESTS=${MANIFESTS:-$ROOT/examples}
+PORT=${PORT:-10255}
+echo "run-demo: starting nodelet on the manifests in $MANIFESTS (log: _output/nodelet.log)"
+./_output/nodelet --pod-manifest-path="$MANIFESTS" --root-dir=/var/lib/nodelet --read-only-port="$PORT" -v=2 \
+	>_output/nodelet.log 2>&1 &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid; echo "run-demo: nodelet stopped; the pods keep running"' EXIT INT TERM
+./_output/podtable -url "http://127.0.0.1:$PORT/pods" -wait 60s || true
+cat <<MSG
+
+run-demo: nodelet is running. See its pods with
+    curl -s http://127.0.0.1:$PORT/pods        (the full PodList as JSON)
+    _output/podtable -url http://127.0.0.1:$PORT/pods
+and its health with
+    curl -s http://127.0.0.1:$PORT/healthz
+Edit or remove files in $MANIFESTS to change or delete pods. Ctrl-C stops nodelet.
+MSG
+wait $pid

@@ -1,0 +1,301 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
+	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/status"
+)
+
+// fakeWorkers records what the core asks of the pod workers.
+type fakeWorkers struct {
+	mu         sync.Mutex
+	updates    []string
+	known      map[types.UID]podworkers.PodWorkerSync
+	terminated map[types.UID]bool
+}
+
+func (w *fakeWorkers) UpdatePod(o podworkers.UpdatePodOptions) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case o.RunningPod != nil:
+		w.updates = append(w.updates, fmt.Sprintf("%s runtime:%s grace=%d", o.UpdateType, o.RunningPod.ID, *o.KillPodOptions.PodTerminationGracePeriodSecondsOverride))
+	case o.Pod.DeletionTimestamp != nil:
+		w.updates = append(w.updates, fmt.Sprintf("%s %s deleted", o.UpdateType, o.Pod.Name))
+	default:
+		w.updates = append(w.updates, fmt.Sprintf("%s %s", o.UpdateType, o.Pod.Name))
+	}
+}
+func (w *fakeWorkers) SyncKnownPods(desired []*v1.Pod) map[types.UID]podworkers.PodWorkerSync {
+	return w.known
+}
+func (w *fakeWorkers) IsPodKnownTerminated(uid types.UID) bool      { return w.terminated[uid] }
+func (w *fakeWorkers) IsPodTerminationRequested(uid types.UID) bool { return false }
+func (w *fakeWorkers) ShouldPodContentBeRemoved(uid types.UID) bool { return false }
+func (w *fakeWorkers) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.updates
+	w.updates = nil
+	return out
+}
+
+type fakeRuntime struct {
+	pods []*container.Pod
+	gc   int
+}
+
+func (r *fakeRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) { return r.pods, nil }
+func (r *fakeRuntime) GarbageCollect(ctx context.Context, p kuberuntime.GCPolicy, s kuberuntime.PodState) error {
+	r.gc++
+	return nil
+}
+func (r *fakeRuntime) RuntimeHealth(ctx context.Context) (error, error) { return nil, nil }
+func (r *fakeRuntime) ForgetBackOffs()                                  {}
+
+type fakePLEG struct{ ch chan *pleg.Event }
+
+func (p fakePLEG) Watch() <-chan *pleg.Event { return p.ch }
+func (p fakePLEG) Healthy() error            { return nil }
+
+type coreFixture struct {
+	kl       *Kubelet
+	workers  *fakeWorkers
+	runtime  *fakeRuntime
+	status   *status.Manager
+	sources  *config.PodConfig
+	recorder *record.FakeRecorder
+	clock    *testingclock.FakeClock
+}
+
+func newCore(t *testing.T, maxPods int) *coreFixture {
+	clk := testingclock.NewFakeClock(now)
+	f := &coreFixture{workers: &fakeWorkers{known: map[types.UID]podworkers.PodWorkerSync{}}, runtime: &fakeRuntime{},
+		status: status.New(clk), recorder: record.NewFakeRecorder(100), clock: clk}
+	f.sources = config.New(f.recorder, clk)
+	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), MaxPods: maxPods}, Deps{
+		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
+		Status: f.status, Sources: config.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
+	})
+	return f
+}
+
+func apiPod(uid, name string, created time.Time) *v1.Pod {
+	p := &v1.Pod{}
+	p.UID, p.Name, p.Namespace = types.UID(uid), name, "ns"
+	p.CreationTimestamp = metav1.NewTime(created)
+	p.Spec.Containers = []v1.Container{{Name: "c", Image: "img"}}
+	return p
+}
+
+func TestAdditionsAreAdmittedOldestFirstUpToMaxPods(t *testing.T) {
+	f := newCore(t, 2)
+	f.kl.HandlePodAdditions([]*v1.Pod{
+		apiPod("c", "third", now.Add(3*time.Second)), apiPod("a", "first", now.Add(time.Second)), apiPod("b", "second", now.Add(2*time.Second)),
+	})
+	if got := strings.Join(f.workers.take(), ";"); got != "create first;create second" {
+		t.Fatalf("workers got %q", got)
+	}
+	s, ok := f.status.GetPodStatus("c")
+	if !ok || s.Phase != v1.PodFailed || s.Reason != "OutOfpods" || !strings.Contains(s.Message, "capacity: 2") {
+		t.Fatalf("rejected pod status %+v", s)
+	}
+	if e := <-f.recorder.Events; !strings.Contains(e, "OutOfpods") {
+		t.Fatalf("event %q", e)
+	}
+	// A finished pod frees its place.
+	f.workers.terminated = map[types.UID]bool{"a": true}
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("d", "fourth", now.Add(4*time.Second))})
+	if got := strings.Join(f.workers.take(), ";"); got != "create fourth" {
+		t.Fatalf("workers got %q", got)
+	}
+}
+
+func TestRemovesWaitForAllSources(t *testing.T) {
+	f := newCore(t, 10)
+	f.sources.Register("file")
+	f.sources.Register("api")
+	p := apiPod("a", "a", now)
+	f.kl.HandlePodAdditions([]*v1.Pod{p})
+	f.workers.take()
+	f.kl.HandlePodRemoves([]*v1.Pod{p})
+	if got := f.workers.take(); len(got) != 0 {
+		t.Fatalf("killed before every source reported: %v", got)
+	}
+	f.kl.sources.AddSource("file")
+	f.kl.sources.AddSource("api")
+	f.kl.HandlePodAdditions([]*v1.Pod{p})
+	f.workers.take()
+	f.kl.HandlePodRemoves([]*v1.Pod{p})
+	if got := strings.Join(f.workers.take(), ";"); got != "kill a" {
+		t.Fatalf("workers got %q", got)
+	}
+}
+
+func TestDispatch(t *testing.T) {
+	f := newCore(t, 10)
+	p := apiPod("a", "a", now)
+	deleted := p.DeepCopy()
+	ts := metav1.NewTime(now)
+	deleted.DeletionTimestamp = &ts
+	for _, u := range []config.PodUpdate{
+		{Op: config.ADD, Pods: []*v1.Pod{p}, Source: "api"},
+		{Op: config.UPDATE, Pods: []*v1.Pod{p}, Source: "api"},
+		{Op: config.DELETE, Pods: []*v1.Pod{deleted}, Source: "api"},
+		{Op: config.RECONCILE, Pods: []*v1.Pod{p}, Source: "api"},
+	} {
+		f.kl.dispatch(u)
+	}
+	want := "create a;update a;update a deleted"
+	if got := strings.Join(f.workers.take(), ";"); got != want {
+		t.Fatalf("workers got %q, want %q", got, want)
+	}
+}
+
+func TestPLEGEventsSyncKnownPods(t *testing.T) {
+	f := newCore(t, 10)
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("a", "a", now)})
+	f.workers.take()
+	plegCh := make(chan *pleg.Event, 3)
+	plegCh <- &pleg.Event{ID: "a", Type: pleg.ContainerDied}
+	plegCh <- &pleg.Event{ID: "a", Type: pleg.ContainerRemoved}
+	plegCh <- &pleg.Event{ID: "unknown", Type: pleg.ContainerStarted}
+	for i := 0; i < 3; i++ {
+		f.kl.syncLoopIteration(context.Background(), nil, nil, nil, plegCh)
+	}
+	if got := strings.Join(f.workers.take(), ";"); got != "sync a" {
+		t.Fatalf("workers got %q", got)
+	}
+}
+
+func TestHousekeeping(t *testing.T) {
+	f := newCore(t, 10)
+	desired := apiPod("desired", "desired", now)
+	done := apiPod("done", "done", now)
+	f.kl.HandlePodAdditions([]*v1.Pod{desired, done})
+	f.status.SetPodStatus(done, v1.PodStatus{Phase: v1.PodSucceeded})
+	f.workers.take()
+	f.runtime.pods = []*container.Pod{
+		{ID: "orphan", Name: "orphan", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
+		{ID: "dead", Name: "dead", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateExited}}},
+		{ID: "desired", Name: "desired", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
+	}
+	// Neither desired pod is known to the workers: "desired" is started
+	// again, "done" (terminal) is not; the orphan is killed at once, the
+	// dead leftovers are garbage collected.
+	if err := f.kl.HandlePodCleanups(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := f.workers.take()
+	sort.Strings(got)
+	if strings.Join(got, ";") != "create desired;kill runtime:orphan grace=1" {
+		t.Fatalf("workers got %v", got)
+	}
+	if f.runtime.gc != 1 {
+		t.Fatalf("garbage collection ran %d times", f.runtime.gc)
+	}
+}
+
+func TestSyncLoopStopsWithContext(t *testing.T) {
+	f := newCore(t, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.kl.Run(ctx, make(chan config.PodUpdate)); close(done) }()
+	cancel()
+	<-done
+}
+
+// Syncer tests run the real runtime manager on the fake CRI.
+
+func newSyncer(t *testing.T, network func() error) (*PodSyncer, *status.Manager, *fakecri.Runtime) {
+	clk := testingclock.NewFakeClock(now)
+	rt := fakecri.New(clk, "img")
+	st := status.New(clk)
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: NewContainerOptions(t.TempDir(), "n", nil),
+		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
+	return NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, Network: network, RootDir: t.TempDir(),
+		Recorder: record.NewFakeRecorder(100), Clock: clk}), st, rt
+}
+
+func TestSyncPodWaitsForTheNetwork(t *testing.T) {
+	s, _, rt := newSyncer(t, func() error { return errors.New("cni not ready") })
+	_, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, apiPod("a", "a", now), nil, &container.PodStatus{ID: "a"})
+	if !errors.Is(err, podworkers.ErrNetworkNotReady) {
+		t.Fatalf("err %v", err)
+	}
+	if n, _ := rt.Counts(); n != 0 {
+		t.Fatal("a sandbox started without a network")
+	}
+	host := apiPod("h", "h", now)
+	host.Spec.HostNetwork = true
+	if _, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, host, nil, &container.PodStatus{ID: "h"}); err != nil {
+		t.Fatalf("host network pod: %v", err)
+	}
+}
+
+func TestSyncPodReportsTerminal(t *testing.T) {
+	s, st, _ := newSyncer(t, nil)
+	p := apiPod("a", "a", now)
+	p.Spec.RestartPolicy = v1.RestartPolicyNever
+	exited := rs(false, nil, ctrStatus("c", container.StateExited, 0, now))
+	terminal, err := s.SyncPod(context.Background(), podworkers.UpdateSync, p, nil, exited)
+	if err != nil || !terminal {
+		t.Fatalf("terminal=%v err=%v", terminal, err)
+	}
+	if got, _ := st.GetPodStatus("a"); got.Phase != v1.PodSucceeded {
+		t.Fatalf("phase %s", got.Phase)
+	}
+}
+
+type stubbornRuntime struct{ syncRuntime }
+
+func (stubbornRuntime) KillPod(context.Context, *v1.Pod, container.Pod, *int64) error { return nil }
+func (stubbornRuntime) GetPodStatus(ctx context.Context, uid types.UID, name, ns string) (*container.PodStatus, error) {
+	return rs(true, nil, ctrStatus("c", container.StateRunning, 0, now)), nil
+}
+
+func TestSyncTerminatingPodVerifiesNothingRuns(t *testing.T) {
+	s, st, rt := newSyncer(t, nil)
+	p := apiPod("a", "a", now)
+	ctx := context.Background()
+	if _, err := s.SyncPod(ctx, podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := s.runtime.GetPodStatus(ctx, "a", "a", "ns")
+	statusFnCalled := false
+	if err := s.SyncTerminatingPod(ctx, p, cur, nil, func(s *v1.PodStatus) { statusFnCalled = true }); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := rt.Counts(); n != 1 || !statusFnCalled {
+		t.Fatalf("containers %d, status function called %v", n, statusFnCalled)
+	}
+	final, _ := st.GetPodStatus("a")
+	if final.ContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("final container state %+v", final.ContainerStatuses[0].State)
+	}
+
+	// A runtime that says it killed the pod but still runs it is caught.
+	s.runtime = stubbornRuntime{s.runtime}
+	if err := s.SyncTerminatingPod(ctx, p, cur, nil, nil); err == nil || !strings.Contains(err.Error(), "CRI violation") {
+		t.Fatalf("err %v", err)
+	}
+}

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+type pods []*v1.Pod
+
+func (p pods) Pods() []*v1.Pod { return p }
+
+func TestPods(t *testing.T) {
+	p := &v1.Pod{}
+	p.Name, p.Namespace, p.UID = "web-node1", "default", "uid"
+	p.Status.Phase, p.Status.PodIP = v1.PodRunning, "10.0.0.2"
+	srv := httptest.NewServer(NewReadOnly(pods{p}, func() error { return nil }))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list v1.PodList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	if list.Kind != "PodList" || list.APIVersion != "v1" || len(list.Items) != 1 ||
+		list.Items[0].Name != "web-node1" || list.Items[0].Status.PodIP != "10.0.0.2" {
+		t.Fatalf("list %+v", list)
+	}
+	empty := httptest.NewServer(NewReadOnly(pods{}, func() error { return nil }))
+	defer empty.Close()
+	resp2, _ := http.Get(empty.URL + "/pods")
+	b, _ := io.ReadAll(resp2.Body)
+	if !json.Valid(b) || !contains(string(b), `"items":[]`) {
+		t.Fatalf("empty list %s", b)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestHealthz(t *testing.T) {
+	var health error
+	srv := httptest.NewServer(NewReadOnly(pods{}, func() error { return health }))
+	defer srv.Close()
+	get := func() (int, string) {
+		resp, err := http.Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(); code != 200 || body != "ok" {
+		t.Fatalf("healthy: %d %q", code, body)
+	}
+	health = errors.New("pleg was last seen active 4m0s ago")
+	if code, body := get(); code != 500 || !contains(body, "pleg") {
+		t.Fatalf("unhealthy: %d %q", code, body)
+	}
+	resp, _ := http.Post(srv.URL+"/pods", "text/plain", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST /pods: %d", resp.StatusCode)
+	}
+}
+
+func TestServeFailsOnABusyPort(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, _, err := Serve(ctx, "127.0.0.1:0", http.NotFoundHandler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Serve(ctx, addr.String(), http.NotFoundHandler()); err == nil {
+		t.Fatal("second listener on the same port succeeded")
+	}
+}
