@@ -39,11 +39,12 @@ func BuildFullName(name, namespace string) string { return name + "_" + namespac
 
 // ParseFullName splits a full name back into name and namespace.
 func ParseFullName(fullName string) (name, namespace string, err error) {
-	i := strings.LastIndex(fullName, "_")
-	if i <= 0 || i == len(fullName)-1 {
+	// Neither names nor namespaces may contain "_".
+	parts := strings.Split(fullName, "_")
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
 		return "", "", fmt.Errorf("pod full name %q is not name_namespace", fullName)
 	}
-	return fullName[:i], fullName[i+1:], nil
+	return parts[0], parts[1], nil
 }
 
 // Source returns the config source a pod was annotated with.

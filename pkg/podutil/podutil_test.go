@@ -8,13 +8,13 @@ import (
 
 func TestFullName(t *testing.T) {
 	p := &v1.Pod{}
-	p.Name, p.Namespace = "web-node1", "kube_system"
+	p.Name, p.Namespace = "web-node1", "kube-system"
 	full := FullName(p)
 	name, ns, err := ParseFullName(full)
 	if err != nil || name != p.Name || ns != p.Namespace {
 		t.Fatalf("round trip of %q: %q %q %v", full, name, ns, err)
 	}
-	for _, bad := range []string{"", "noseparator", "_ns", "name_"} {
+	for _, bad := range []string{"", "noseparator", "_ns", "name_", "a_b_c"} {
 		if _, _, err := ParseFullName(bad); err == nil {
 			t.Errorf("ParseFullName(%q) succeeded", bad)
 		}
