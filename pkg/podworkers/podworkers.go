@@ -874,82 +874,62 @@ func (p *PodWorkers) removeTerminatedWorker(uid types.UID, status *podSyncStatus
 	return true
 }
 
-// IsPodKnownTerminated reports whether the pod's containers are known to
-// have all stopped. Unknown pods are not known terminated.
-func (p *PodWorkers) IsPodKnownTerminated(uid types.UID) bool {
+// query answers a question about a pod from its status, or with
+// unknown when the workers do not know the pod.
+func (p *PodWorkers) query(uid types.UID, known func(*podSyncStatus) bool, unknown func() bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.statuses[uid]; ok {
-		return s.IsTerminated()
+		return known(s)
 	}
-	return false
+	return unknown()
+}
+
+func (p *PodWorkers) synced() bool    { return p.podsSynced }
+func (p *PodWorkers) notSynced() bool { return !p.podsSynced }
+func never() bool                     { return false }
+
+// IsPodKnownTerminated reports whether the pod's containers are known to
+// have all stopped. Unknown pods are not known terminated.
+func (p *PodWorkers) IsPodKnownTerminated(uid types.UID) bool {
+	return p.query(uid, (*podSyncStatus).IsTerminated, never)
 }
 
 // CouldHaveRunningContainers reports whether the pod may have running
 // containers: true until it is terminated, and for every pod until the
 // first SyncKnownPods.
 func (p *PodWorkers) CouldHaveRunningContainers(uid types.UID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s, ok := p.statuses[uid]; ok {
-		return !s.IsTerminated()
-	}
-	return !p.podsSynced
+	return p.query(uid, func(s *podSyncStatus) bool { return !s.IsTerminated() }, p.notSynced)
 }
 
 // ShouldPodBeFinished reports whether SyncTerminatedPod completed.
 func (p *PodWorkers) ShouldPodBeFinished(uid types.UID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s, ok := p.statuses[uid]; ok {
-		return s.IsFinished()
-	}
-	return p.podsSynced
+	return p.query(uid, (*podSyncStatus).IsFinished, p.synced)
 }
 
 // IsPodTerminationRequested reports whether termination was requested
 // for a known pod.
 func (p *PodWorkers) IsPodTerminationRequested(uid types.UID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s, ok := p.statuses[uid]; ok {
-		return s.IsTerminationRequested()
-	}
-	return false
+	return p.query(uid, (*podSyncStatus).IsTerminationRequested, never)
 }
 
 // ShouldPodContainersBeTerminating reports whether the worker acted on a
 // termination: from then on no container of the pod starts.
 func (p *PodWorkers) ShouldPodContainersBeTerminating(uid types.UID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s, ok := p.statuses[uid]; ok {
-		return s.IsTerminationStarted()
-	}
-	return p.podsSynced
+	return p.query(uid, (*podSyncStatus).IsTerminationStarted, p.synced)
 }
 
 // ShouldPodRuntimeBeRemoved reports whether resources tied to running
 // containers may be released.
 func (p *PodWorkers) ShouldPodRuntimeBeRemoved(uid types.UID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s, ok := p.statuses[uid]; ok {
-		return s.IsTerminated()
-	}
-	return p.podsSynced
+	return p.query(uid, (*podSyncStatus).IsTerminated, p.synced)
 }
 
 // ShouldPodContentBeRemoved reports whether everything of the pod (dead
 // containers, logs, volumes) may be removed: it was evicted, or deleted and
 // terminated.
 func (p *PodWorkers) ShouldPodContentBeRemoved(uid types.UID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s, ok := p.statuses[uid]; ok {
-		return s.IsEvicted() || (s.IsDeleted() && s.IsTerminated())
-	}
-	return p.podsSynced
+	return p.query(uid, func(s *podSyncStatus) bool { return s.IsEvicted() || (s.IsDeleted() && s.IsTerminated()) }, p.synced)
 }
 
 // IsPodForMirrorPodTerminatingByFullName reports whether the static pod
