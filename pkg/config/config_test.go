@@ -257,3 +257,23 @@ func TestStaticPodIdentity(t *testing.T) {
 		t.Errorf("uid %q", p.UID)
 	}
 }
+
+// A UID that leaves its source and comes back (a static pod's manifest
+// removed and restored) is removed and then added afresh, with a new
+// first-seen time.
+func TestMergeUIDReuse(t *testing.T) {
+	c, clk, _ := newConfig()
+	ctx := context.Background()
+	c.Set(ctx, "file", []*v1.Pod{mkPod("a", "web")})
+	first := (<-c.Updates()).Pods[0].Annotations[podutil.ConfigFirstSeenAnnotationKey]
+	c.Set(ctx, "file", nil)
+	if got := received(c); strings.Join(got, ";") != "REMOVE web" {
+		t.Fatalf("got %v", got)
+	}
+	clk.Step(time.Minute)
+	c.Set(ctx, "file", []*v1.Pod{mkPod("a", "web")})
+	u := <-c.Updates()
+	if u.Op != ADD || u.Pods[0].Annotations[podutil.ConfigFirstSeenAnnotationKey] == first {
+		t.Fatalf("re-added pod: %s %v", u.Op, u.Pods[0].Annotations)
+	}
+}

@@ -43,6 +43,17 @@ type FileSource struct {
 	// reported holds the last error of each file, so a broken file is
 	// reported when it breaks, not on every re-read.
 	reported map[string]string
+	// decoded caches each file's pods by identity, modification time and
+	// size, so re-reading a directory only decodes what changed.
+	decoded map[string]decodedFile
+}
+
+type decodedFile struct {
+	// info identifies the file read: a symlink swapped to another file
+	// of the same size and time is still a different file.
+	info os.FileInfo
+	pods []*v1.Pod
+	err  error
 }
 
 // NewFileSource returns a source reading path every period.
@@ -51,7 +62,7 @@ func NewFileSource(path, nodeName string, period time.Duration, out Setter, reco
 		path: filepath.Clean(path), nodeName: nodeName, period: period, out: out,
 		recorder: recorder, clock: clk,
 		nodeRef:   &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: "", APIVersion: "v1"},
-		firstSeen: map[string]uint64{}, reported: map[string]string{},
+		firstSeen: map[string]uint64{}, reported: map[string]string{}, decoded: map[string]decodedFile{},
 	}
 }
 
@@ -133,6 +144,7 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 	}
 
 	present := map[string]bool{}
+	stats := map[string]os.FileInfo{}
 	var pods []*v1.Pod
 	var usable []string
 	for _, f := range files {
@@ -148,6 +160,7 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 			continue
 		}
 		present[f] = true
+		stats[f] = fi
 		if _, ok := s.firstSeen[f]; !ok {
 			s.seen++
 			s.firstSeen[f] = s.seen
@@ -158,6 +171,7 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 		if !present[f] {
 			delete(s.firstSeen, f)
 			delete(s.reported, f)
+			delete(s.decoded, f)
 		}
 	}
 	sort.SliceStable(usable, func(i, j int) bool {
@@ -168,9 +182,18 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 		return usable[i] < usable[j]
 	})
 	for _, f := range usable {
-		fp, err := s.readFile(f)
-		s.report(f, err)
-		pods = append(pods, fp...)
+		fi := stats[f]
+		d, ok := s.decoded[f]
+		if !ok || !os.SameFile(d.info, fi) || !d.info.ModTime().Equal(fi.ModTime()) || d.info.Size() != fi.Size() {
+			d = decodedFile{info: fi}
+			d.pods, d.err = s.readFile(f)
+			s.decoded[f] = d
+		}
+		s.report(f, d.err)
+		// The merge takes ownership of what it is given: hand out copies.
+		for _, p := range d.pods {
+			pods = append(pods, p.DeepCopy())
+		}
 	}
 	return pods, nil
 }

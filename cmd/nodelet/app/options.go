@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ type flagValues struct {
 	fileCheckFrequency time.Duration
 	cgroupDriver       string
 	address            string
+	manifestURL        string
+	manifestURLHeaders []string
+	httpCheckFrequency time.Duration
 }
 
 // Parse reads the command line (without the program name) and the config
@@ -77,6 +81,9 @@ func Parse(args []string) (*Options, error) {
 	fs.DurationVar(&f.fileCheckFrequency, "file-check-frequency", 0, "re-read period of static pod manifests (fileCheckFrequency)")
 	fs.StringVar(&f.cgroupDriver, "cgroup-driver", "", "cgroup driver: cgroupfs (cgroupDriver)")
 	fs.StringVar(&f.address, "address", "", "IP address to serve on (address)")
+	fs.StringVar(&f.manifestURL, "manifest-url", "", "URL serving static pods (staticPodURL)")
+	fs.StringArrayVar(&f.manifestURLHeaders, "manifest-url-header", nil, "headers for --manifest-url, as 'name:value,name:value'; repeatable (staticPodURLHeader)")
+	fs.DurationVar(&f.httpCheckFrequency, "http-check-frequency", 0, "poll period of --manifest-url (httpCheckFrequency)")
 	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(gofs)
 	for _, name := range []string{"v", "vmodule"} {
@@ -126,6 +133,19 @@ func Parse(args []string) (*Options, error) {
 	if fs.Changed("address") {
 		c.Address = f.address
 	}
+	if fs.Changed("manifest-url") {
+		c.StaticPodURL = f.manifestURL
+	}
+	if fs.Changed("http-check-frequency") {
+		c.HTTPCheckFrequency = metav1.Duration{Duration: f.httpCheckFrequency}
+	}
+	if fs.Changed("manifest-url-header") {
+		h, err := parseHeaders(f.manifestURLHeaders)
+		if err != nil {
+			return nil, err
+		}
+		c.StaticPodURLHeader = h
+	}
 	setDefaults(c, readOnlySet)
 	if err := validate(c); err != nil {
 		return nil, err
@@ -163,6 +183,23 @@ func LoadConfigFile(path string) (*kubeletv1beta1.KubeletConfiguration, bool, er
 		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
 	}
 	return cfg, len(head.ReadOnly) > 0, nil
+}
+
+// parseHeaders reads --manifest-url-header values: comma-separated
+// name:value pairs; a name given again adds a value.
+func parseHeaders(values []string) (map[string][]string, error) {
+	h := map[string][]string{}
+	for _, v := range values {
+		for _, pair := range strings.Split(v, ",") {
+			name, value, ok := strings.Cut(pair, ":")
+			if !ok || strings.TrimSpace(name) == "" {
+				return nil, fmt.Errorf("--manifest-url-header %q: want name:value", pair)
+			}
+			name = strings.TrimSpace(name)
+			h[name] = append(h[name], value)
+		}
+	}
+	return h, nil
 }
 
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
@@ -207,6 +244,14 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	var errs []error
 	if c.SyncFrequency.Duration < 0 {
 		errs = append(errs, fmt.Errorf("syncFrequency (%v) must not be negative", c.SyncFrequency.Duration))
+	}
+	if c.HTTPCheckFrequency.Duration < 0 {
+		errs = append(errs, fmt.Errorf("httpCheckFrequency (%v) must not be negative", c.HTTPCheckFrequency.Duration))
+	}
+	if c.StaticPodURL != "" {
+		if u, err := url.Parse(c.StaticPodURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("staticPodURL %q is not an http(s) URL", c.StaticPodURL))
+		}
 	}
 	if c.FileCheckFrequency.Duration < 0 {
 		errs = append(errs, fmt.Errorf("fileCheckFrequency (%v) must not be negative", c.FileCheckFrequency.Duration))

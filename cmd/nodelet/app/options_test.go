@@ -85,6 +85,8 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 		{"bad cgroup driver", func(t *testing.T) []string { return []string{"--cgroup-driver=weird"} }, "cgroupDriver"},
 		{"bad port", func(t *testing.T) []string { return []string{"--read-only-port=70000"} }, "readOnlyPort"},
 		{"unknown flag", func(t *testing.T) []string { return []string{"--no-such-flag"} }, "no-such-flag"},
+		{"bad manifest URL", func(t *testing.T) []string { return []string{"--manifest-url=ftp://x/pods"} }, "staticPodURL"},
+		{"bad manifest URL header", func(t *testing.T) []string { return []string{"--manifest-url=http://x/", "--manifest-url-header=novalue"} }, "name:value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.args(t))
@@ -95,5 +97,18 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 				t.Fatalf("error %q: want one line mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestManifestURLFlags(t *testing.T) {
+	o, err := Parse([]string{"--manifest-url=http://10.0.0.1/pods", "--manifest-url-header=a:1,b:2", "--manifest-url-header=b:3",
+		"--http-check-frequency=5s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := o.Config.StaticPodURLHeader
+	if o.Config.StaticPodURL != "http://10.0.0.1/pods" || len(h["a"]) != 1 || strings.Join(h["b"], ",") != "2,3" ||
+		o.Config.HTTPCheckFrequency.Duration != 5*time.Second {
+		t.Fatalf("%+v", o.Config)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -118,6 +119,11 @@ func Run(ctx context.Context, o *Options) error {
 	if c.StaticPodPath != "" {
 		podConfig.Register(podutil.FileSource)
 		src := config.NewFileSource(c.StaticPodPath, nodeName, c.FileCheckFrequency.Duration, podConfig, recorder, clk)
+		go src.Run(ctx)
+	}
+	if c.StaticPodURL != "" {
+		podConfig.Register(podutil.HTTPSource)
+		src := config.NewHTTPSource(c.StaticPodURL, http.Header(c.StaticPodURLHeader), nodeName, c.HTTPCheckFrequency.Duration, podConfig, recorder, clk)
 		go src.Run(ctx)
 	}
 	if o.Kubeconfig != "" {
