@@ -86,7 +86,9 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 		{"bad port", func(t *testing.T) []string { return []string{"--read-only-port=70000"} }, "readOnlyPort"},
 		{"unknown flag", func(t *testing.T) []string { return []string{"--no-such-flag"} }, "no-such-flag"},
 		{"bad manifest URL", func(t *testing.T) []string { return []string{"--manifest-url=ftp://x/pods"} }, "staticPodURL"},
-		{"bad manifest URL header", func(t *testing.T) []string { return []string{"--manifest-url=http://x/", "--manifest-url-header=novalue"} }, "name:value"},
+		{"bad manifest URL header", func(t *testing.T) []string {
+			return []string{"--manifest-url=http://x/", "--manifest-url-header=novalue"}
+		}, "name:value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.args(t))
