@@ -37,10 +37,12 @@ unit:
 integration: setup
 	$(GO) test -race -count=1 -timeout 30m ./test/integration/...
 
-# Start-up latency against the raw CRI cost, and the podworkers
-# benchmarks; prints ratios.
+# Benchmarks: start-up latency against the raw CRI cost, delete to
+# terminated against StopContainer, and manifest write to ADD.
 bench: setup
 	$(GO) test -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
+	$(GO) test -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
+	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/config/
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/config/
