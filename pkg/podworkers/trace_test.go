@@ -125,6 +125,8 @@ func (h *harness) exec(cmd string, args []datadriven.CmdArg) (string, error) {
 		return h.syncKnown(a), nil
 	case "state":
 		return h.state(a["uids"]), nil
+	case "mirror-terminating":
+		return fmt.Sprintf("%s: %t\n", a["fullname"], h.pw.IsPodForMirrorPodTerminatingByFullName(a["fullname"])), nil
 	}
 	return "", fmt.Errorf("unknown command %q", cmd)
 }

@@ -66,7 +66,6 @@ func (s *timedSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *co
 	return err
 }
 
-
 // BenchmarkDeleteToTerminated measures, on real containerd, how long a
 // deleted pod whose container exits at once on SIGTERM takes to be fully
 // terminated (SyncTerminatedPod done), next to the StopContainer call
