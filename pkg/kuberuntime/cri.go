@@ -40,10 +40,17 @@ type ContainerService interface {
 	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
 }
 
+// EventService is the runtime's container event stream. Runtimes without
+// one answer Unimplemented.
+type EventService interface {
+	GetContainerEvents(ctx context.Context, in *runtimeapi.GetEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimeapi.ContainerEventResponse], error)
+}
+
 // RuntimeService is everything nodelet asks of the runtime service.
 type RuntimeService interface {
 	SandboxService
 	ContainerService
+	EventService
 	Version(ctx context.Context, in *runtimeapi.VersionRequest, opts ...grpc.CallOption) (*runtimeapi.VersionResponse, error)
 	Status(ctx context.Context, in *runtimeapi.StatusRequest, opts ...grpc.CallOption) (*runtimeapi.StatusResponse, error)
 }

@@ -59,7 +59,7 @@ type Options struct {
 	Images         ImageService
 	Helper         Helper
 	Recorder       record.EventRecorder
-	Clock          clock.Clock
+	Clock          clock.WithTicker
 	RuntimeName    string
 	PodLogsDir     string
 	RequestTimeout time.Duration
@@ -76,7 +76,7 @@ type Manager struct {
 	runtime        RuntimeService
 	helper         Helper
 	recorder       record.EventRecorder
-	clock          clock.Clock
+	clock          clock.WithTicker
 	runtimeName    string
 	podLogsDir     string
 	requestTimeout time.Duration

@@ -60,6 +60,8 @@ type Generic struct {
 	clock   clock.WithTicker
 	period  time.Duration
 	events  chan *Event
+	// trigger asks for a relist now; pending triggers coalesce.
+	trigger chan struct{}
 
 	mu      sync.Mutex
 	records map[types.UID]*container.Pod
@@ -73,6 +75,7 @@ func NewGeneric(rt Runtime, cache *Cache, period time.Duration, clk clock.WithTi
 	return &Generic{
 		runtime: rt, cache: cache, clock: clk, period: period,
 		events:  make(chan *Event, eventCapacity),
+		trigger: make(chan struct{}, 1),
 		records: map[types.UID]*container.Pod{},
 	}
 }
@@ -83,7 +86,7 @@ func (g *Generic) Watch() <-chan *Event { return g.events }
 // Cache is the status cache the PLEG maintains.
 func (g *Generic) Cache() *Cache { return g.cache }
 
-// Run relists until ctx ends.
+// Run relists every period, and at once when triggered, until ctx ends.
 func (g *Generic) Run(ctx context.Context) {
 	t := g.clock.NewTicker(g.period)
 	defer t.Stop()
@@ -93,7 +96,17 @@ func (g *Generic) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-g.trigger:
 		}
+	}
+}
+
+// Trigger asks for a relist as soon as possible: the runtime reported a
+// container change. Triggers arriving during a relist coalesce into one.
+func (g *Generic) Trigger() {
+	select {
+	case g.trigger <- struct{}{}:
+	default:
 	}
 }
 

@@ -201,3 +201,28 @@ func TestRunStopsWithContext(t *testing.T) {
 	cancel()
 	<-done
 }
+
+func TestTriggerRelistsAtOnce(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Hour, clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.Run(ctx)
+	rt.set(pod("p", ctr("1", container.StateRunning)))
+	// Without the trigger nothing would relist for an hour.
+	deadline := time.After(5 * time.Second)
+	for {
+		g.Trigger()
+		select {
+		case e := <-g.Watch():
+			if e.Type != ContainerStarted {
+				t.Fatalf("event %v", e.Type)
+			}
+			return
+		case <-deadline:
+			t.Fatal("a trigger did not relist")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

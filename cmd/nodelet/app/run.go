@@ -32,6 +32,9 @@ const (
 	// syncBackOffPeriod is how long a pod waits after a failed sync.
 	syncBackOffPeriod = 10 * time.Second
 	dialTimeout       = 10 * time.Second
+	// containerPollPeriod bounds how late a container exit is seen on
+	// runtimes without an event stream.
+	containerPollPeriod = 100 * time.Millisecond
 )
 
 // NodeName is the name the node goes by: --hostname-override or the
@@ -141,6 +144,8 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	go gpleg.Run(ctx)
+	// Relist as soon as a container changes, not only every second.
+	go runtime.WatchContainerChanges(ctx, containerPollPeriod, gpleg.Trigger)
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)

@@ -36,6 +36,7 @@ type Runtime struct {
 	OnStop func(id string, timeout int64)
 	// ExecResult is what ExecSync returns.
 	ExecResult func(id string, cmd []string) (*runtimeapi.ExecSyncResponse, error)
+	events     chan *runtimeapi.ContainerEventResponse
 }
 
 type sandbox struct {
@@ -364,7 +365,8 @@ func (r *Runtime) ListContainers(ctx context.Context, in *runtimeapi.ListContain
 	}
 	out := &runtimeapi.ListContainersResponse{}
 	for id, c := range r.containers {
-		if f := in.GetFilter(); f != nil && (!labelsMatch(c.cfg.Labels, f.LabelSelector) || (f.PodSandboxId != "" && f.PodSandboxId != c.sandboxID)) {
+		if f := in.GetFilter(); f != nil && (!labelsMatch(c.cfg.Labels, f.LabelSelector) || (f.PodSandboxId != "" && f.PodSandboxId != c.sandboxID) ||
+			(f.State != nil && f.State.State != c.state)) {
 			continue
 		}
 		out.Containers = append(out.Containers, &runtimeapi.Container{
@@ -469,4 +471,40 @@ func (r *Runtime) ContainerConfig(id string) *runtimeapi.ContainerConfig {
 		return c.cfg
 	}
 	return nil
+}
+
+// EnableEvents makes the fake offer a container event stream (newer
+// containerd); by default it answers Unimplemented, as containerd 1.6 does.
+// The returned channel feeds the stream.
+func (r *Runtime) EnableEvents() chan<- *runtimeapi.ContainerEventResponse {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = make(chan *runtimeapi.ContainerEventResponse, 100)
+	return r.events
+}
+
+// GetContainerEvents serves the event stream if enabled.
+func (r *Runtime) GetContainerEvents(ctx context.Context, in *runtimeapi.GetEventsRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[runtimeapi.ContainerEventResponse], error) {
+	r.mu.Lock()
+	ch := r.events
+	r.mu.Unlock()
+	if ch == nil {
+		return nil, status.Error(codes.Unimplemented, "GetContainerEvents is not implemented")
+	}
+	return &eventStream{ctx: ctx, ch: ch}, nil
+}
+
+type eventStream struct {
+	grpc.ClientStream
+	ctx context.Context
+	ch  chan *runtimeapi.ContainerEventResponse
+}
+
+func (s *eventStream) Recv() (*runtimeapi.ContainerEventResponse, error) {
+	select {
+	case e := <-s.ch:
+		return e, nil
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
 }

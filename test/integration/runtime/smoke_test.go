@@ -28,7 +28,7 @@ type allGone struct{}
 func (allGone) IsPodTerminationRequested(types.UID) bool { return false }
 func (allGone) ShouldPodContentBeRemoved(types.UID) bool { return true }
 
-func newManager(t *testing.T) *kuberuntime.Manager {
+func newManager(t testing.TB) *kuberuntime.Manager {
 	return kuberuntime.New(kuberuntime.Options{
 		Runtime: cd.Runtime, Images: cd.Images, Helper: helper{t.TempDir()},
 		PodLogsDir: t.TempDir(), RequestTimeout: time.Minute,
