@@ -3,6 +3,7 @@ package container
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors a sync step can fail with. Their text doubles as the Waiting
@@ -49,6 +50,8 @@ type SyncResult struct {
 	Target  string
 	Err     error
 	Message string
+	// RetryAfter is how long a back-off has left, for back-off failures.
+	RetryAfter time.Duration
 }
 
 // Fail records the step's failure.
@@ -105,4 +108,16 @@ func (p PodSyncResult) OnlyBackOff() bool {
 		}
 	}
 	return true
+}
+
+// RetryAfter is the shortest time any back-off of the sync has left: when
+// the pod should be synced again to make progress. Zero when none.
+func (p PodSyncResult) RetryAfter() time.Duration {
+	var d time.Duration
+	for _, r := range p.Results {
+		if r.Err != nil && r.RetryAfter > 0 && (d == 0 || r.RetryAfter < d) {
+			d = r.RetryAfter
+		}
+	}
+	return d
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/pkg/config"
@@ -297,5 +298,39 @@ func TestSyncTerminatingPodVerifiesNothingRuns(t *testing.T) {
 	s.runtime = stubbornRuntime{s.runtime}
 	if err := s.SyncTerminatingPod(ctx, p, cur, nil, nil); err == nil || !strings.Contains(err.Error(), "CRI violation") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+func TestSyncPodWaitingForABackOffAsksToRetryWhenItEnds(t *testing.T) {
+	s, _, rt := newSyncer(t, nil)
+	ctx := context.Background()
+	p := apiPod("a", "a", now)
+	sync := func() error {
+		st, _ := s.runtime.GetPodStatus(ctx, "a", "a", "ns")
+		_, err := s.SyncPod(ctx, podworkers.UpdateSync, p, nil, st)
+		return err
+	}
+	if err := sync(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		running := runtimeapi.ContainerState_CONTAINER_RUNNING
+		ids := rt.ContainerIDs("c", &running)
+		if len(ids) != 1 {
+			t.Fatalf("running containers %v", ids)
+		}
+		rt.Exit(ids[0], 1)
+		err := sync()
+		var retry *podworkers.RetryAfterError
+		switch {
+		case i == 0 && err != nil:
+			t.Fatalf("first failure restarts at once, got %v", err)
+		case i == 1 && (!errors.As(err, &retry) || retry.Delay != 10*time.Second):
+			t.Fatalf("second failure: %v, want a retry after the 10 s back-off", err)
+		}
+	}
+	// The container shows why it waits.
+	if r := s.reasons.get("a")["c"]; !errors.Is(r.err, container.ErrCrashLoopBackOff) {
+		t.Fatalf("reason %v", r.err)
 	}
 }

@@ -115,8 +115,15 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 
 	result := s.runtime.SyncPod(ctx, pod, rs, nil)
 	s.reasons.update(pod.UID, result)
-	if err := result.Error(); err != nil && !result.OnlyBackOff() {
-		return false, err
+	if err := result.Error(); err != nil {
+		if !result.OnlyBackOff() {
+			return false, err
+		}
+		if d := result.RetryAfter(); d > 0 {
+			// Waiting is all that is left to do: come back when the
+			// back-off ends, not at the next periodic resync.
+			return false, &podworkers.RetryAfterError{Delay: d, Reason: "back-off"}
+		}
 	}
 	return false, nil
 }

@@ -34,6 +34,9 @@ type imagePuller struct {
 
 	mu       sync.Mutex
 	inflight map[string]*pull
+	// failed is when each image's last pull failed, for the time its
+	// back-off has left.
+	failed map[string]time.Time
 }
 
 type pull struct {
@@ -45,7 +48,8 @@ type pull struct {
 func newImagePuller(images ImageService, recorder record.EventRecorder, clk clock.Clock, timeout time.Duration) *imagePuller {
 	b := flowcontrol.NewBackOffWithJitter(imageBackOffInitial, imageBackOffMax, 0)
 	b.Clock = clk
-	return &imagePuller{images: images, recorder: recorder, clock: clk, timeout: timeout, backOff: b, inflight: map[string]*pull{}}
+	return &imagePuller{images: images, recorder: recorder, clock: clk, timeout: timeout, backOff: b,
+		inflight: map[string]*pull{}, failed: map[string]time.Time{}}
 }
 
 // ensureImage returns the image reference to create the container from, or
@@ -92,6 +96,9 @@ func (p *imagePuller) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	imageRef, err := p.pull(ctx, image, auth, sandbox)
 	if err != nil {
 		p.backOff.Next(backOffKey, p.clock.Now())
+		p.mu.Lock()
+		p.failed[image] = p.clock.Now()
+		p.mu.Unlock()
 		msg := fmt.Sprintf("Failed to pull image %q: %s", image, errMessage(err))
 		p.recorder.Event(ref, v1.EventTypeWarning, "Failed", msg)
 		return "", msg, container.ErrImagePull
@@ -155,4 +162,18 @@ func (p *imagePuller) pullOnce(ctx context.Context, image string, auths []*runti
 		lastErr = err
 	}
 	return "", lastErr
+}
+
+// backOffLeft is how long an image's pull back-off has left.
+func (p *imagePuller) backOffLeft(image string) time.Duration {
+	p.mu.Lock()
+	failed, ok := p.failed[image]
+	p.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	if left := p.backOff.Get(image) - p.clock.Since(failed); left > 0 {
+		return left
+	}
+	return 0
 }

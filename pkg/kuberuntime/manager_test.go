@@ -173,9 +173,12 @@ func TestRestartCountAndCrashLoopBackOff(t *testing.T) {
 	if !res.OnlyBackOff() || res.Error() == nil || !errors.Is(res.Results[len(res.Results)-1].Err, container.ErrCrashLoopBackOff) {
 		t.Fatalf("want a back-off, got %v", res.Error())
 	}
+	if res.RetryAfter() != 10*time.Second {
+		t.Fatalf("retry after %v, want 10s", res.RetryAfter())
+	}
 	f.clock.Step(9 * time.Second)
-	if res := f.sync(t, pod); res.Error() == nil {
-		t.Fatal("restarted before 10 s passed")
+	if res := f.sync(t, pod); res.Error() == nil || res.RetryAfter() != time.Second {
+		t.Fatalf("9 s later: %v, retry after %v (want 1s left)", res.Error(), res.RetryAfter())
 	}
 	f.clock.Step(2 * time.Second)
 	if err := f.sync(t, pod).Error(); err != nil {
@@ -330,6 +333,11 @@ func TestImagePullBackOff(t *testing.T) {
 	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); !errors.Is(err, container.ErrImagePullBackOff) {
 		t.Fatalf("second: %v", err)
 	}
+	f.clock.Step(4 * time.Second)
+	if left := f.m.images.backOffLeft(c.Image); left != 6*time.Second {
+		t.Fatalf("back-off left %v, want 6s", left)
+	}
+	f.clock.Step(-4 * time.Second)
 	f.clock.Step(11 * time.Second)
 	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); err != nil {
 		t.Fatalf("after the back-off: %v", err)

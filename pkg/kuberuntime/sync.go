@@ -2,6 +2,7 @@ package kuberuntime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -97,14 +98,18 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 	start := func(kind containerKind, c *v1.Container) error {
 		r := result.Add(container.StartContainer, c.Name)
 		if kind != kindEphemeral {
-			if msg, err := m.crashLoopBackOff(pod, c, status); err != nil {
+			if msg, left, err := m.crashLoopBackOff(pod, c, status); err != nil {
 				r.Fail(err, msg)
+				r.RetryAfter = left
 				klog.V(4).InfoS("Backing off restarting container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "kind", kind)
 				return err
 			}
 		}
 		if msg, err := m.startContainer(ctx, sandboxID, sandboxCfg, c, pod, status, pullSecrets, podIPs); err != nil {
 			r.Fail(err, msg)
+			if errors.Is(err, container.ErrImagePullBackOff) {
+				r.RetryAfter = m.images.backOffLeft(c.Image)
+			}
 			klog.ErrorS(err, "Failed to start container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "kind", kind, "message", msg)
 			return err
 		}
@@ -131,11 +136,12 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 
 // crashLoopBackOff refuses to restart a container that failed too
 // recently: the delay starts at 10 s, doubles per restart up to 5 min, and
-// is forgotten once the container ran for 10 min.
-func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *container.PodStatus) (string, error) {
+// is forgotten once the container ran for 10 min. It returns how long the
+// back-off has left.
+func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *container.PodStatus) (string, time.Duration, error) {
 	last := status.FindContainerStatusByName(c.Name)
 	if last == nil || last.State != container.StateExited {
-		return "", nil
+		return "", 0, nil
 	}
 	key := fmt.Sprintf("%s_%s_%s_%s", pod.Namespace, pod.Name, pod.UID, c.Name)
 	ts := last.FinishedAt
@@ -143,13 +149,13 @@ func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *contain
 		ts = m.clock.Now()
 	}
 	if m.crashBackOff.IsInBackOffSince(key, ts) {
-		delay := m.crashBackOff.Get(key).Round(time.Second)
-		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", delay, c.Name, pod.Name, pod.Namespace, pod.UID)
+		delay := m.crashBackOff.Get(key)
+		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", delay.Round(time.Second), c.Name, pod.Name, pod.Namespace, pod.UID)
 		m.recorder.Event(containerRef(pod, c), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container "+c.Name+" in pod "+pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")")
-		return msg, container.ErrCrashLoopBackOff
+		return msg, delay - m.clock.Since(ts), container.ErrCrashLoopBackOff
 	}
 	m.crashBackOff.Next(key, ts)
-	return "", nil
+	return "", 0, nil
 }
 
 // ForgetBackOffs drops back-off state no longer needed; housekeeping calls it.

@@ -45,6 +45,7 @@ package podworkers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
 	"sync"
 	"time"
@@ -61,6 +62,18 @@ import (
 // ErrNetworkNotReady classifies sync errors that only need a short wait:
 // the pod network is coming up.
 var ErrNetworkNotReady = errors.New("network is not ready")
+
+// RetryAfterError is what a sync returns when it made all the progress it
+// could and must wait (a container or image back-off): the pod is synced
+// again after Delay. It is not a failure.
+type RetryAfterError struct {
+	Delay  time.Duration
+	Reason string
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("%s: retry in %v", e.Reason, e.Delay.Round(time.Millisecond))
+}
 
 const (
 	// backOffOnNetworkNotReady is the retry delay when the network is not ready.
@@ -497,6 +510,8 @@ func (p *PodWorkers) processWork(ctx context.Context, uid types.UID, w work, las
 	case errors.Is(err, context.Canceled):
 		// Cancelled because an update is waiting: it runs next.
 		klog.V(2).InfoS("Sync exited with context cancellation error", "pod", ref, "podUID", uid, "updateType", w.state)
+	case errors.As(err, new(*RetryAfterError)):
+		klog.V(4).InfoS("Pod is waiting for a back-off", "pod", ref, "podUID", uid, "wait", err)
 	case err != nil:
 		klog.ErrorS(err, "Error syncing pod, skipping", "pod", ref, "podUID", uid, "updateType", w.state)
 	case w.state == TerminatedPod:
@@ -779,12 +794,16 @@ func (p *PodWorkers) requeueLastPodUpdate(uid types.UID, status *podSyncStatus) 
 }
 
 // completeWork schedules the pod's next sync: at once after a phase
-// transition, after the resync interval on success, soon when the network
-// is not ready, after a back-off on other errors.
+// transition, when its back-off ends if it is waiting for one, after the
+// resync interval on success, soon when the network is not ready, after a
+// back-off on other errors.
 func (p *PodWorkers) completeWork(uid types.UID, phaseTransition bool, syncErr error) {
+	var retry *RetryAfterError
 	switch {
 	case phaseTransition:
 		p.workQueue.Enqueue(uid, 0)
+	case errors.As(syncErr, &retry):
+		p.workQueue.Enqueue(uid, retry.Delay)
 	case syncErr == nil:
 		p.workQueue.Enqueue(uid, p.jitter(p.resyncInterval, resyncJitterFactor))
 	case errors.Is(syncErr, ErrNetworkNotReady):

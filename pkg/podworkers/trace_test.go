@@ -97,8 +97,15 @@ func (h *harness) exec(cmd string, args []datadriven.CmdArg) (string, error) {
 		return h.run(), nil
 	case "fail":
 		err := errors.New(a["error"])
-		if a["error"] == "network" {
+		switch {
+		case a["error"] == "network":
 			err = fmt.Errorf("%w: cni not initialized", ErrNetworkNotReady)
+		case strings.HasPrefix(a["error"], "retry-after-"):
+			d, perr := time.ParseDuration(strings.TrimPrefix(a["error"], "retry-after-"))
+			if perr != nil {
+				return "", perr
+			}
+			err = &RetryAfterError{Delay: d, Reason: "back-off"}
 		}
 		h.fail[a["method"]+" "+a["uid"]] = err
 		return "", nil
