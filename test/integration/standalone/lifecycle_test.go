@@ -1,0 +1,380 @@
+package standalone
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+)
+
+// oneShot is a pod whose container runs a shell script once.
+func oneShot(name string, policy v1.RestartPolicy, script string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  restartPolicy: %s
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", %q]
+`, name, policy, testbed.BusyboxImage, script)
+}
+
+// waitPod polls /pods until cond holds for the pod, and returns it.
+func waitPod(t *testing.T, n *testbed.Nodelet, name string, timeout time.Duration, cond func(p *v1.Pod) (bool, string)) *v1.Pod {
+	t.Helper()
+	var pod *v1.Pod
+	testbed.Eventually(t, timeout, func() (bool, string) {
+		p, err := n.Pod(name)
+		if err != nil || p == nil {
+			return false, fmt.Sprintf("pod %s not reported: %v", name, err)
+		}
+		pod = p
+		return cond(p)
+	})
+	return pod
+}
+
+func mainStatus(p *v1.Pod) v1.ContainerStatus {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == "main" {
+			return c
+		}
+	}
+	return v1.ContainerStatus{}
+}
+
+// Every restart policy with a container exiting 0 and exiting 1.
+func TestRestartPolicies(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	type want struct {
+		restarts bool
+		phase    v1.PodPhase // final phase, for pods that do not restart
+	}
+	cases := map[string]struct {
+		policy v1.RestartPolicy
+		exit   int
+		want   want
+	}{
+		"always-0":    {v1.RestartPolicyAlways, 0, want{restarts: true}},
+		"always-1":    {v1.RestartPolicyAlways, 1, want{restarts: true}},
+		"onfailure-0": {v1.RestartPolicyOnFailure, 0, want{phase: v1.PodSucceeded}},
+		"onfailure-1": {v1.RestartPolicyOnFailure, 1, want{restarts: true}},
+		"never-0":     {v1.RestartPolicyNever, 0, want{phase: v1.PodSucceeded}},
+		"never-1":     {v1.RestartPolicyNever, 1, want{phase: v1.PodFailed}},
+	}
+	for name, c := range cases {
+		n.WriteManifest(name+".yaml", oneShot(name, c.policy, fmt.Sprintf("exit %d", c.exit)))
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if c.want.restarts {
+				p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+					return mainStatus(p).RestartCount >= 1, fmt.Sprintf("restart count %d", mainStatus(p).RestartCount)
+				})
+				if p.Status.Phase != v1.PodRunning {
+					t.Errorf("restarting pod is %s, want Running", p.Status.Phase)
+				}
+				return
+			}
+			p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+				return p.Status.Phase == c.want.phase, fmt.Sprintf("phase %s", p.Status.Phase)
+			})
+			cs := mainStatus(p)
+			if cs.RestartCount != 0 || cs.State.Terminated == nil || cs.State.Terminated.ExitCode != int32(c.exit) {
+				t.Fatalf("container status %+v", cs)
+			}
+			// Its worker is done: the sandbox is stopped and no second
+			// instance of the container was ever created.
+			testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+				sbs := n.RuntimeSandboxes(name)
+				return len(sbs) == 1 && sbs[0].State == runtimeapi.PodSandboxState_SANDBOX_NOTREADY, "sandbox still ready"
+			})
+			if cs := n.RuntimeContainers(name); len(cs) != 1 {
+				t.Fatalf("%d container instances, want 1", len(cs))
+			}
+		})
+	}
+}
+
+func initPod(name string, policy v1.RestartPolicy) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  restartPolicy: %s
+  terminationGracePeriodSeconds: 5
+  initContainers:
+  - name: init
+    image: %[3]s
+    command: ["sh", "-c", "exit 3"]
+  containers:
+  - name: main
+    image: %[3]s
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+`, name, policy, testbed.BusyboxImage)
+}
+
+// A failing init container is retried under Always and OnFailure and
+// fails the pod under Never; the app container never starts.
+func TestFailingInitContainer(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	for _, policy := range []v1.RestartPolicy{v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever} {
+		n.WriteManifest(strings.ToLower(string(policy))+".yaml", initPod(strings.ToLower(string(policy)), policy))
+	}
+	for _, policy := range []v1.RestartPolicy{v1.RestartPolicyAlways, v1.RestartPolicyOnFailure} {
+		name := strings.ToLower(string(policy))
+		p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+			return len(p.Status.InitContainerStatuses) == 1 && p.Status.InitContainerStatuses[0].RestartCount >= 1, "init container not restarted"
+		})
+		if p.Status.Phase != v1.PodPending || mainStatus(p).State.Waiting == nil || mainStatus(p).State.Waiting.Reason != "PodInitializing" {
+			t.Errorf("%s: phase %s, app %+v", name, p.Status.Phase, mainStatus(p).State)
+		}
+	}
+	p := waitPod(t, n, "never", podTimeout, func(p *v1.Pod) (bool, string) {
+		return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
+	})
+	if ic := p.Status.InitContainerStatuses[0]; ic.RestartCount != 0 || ic.State.Terminated == nil || ic.State.Terminated.ExitCode != 3 {
+		t.Errorf("init container %+v", ic)
+	}
+	for _, name := range []string{"always", "onfailure", "never"} {
+		for _, c := range n.RuntimeContainers(name) {
+			if c.GetMetadata().GetName() == "main" {
+				t.Errorf("%s: the app container was created although initialisation failed", name)
+			}
+		}
+	}
+}
+
+// Sidecars start in order before later init containers and keep running
+// beside the app containers.
+func TestSidecarOrdering(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	shared := filepath.Join(t.TempDir(), "shared")
+	n.WriteManifest("side.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: side
+spec:
+  terminationGracePeriodSeconds: 5
+  initContainers:
+  - name: proxy
+    image: %[1]s
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'exit 0' TERM; touch /shared/proxy-up; sleep 3600 & wait"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+  - name: setup
+    image: %[1]s
+    command: ["sh", "-c", "test -e /shared/proxy-up && touch /shared/setup-done"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+  containers:
+  - name: main
+    image: %[1]s
+    command: ["sh", "-c", "trap 'exit 0' TERM; test -e /shared/setup-done || exit 1; sleep 3600 & wait"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+  volumes:
+  - name: shared
+    hostPath: {path: %[2]s, type: DirectoryOrCreate}
+`, testbed.BusyboxImage, shared))
+	main := waitRunning(t, n, "side", "main")
+	proxy := n.RunningContainer("side", "proxy")
+	if proxy == nil {
+		t.Fatal("the sidecar does not run beside the app")
+	}
+	var setup *runtimeapi.Container
+	for _, c := range n.RuntimeContainers("side") {
+		if c.GetMetadata().GetName() == "setup" {
+			setup = c
+		}
+	}
+	ps, ss, ms := containerStatus(t, n, proxy.Id), containerStatus(t, n, setup.Id), containerStatus(t, n, main.Id)
+	if ss.ExitCode != 0 || !(ps.StartedAt < ss.StartedAt && ss.FinishedAt <= ms.StartedAt) {
+		t.Fatalf("order: proxy started %d, setup started %d finished %d (exit %d), main started %d",
+			ps.StartedAt, ss.StartedAt, ss.FinishedAt, ss.ExitCode, ms.StartedAt)
+	}
+	if mainStatus(mustPod(t, n, "side")).RestartCount != 0 {
+		t.Fatal("the app container had to restart")
+	}
+}
+
+func mustPod(t *testing.T, n *testbed.Nodelet, name string) *v1.Pod {
+	t.Helper()
+	p, err := n.Pod(name)
+	if err != nil || p == nil {
+		t.Fatalf("pod %s: %v", name, err)
+	}
+	return p
+}
+
+// postStart runs once the container started; preStop runs before it is
+// stopped. Both leave a mark in a hostPath.
+func TestLifecycleHooks(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	marks := filepath.Join(t.TempDir(), "marks")
+	n.WriteManifest("hooks.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: hooks
+spec:
+  terminationGracePeriodSeconds: 10
+  containers:
+  - name: main
+    image: %[1]s
+    command: ["sh", "-c", "trap 'echo term >> /marks/log; exit 0' TERM; echo started >> /marks/log; sleep 3600 & wait"]
+    lifecycle:
+      postStart:
+        exec: {command: ["sh", "-c", "echo poststart >> /marks/log"]}
+      preStop:
+        exec: {command: ["sh", "-c", "echo prestop >> /marks/log"]}
+    volumeMounts: [{name: marks, mountPath: /marks}]
+  volumes:
+  - name: marks
+    hostPath: {path: %[2]s, type: DirectoryOrCreate}
+`, testbed.BusyboxImage, marks))
+	waitRunning(t, n, "hooks", "main")
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join(marks, "log"))
+		return strings.Contains(string(b), "poststart"), fmt.Sprintf("log %q", b)
+	})
+	n.RemoveManifest("hooks.yaml")
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join(marks, "log"))
+		return strings.Contains(string(b), "term"), fmt.Sprintf("log %q", b)
+	})
+	b, _ := os.ReadFile(filepath.Join(marks, "log"))
+	lines := strings.Fields(string(b))
+	pre, term := index(lines, "prestop"), index(lines, "term")
+	if pre < 0 || pre > term {
+		t.Fatalf("preStop did not run before SIGTERM: %v", lines)
+	}
+}
+
+func index(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// A failing postStart hook kills the container with FailedPostStartHook.
+func TestFailingPostStartHook(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("badhook.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: badhook
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+    lifecycle:
+      postStart:
+        exec: {command: ["sh", "-c", "exit 7"]}
+`, testbed.BusyboxImage))
+	waitPod(t, n, "badhook", podTimeout, func(p *v1.Pod) (bool, string) {
+		return mainStatus(p).RestartCount >= 1, fmt.Sprintf("restarts %d", mainStatus(p).RestartCount)
+	})
+	log := n.Log()
+	if !strings.Contains(log, `reason="FailedPostStartHook"`) || !strings.Contains(log, "exited with 7") {
+		t.Fatal("no FailedPostStartHook event with the hook's exit status in the log")
+	}
+}
+
+// A process that ignores SIGTERM is killed when its grace period ends,
+// and not before.
+func TestGracePeriodIsHonoured(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("stubborn.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: stubborn
+spec:
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+`, testbed.BusyboxImage))
+	c := waitRunning(t, n, "stubborn", "main")
+	removed := time.Now()
+	n.RemoveManifest("stubborn.yaml")
+	var st *runtimeapi.ContainerStatus
+	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
+		r, err := cd.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		if err != nil {
+			return false, fmt.Sprintf("container gone before its exit was seen: %v", err)
+		}
+		st = r.Status
+		return st.State == runtimeapi.ContainerState_CONTAINER_EXITED, "still running"
+	})
+	lived := time.Unix(0, st.FinishedAt).Sub(removed)
+	if st.ExitCode != 137 || lived < 3*time.Second || lived > 5*time.Second {
+		t.Fatalf("exit %d after %v: want SIGKILL (137) 3 s after the deletion", st.ExitCode, lived)
+	}
+}
+
+// The termination message comes from the file, or from the log tail with
+// FallbackToLogsOnError.
+func TestTerminationMessage(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("msgfile.yaml", oneShot("msgfile", v1.RestartPolicyNever, "echo -n 'goodbye from the file' > /dev/termination-log; exit 2"))
+	n.WriteManifest("msglog.yaml", strings.Replace(
+		oneShot("msglog", v1.RestartPolicyNever, "echo 'first line'; echo 'last words'; exit 3"),
+		"    command:", "    terminationMessagePolicy: FallbackToLogsOnError\n    command:", 1))
+	for name, want := range map[string]string{"msgfile": "goodbye from the file", "msglog": "first line\nlast words\n"} {
+		p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+			return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
+		})
+		term := mainStatus(p).State.Terminated
+		if term == nil || term.Message != want {
+			t.Errorf("%s: termination %+v, want message %q", name, term, want)
+		}
+	}
+}
+
+// A crash-looping container backs off: restarted at once, then after
+// 10 s, then after 20 s, reporting CrashLoopBackOff while it waits.
+func TestCrashLoopBackOffGrows(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("crash.yaml", oneShot("crash", v1.RestartPolicyAlways, "exit 1"))
+	restartedAt := map[int32]time.Time{}
+	sawBackOff := false
+	waitPod(t, n, "crash", 90*time.Second, func(p *v1.Pod) (bool, string) {
+		cs := mainStatus(p)
+		if _, ok := restartedAt[cs.RestartCount]; !ok {
+			restartedAt[cs.RestartCount] = time.Now()
+		}
+		if w := cs.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+			sawBackOff = true
+		}
+		return cs.RestartCount >= 3, fmt.Sprintf("restart count %d", cs.RestartCount)
+	})
+	if !sawBackOff {
+		t.Error("CrashLoopBackOff was never reported")
+	}
+	first, second := restartedAt[2].Sub(restartedAt[1]), restartedAt[3].Sub(restartedAt[2])
+	t.Logf("restart gaps: %v, %v", first, second)
+	if first < 9*time.Second || second < 19*time.Second || second <= first {
+		t.Fatalf("restart gaps %v then %v: want about 10 s then 20 s", first, second)
+	}
+	// Restarts come when the back-off ends, not at the next resync.
+	if second > 25*time.Second {
+		t.Fatalf("second back-off took %v: the pod waited for a resync", second)
+	}
+}
