@@ -54,6 +54,7 @@ type Runtime interface {
 	GarbageCollect(ctx context.Context, policy kuberuntime.GCPolicy, state kuberuntime.PodState) error
 	RuntimeHealth(ctx context.Context) (runtimeErr, networkErr error)
 	ForgetBackOffs()
+	PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error
 }
 
 // PLEG is the event source and health of the pod lifecycle event generator.
@@ -70,6 +71,9 @@ type Config struct {
 	MaxPods int
 	// HostIPs are the node's addresses, primary first.
 	HostIPs []string
+	// DeadContainersKept is how many dead instances of each container a
+	// live pod keeps, for its last state and logs.
+	DeadContainersKept int
 }
 
 // Deps are the components the core drives.
@@ -112,14 +116,24 @@ type Kubelet struct {
 
 	// syncLoopMonitor is when the sync loop last completed an iteration.
 	syncLoopMonitor atomic.Int64
+	// deadContainers carries pods with a container that just died to the
+	// goroutine that prunes their old dead containers, off the sync loop.
+	deadContainers chan types.UID
 }
+
+const (
+	// deadContainersKept is how many dead instances of each container a
+	// live pod keeps (for its last state and logs).
+	deadContainersKept   = 1
+	deadContainersBuffer = 64
+)
 
 // New builds the core.
 func New(cfg Config, d Deps) *Kubelet {
 	return &Kubelet{
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
-		recorder: d.Recorder, clock: d.Clock,
+		recorder: d.Recorder, clock: d.Clock, deadContainers: make(chan types.UID, deadContainersBuffer),
 	}
 }
 
@@ -187,6 +201,7 @@ func (kl *Kubelet) Healthz() error {
 // Stopping it leaves every pod running.
 func (kl *Kubelet) Run(ctx context.Context, updates <-chan config.PodUpdate) {
 	kl.checkRuntime(ctx)
+	go kl.pruneDeadContainers(ctx)
 	go func() {
 		t := kl.clock.NewTicker(runtimeCheckPeriod)
 		defer t.Stop()
@@ -230,6 +245,25 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 	}
 }
 
+// pruneDeadContainers removes old dead containers of pods whose container
+// just died. A pod whose content may go keeps none.
+func (kl *Kubelet) pruneDeadContainers(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case uid := <-kl.deadContainers:
+			keep := kl.cfg.DeadContainersKept
+			if kl.workers.ShouldPodContentBeRemoved(uid) {
+				keep = 0
+			}
+			if err := kl.runtime.PruneDeadContainers(ctx, uid, keep); err != nil {
+				klog.V(2).InfoS("Failed to remove dead containers", "podUID", uid, "err", err)
+			}
+		}
+	}
+}
+
 // syncLoopIteration handles one event and reports whether to go on.
 func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event) bool {
 	select {
@@ -245,6 +279,12 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.
 		// having reported: cleanup must never act on a half-known set.
 		kl.sources.AddSource(u.Source)
 	case e := <-plegCh:
+		if e.Type == pleg.ContainerDied {
+			select {
+			case kl.deadContainers <- e.ID:
+			default: // housekeeping's garbage collection catches up
+			}
+		}
 		if e.Type != pleg.ContainerRemoved {
 			if pod, ok := kl.pods.podByUID(e.ID); ok {
 				klog.V(2).InfoS("SyncLoop (PLEG): event for pod", "pod", klog.KObj(pod), "podUID", pod.UID, "event", e.Type)
@@ -500,7 +540,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	}
 
 	var errs []error
-	if err := kl.runtime.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: 1}, kl.workers); err != nil {
+	if err := kl.runtime.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: kl.cfg.DeadContainersKept}, kl.workers); err != nil {
 		errs = append(errs, fmt.Errorf("garbage collection: %w", err))
 	}
 	if err := kl.cleanupOrphanedPodDirs(keep, running); err != nil {

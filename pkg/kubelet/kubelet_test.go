@@ -61,8 +61,16 @@ func (w *fakeWorkers) take() []string {
 }
 
 type fakeRuntime struct {
-	pods []*container.Pod
-	gc   int
+	pods   []*container.Pod
+	gc     int
+	pruned chan types.UID
+}
+
+func (r *fakeRuntime) PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error {
+	if r.pruned != nil {
+		r.pruned <- uid
+	}
+	return nil
 }
 
 func (r *fakeRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) { return r.pods, nil }
@@ -93,7 +101,7 @@ func newCore(t *testing.T, maxPods int) *coreFixture {
 	f := &coreFixture{workers: &fakeWorkers{known: map[types.UID]podworkers.PodWorkerSync{}}, runtime: &fakeRuntime{},
 		status: status.New(clk), recorder: record.NewFakeRecorder(100), clock: clk}
 	f.sources = config.New(f.recorder, clk)
-	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), MaxPods: maxPods}, Deps{
+	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), MaxPods: maxPods, DeadContainersKept: 1}, Deps{
 		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
 		Status: f.status, Sources: config.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
 	})
@@ -185,6 +193,15 @@ func TestPLEGEventsSyncKnownPods(t *testing.T) {
 	}
 	if got := strings.Join(f.workers.take(), ";"); got != "sync a" {
 		t.Fatalf("workers got %q", got)
+	}
+	// The died container's pod is handed on for pruning, off the loop.
+	select {
+	case uid := <-f.kl.deadContainers:
+		if uid != "a" {
+			t.Fatalf("pruning %s", uid)
+		}
+	default:
+		t.Fatal("a died container's pod was not queued for pruning")
 	}
 }
 

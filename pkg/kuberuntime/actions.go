@@ -98,6 +98,13 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus) podActions {
 		}
 	}
 
+	// Running containers the spec no longer names must go.
+	for _, s := range status.RunningContainers() {
+		if !inSpec(pod, s.Name) {
+			a.ContainersToKill[s.ID] = containerToKill{name: s.Name, message: fmt.Sprintf("Container %s is not in the pod's spec, stopping it", s.Name)}
+		}
+	}
+
 	if !computeInitActions(pod, status, &a) {
 		// Initialisation failed for good, or is still under way: the app
 		// containers wait.
@@ -273,4 +280,20 @@ func shouldRestart(pod *v1.Pod, s *container.Status) bool {
 
 func succeeded(s *container.Status) bool {
 	return s != nil && s.State == container.StateExited && s.ExitCode == 0
+}
+
+func inSpec(pod *v1.Pod, name string) bool {
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return true
+			}
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return true
+		}
+	}
+	return false
 }

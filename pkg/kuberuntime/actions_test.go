@@ -254,6 +254,10 @@ func TestComputePodActions(t *testing.T) {
 			newPod(always, "a").deleted().pod, func(p *v1.Pod) *container.PodStatus {
 				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 0).s
 			}, want{kill: true}},
+		{"a running container the spec does not name is killed",
+			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).c("stray", R, 0).s
+			}, want{killed: []string{"stray"}}},
 		{"ephemeral container without status starts; one that ran does not",
 			newPod(always, "a").ephemeral("dbg").ephemeral("old").pod, func(p *v1.Pod) *container.PodStatus {
 				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).c("old", E, 0).s

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -67,6 +68,28 @@ func (m *Manager) removePodLeftovers(ctx context.Context, p *container.Pod) erro
 	}
 	klog.V(3).InfoS("Removed the runtime leftovers of a finished pod", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.ID)
 	return nil
+}
+
+// PruneDeadContainers removes one pod's dead containers beyond the newest
+// keep per container (the newest instance of each always stays: it is the
+// container's status). The sync loop calls it when a container dies.
+func (m *Manager) PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error {
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	resp, err := m.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{labelPodUID: string(uid)}},
+	})
+	if err != nil {
+		return err
+	}
+	p := &container.Pod{ID: uid}
+	for _, c := range resp.GetContainers() {
+		p.Containers = append(p.Containers, &container.Container{
+			ID: container.ContainerID{Type: m.runtimeName, ID: c.Id}, Name: c.GetMetadata().GetName(),
+			State: stateFromCRI(c.State), CreatedAt: time.Unix(0, c.CreatedAt),
+		})
+	}
+	return m.pruneDeadContainers(ctx, p, keep)
 }
 
 func (m *Manager) pruneDeadContainers(ctx context.Context, p *container.Pod, keep int) error {

@@ -25,11 +25,13 @@ import (
 // Options is nodelet's resolved configuration: the config file's values
 // with command-line flags applied on top, and defaults for the rest.
 type Options struct {
-	ConfigFile       string
-	Kubeconfig       string
-	RootDir          string
-	HostnameOverride string
-	Config           kubeletv1beta1.KubeletConfiguration
+	// DeadContainersKept is --maximum-dead-containers-per-container.
+	DeadContainersKept int
+	ConfigFile         string
+	Kubeconfig         string
+	RootDir            string
+	HostnameOverride   string
+	Config             kubeletv1beta1.KubeletConfiguration
 }
 
 // Defaults nodelet applies to fields left unset. The v1beta1 package has
@@ -72,6 +74,7 @@ func Parse(args []string) (*Options, error) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig for the API server (cluster mode)")
 	fs.StringVar(&o.RootDir, "root-dir", DefaultRootDir, "directory for nodelet's files (pod directories)")
 	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "node name to use instead of the hostname")
+	fs.IntVar(&o.DeadContainersKept, "maximum-dead-containers-per-container", 1, "dead instances of each container a pod keeps (their last state and logs)")
 	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
 	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
 	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")
@@ -149,6 +152,9 @@ func Parse(args []string) (*Options, error) {
 	setDefaults(c, readOnlySet)
 	if err := validate(c); err != nil {
 		return nil, err
+	}
+	if o.DeadContainersKept < 0 {
+		return nil, fmt.Errorf("--maximum-dead-containers-per-container (%d) must not be negative", o.DeadContainersKept)
 	}
 	return o, nil
 }

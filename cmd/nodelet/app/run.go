@@ -114,6 +114,7 @@ func Run(ctx context.Context, o *Options) error {
 	podConfig := config.New(recorder, clk)
 	core = kubelet.New(kubelet.Config{
 		NodeName: nodeName, RootDir: o.RootDir, MaxPods: int(c.MaxPods), HostIPs: hostIPs,
+		DeadContainersKept: o.DeadContainersKept,
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: workQueue, Runtime: runtime, PLEG: gpleg, Status: statusManager,
 		Sources: config.NewSourcesReady(podConfig.Sources), Recorder: recorder, Clock: clk,
