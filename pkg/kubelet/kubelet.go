@@ -67,8 +67,11 @@ type PLEG interface {
 type Config struct {
 	NodeName string
 	RootDir  string
-	// MaxPods caps how many pods are admitted.
-	MaxPods int
+	// Node describes the node pods are admitted against: its labels and
+	// allocatable resources (including the pod count).
+	Node func() *v1.Node
+	// AllowedUnsafeSysctls are allowed besides the safe set.
+	AllowedUnsafeSysctls []string
 	// HostIPs are the node's addresses, primary first.
 	HostIPs []string
 	// DeadContainersKept is how many dead instances of each container a
@@ -119,6 +122,7 @@ type Kubelet struct {
 	// deadContainers carries pods with a container that just died to the
 	// goroutine that prunes their old dead containers, off the sync loop.
 	deadContainers chan types.UID
+	admission      admission
 }
 
 const (
@@ -134,6 +138,7 @@ func New(cfg Config, d Deps) *Kubelet {
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
 		recorder: d.Recorder, clock: d.Clock, deadContainers: make(chan types.UID, deadContainersBuffer),
+		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls},
 	}
 }
 
@@ -481,8 +486,8 @@ func (kl *Kubelet) activePods(pods []*v1.Pod) []*v1.Pod {
 
 // canAdmitPod decides whether a new pod fits on the node.
 func (kl *Kubelet) canAdmitPod(active []*v1.Pod, pod *v1.Pod) (bool, string, string) {
-	if kl.cfg.MaxPods > 0 && len(active)+1 > kl.cfg.MaxPods {
-		return false, "OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(active), kl.cfg.MaxPods)
+	if r := kl.admission.admit(active, pod); r != nil {
+		return false, r.Reason, r.Message
 	}
 	return true, "", ""
 }

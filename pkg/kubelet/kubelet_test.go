@@ -21,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
+	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
@@ -101,7 +102,9 @@ func newCore(t *testing.T, maxPods int) *coreFixture {
 	f := &coreFixture{workers: &fakeWorkers{known: map[types.UID]podworkers.PodWorkerSync{}}, runtime: &fakeRuntime{},
 		status: status.New(clk), recorder: record.NewFakeRecorder(100), clock: clk}
 	f.sources = config.New(f.recorder, clk)
-	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), MaxPods: maxPods, DeadContainersKept: 1}, Deps{
+	node := nodestatus.Node(nodestatus.Config{NodeName: "n", MaxPods: maxPods},
+		nodestatus.Machine{CPUs: 4, MemoryBytes: 8 << 30, EphemeralStorage: 100 << 30})
+	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), Node: func() *v1.Node { return node }, DeadContainersKept: 1}, Deps{
 		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
 		Status: f.status, Sources: config.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
 	})
@@ -349,5 +352,39 @@ func TestSyncPodWaitingForABackOffAsksToRetryWhenItEnds(t *testing.T) {
 	// The container shows why it waits.
 	if r := s.reasons.get("a")["c"]; !errors.Is(r.err, container.ErrCrashLoopBackOff) {
 		t.Fatalf("reason %v", r.err)
+	}
+}
+
+func TestSoftAdmissionBlocksWithoutStarting(t *testing.T) {
+	clk := testingclock.NewFakeClock(now)
+	rt := fakecri.New(clk, "img")
+	st := status.New(clk)
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: NewContainerOptions(t.TempDir(), "n", nil),
+		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
+	blockAppArmor := func(p *v1.Pod) *Rejection {
+		if wantsAppArmor(p) {
+			return &Rejection{"AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
+		}
+		return nil
+	}
+	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: record.NewFakeRecorder(100),
+		Clock: clk, CanRun: []func(*v1.Pod) *Rejection{blockAppArmor}})
+	p := apiPod("a", "a", now)
+	p.Annotations = map[string]string{appArmorAnnotationPrefix + "c": "runtime/default"}
+	_, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "a"})
+	if err == nil || !strings.Contains(err.Error(), "cannot be run") {
+		t.Fatalf("err %v", err)
+	}
+	got, _ := st.GetPodStatus("a")
+	if got.Phase != v1.PodPending || got.Reason != "AppArmor" || got.ContainerStatuses[0].State.Waiting.Reason != "Blocked" {
+		t.Fatalf("status %+v", got)
+	}
+	if n, _ := rt.Counts(); n != 0 {
+		t.Fatal("a blocked pod got a sandbox")
+	}
+	// Unconfined is not a profile to enforce.
+	p.Annotations[appArmorAnnotationPrefix+"c"] = "unconfined"
+	if _, err := s.SyncPod(context.Background(), podworkers.UpdateSync, p, nil, &container.PodStatus{ID: "a"}); err != nil {
+		t.Fatalf("unconfined pod blocked: %v", err)
 	}
 }

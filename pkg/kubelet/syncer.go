@@ -34,9 +34,12 @@ type statusStore interface {
 
 // SyncerOptions configure the PodSyncer.
 type SyncerOptions struct {
-	Runtime  syncRuntime
-	Status   statusStore
-	Network  func() error
+	Runtime syncRuntime
+	Status  statusStore
+	Network func() error
+	// CanRun are soft admission checks: an admitted pod that fails one is
+	// kept Pending with its containers stopped until it passes.
+	CanRun   []func(*v1.Pod) *Rejection
 	RootDir  string
 	HostIPs  []string
 	Recorder record.EventRecorder
@@ -52,6 +55,7 @@ type PodSyncer struct {
 	runtime  syncRuntime
 	status   statusStore
 	network  func() error
+	canRun   []func(*v1.Pod) *Rejection
 	dirs     podDirs
 	hostIPs  []string
 	recorder record.EventRecorder
@@ -67,7 +71,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 		o.Network = func() error { return nil }
 	}
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
 	}
 }
@@ -98,7 +102,30 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		s.status.SetPodStatus(pod, status)
 		return true, nil
 	}
+	blocked := s.softAdmit(pod)
+	if blocked != nil {
+		status.Phase, status.Reason, status.Message = v1.PodPending, blocked.Reason, blocked.Message
+		for _, list := range [][]v1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses} {
+			for i := range list {
+				if w := list[i].State.Waiting; w != nil {
+					w.Reason = "Blocked"
+				}
+			}
+		}
+	}
 	s.status.SetPodStatus(pod, status)
+	if blocked != nil {
+		// Not runnable for now: stop what runs and try again later; it
+		// may become runnable (this is not termination).
+		if rs == nil {
+			rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
+		}
+		if err := s.runtime.KillPod(ctx, pod, rs.ToRunningPod(), nil); err != nil {
+			s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
+			return false, fmt.Errorf("error killing pod: %w", err)
+		}
+		return false, fmt.Errorf("pod cannot be run: %s", blocked.Message)
+	}
 
 	if err := s.network(); err != nil && !pod.Spec.HostNetwork {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "network is not ready: %v", err)
@@ -126,6 +153,16 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		}
 	}
 	return false, nil
+}
+
+// softAdmit runs the soft admission checks.
+func (s *PodSyncer) softAdmit(pod *v1.Pod) *Rejection {
+	for _, check := range s.canRun {
+		if r := check(pod); r != nil {
+			return r
+		}
+	}
+	return nil
 }
 
 // SyncTerminatingPod stops every container of the pod within its grace

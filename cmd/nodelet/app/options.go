@@ -25,13 +25,15 @@ import (
 // Options is nodelet's resolved configuration: the config file's values
 // with command-line flags applied on top, and defaults for the rest.
 type Options struct {
+	ConfigFile       string
+	Kubeconfig       string
+	RootDir          string
+	HostnameOverride string
 	// DeadContainersKept is --maximum-dead-containers-per-container.
 	DeadContainersKept int
-	ConfigFile         string
-	Kubeconfig         string
-	RootDir            string
-	HostnameOverride   string
-	Config             kubeletv1beta1.KubeletConfiguration
+	// NodeLabels are --node-labels.
+	NodeLabels map[string]string
+	Config     kubeletv1beta1.KubeletConfiguration
 }
 
 // Defaults nodelet applies to fields left unset. The v1beta1 package has
@@ -75,6 +77,7 @@ func Parse(args []string) (*Options, error) {
 	fs.StringVar(&o.RootDir, "root-dir", DefaultRootDir, "directory for nodelet's files (pod directories)")
 	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "node name to use instead of the hostname")
 	fs.IntVar(&o.DeadContainersKept, "maximum-dead-containers-per-container", 1, "dead instances of each container a pod keeps (their last state and logs)")
+	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels for the node, key=value,... (checked by nodeSelector and node affinity)")
 	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
 	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
 	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")

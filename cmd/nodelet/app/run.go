@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -101,7 +102,7 @@ func Run(ctx context.Context, o *Options) error {
 	var core *kubelet.Kubelet
 	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{
 		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,
-		Recorder: recorder, Clock: clk,
+		Recorder: recorder, Clock: clk, CanRun: kubelet.SoftAdmissionChecks(),
 		// The core is built below; no sync runs before it exists.
 		Network: func() error { return core.NetworkError() },
 	})
@@ -112,9 +113,16 @@ func Run(ctx context.Context, o *Options) error {
 	runtime.SetPodState(workers)
 
 	podConfig := config.New(recorder, clk)
+	node, err := describeNode(o, nodeName, hostIPs)
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	core = kubelet.New(kubelet.Config{
-		NodeName: nodeName, RootDir: o.RootDir, MaxPods: int(c.MaxPods), HostIPs: hostIPs,
-		DeadContainersKept: o.DeadContainersKept,
+		NodeName: nodeName, RootDir: o.RootDir, HostIPs: hostIPs,
+		Node:                 func() *v1.Node { return node },
+		AllowedUnsafeSysctls: c.AllowedUnsafeSysctls,
+		DeadContainersKept:   o.DeadContainersKept,
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: workQueue, Runtime: runtime, PLEG: gpleg, Status: statusManager,
 		Sources: config.NewSourcesReady(podConfig.Sources), Recorder: recorder, Clock: clk,
@@ -162,6 +170,37 @@ func Run(ctx context.Context, o *Options) error {
 	<-loopDone
 	klog.InfoS("nodelet stopped; pods keep running")
 	return nil
+}
+
+// describeNode measures the machine and subtracts what is reserved for the
+// system, for nodelet and for hard eviction from what pods may use.
+func describeNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, error) {
+	c := &o.Config
+	m, err := nodestatus.Measure(o.RootDir)
+	if err != nil {
+		return nil, err
+	}
+	evictionHard := c.EvictionHard
+	if evictionHard == nil {
+		evictionHard = nodestatus.DefaultEvictionHard
+	}
+	eviction, err := nodestatus.EvictionReserved(evictionHard, nodestatus.Capacity(m, int(c.MaxPods)))
+	if err != nil {
+		return nil, err
+	}
+	reserved, err := nodestatus.ParseReserved(c.SystemReserved, c.KubeReserved)
+	if err != nil {
+		return nil, err
+	}
+	for name, q := range eviction {
+		cur := reserved[name]
+		cur.Add(q)
+		reserved[name] = cur
+	}
+	return nodestatus.Node(nodestatus.Config{
+		NodeName: nodeName, RootDir: o.RootDir, MaxPods: int(c.MaxPods), Reserved: reserved,
+		Labels: o.NodeLabels, HostIPs: hostIPs,
+	}, m), nil
 }
 
 // nodeIPs finds the node's primary address: the one on the interface of

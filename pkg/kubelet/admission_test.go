@@ -1,0 +1,108 @@
+package kubelet
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/pkg/nodestatus"
+)
+
+func admissionNode(maxPods int) *v1.Node {
+	n := nodestatus.Node(nodestatus.Config{NodeName: "node1", MaxPods: maxPods, Labels: map[string]string{"zone": "a", "gpu": "yes"}},
+		nodestatus.Machine{CPUs: 2, MemoryBytes: 4 << 30, EphemeralStorage: 10 << 30})
+	n.Status.Allocatable["example.com/widget"] = resource.MustParse("2")
+	return n
+}
+
+type podOpt func(*v1.Pod)
+
+func mk(name string, opts ...podOpt) *v1.Pod {
+	p := apiPod(name, name, now)
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func requests(kv ...string) podOpt {
+	return func(p *v1.Pod) {
+		r := v1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			r[v1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		p.Spec.Containers[0].Resources.Requests = r
+	}
+}
+
+func hostPortOpt(port int32, ip string, proto v1.Protocol) podOpt {
+	return func(p *v1.Pod) {
+		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, v1.ContainerPort{ContainerPort: 80, HostPort: port, HostIP: ip, Protocol: proto})
+	}
+}
+
+func TestAdmission(t *testing.T) {
+	a := &admission{node: func() *v1.Node { return admissionNode(3) }, allowedUnsafeSysctls: []string{"kernel.msg*", "net.core.somaxconn"}}
+	big := mk("big", requests("cpu", "1500m", "memory", "1Gi"))
+	tests := []struct {
+		name   string
+		active []*v1.Pod
+		pod    *v1.Pod
+		reason string
+		msg    string
+	}{
+		{"fits", nil, mk("p", requests("cpu", "1", "memory", "1Gi")), "", ""},
+		{"best effort always fits resources", []*v1.Pod{big}, mk("p"), "", ""},
+		{"too many pods", []*v1.Pod{mk("a"), mk("b"), mk("c")}, mk("p"), "OutOfpods", "pods, requested: 1, used: 3, capacity: 3"},
+		{"cpu", []*v1.Pod{big}, mk("p", requests("cpu", "600m")), "OutOfcpu", "cpu, requested: 600, used: 1500, capacity: 2000"},
+		{"memory", nil, mk("p", requests("memory", "5Gi")), "OutOfmemory", "memory, requested: 5368709120"},
+		{"ephemeral storage", nil, mk("p", requests("ephemeral-storage", "20Gi")), "OutOfephemeral-storage", "ephemeral-storage"},
+		{"extended resource", nil, mk("p", requests("example.com/widget", "3")), "OutOfexample.com/widget", "requested: 3"},
+		{"unknown extended resource", nil, mk("p", requests("example.com/gizmo", "1")), "OutOfexample.com/gizmo", "capacity: 0"},
+		{"init container requests count", nil, mk("p", func(p *v1.Pod) {
+			p.Spec.InitContainers = []v1.Container{{Name: "i", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")}}}}
+		}), "OutOfcpu", "requested: 3000"},
+		{"host port free", []*v1.Pod{mk("a", hostPortOpt(8080, "", v1.ProtocolTCP))}, mk("p", hostPortOpt(8081, "", v1.ProtocolTCP)), "", ""},
+		{"host port taken", []*v1.Pod{mk("a", hostPortOpt(8080, "", v1.ProtocolTCP))}, mk("p", hostPortOpt(8080, "", v1.ProtocolTCP)), "NodePorts", "TCP 8080 is used by pod a"},
+		{"host port, other protocol", []*v1.Pod{mk("a", hostPortOpt(53, "", v1.ProtocolUDP))}, mk("p", hostPortOpt(53, "", v1.ProtocolTCP)), "", ""},
+		{"host port, different IPs", []*v1.Pod{mk("a", hostPortOpt(80, "10.0.0.1", v1.ProtocolTCP))}, mk("p", hostPortOpt(80, "10.0.0.2", v1.ProtocolTCP)), "", ""},
+		{"host port, wildcard IP", []*v1.Pod{mk("a", hostPortOpt(80, "10.0.0.1", v1.ProtocolTCP))}, mk("p", hostPortOpt(80, "0.0.0.0", v1.ProtocolTCP)), "NodePorts", ""},
+		{"node name matches", nil, mk("p", func(p *v1.Pod) { p.Spec.NodeName = "node1" }), "", ""},
+		{"bound to another node", nil, mk("p", func(p *v1.Pod) { p.Spec.NodeName = "node2" }), "NodeName", "node2"},
+		{"node selector matches", nil, mk("p", func(p *v1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "a"} }), "", ""},
+		{"node selector does not match", nil, mk("p", func(p *v1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "b"} }), "NodeAffinity", "didn't match"},
+		{"required node affinity", nil, mk("p", func(p *v1.Pod) {
+			p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+				NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "gpu", Operator: v1.NodeSelectorOpDoesNotExist}}}},
+			}}}
+		}), "NodeAffinity", ""},
+		{"pod OS", nil, mk("p", func(p *v1.Pod) { p.Spec.OS = &v1.PodOS{Name: v1.Windows} }), "PodOSNotSupported", "OS field"},
+		{"OS label", nil, mk("p", func(p *v1.Pod) { p.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "windows"} }), "PodOSSelectorNodeLabelDoesNotMatch", ""},
+		{"safe sysctl", nil, mk("p", sysctl("net.ipv4.tcp_syncookies")), "", ""},
+		{"unsafe sysctl", nil, mk("p", sysctl("kernel.panic")), "SysctlForbidden", "kernel.panic"},
+		{"allowed unsafe sysctl", nil, mk("p", sysctl("net.core.somaxconn")), "", ""},
+		{"allowed unsafe sysctl by prefix, slash form", nil, mk("p", sysctl("kernel/msgmax")), "", ""},
+		{"net sysctl with host network", nil, mk("p", sysctl("net.ipv4.tcp_syncookies"), func(p *v1.Pod) { p.Spec.HostNetwork = true }), "SysctlForbidden", "host network"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := a.admit(tc.active, tc.pod)
+			switch {
+			case tc.reason == "" && r != nil:
+				t.Fatalf("rejected: %s: %s", r.Reason, r.Message)
+			case tc.reason != "" && r == nil:
+				t.Fatalf("admitted, want %s", tc.reason)
+			case r != nil && (r.Reason != tc.reason || !strings.Contains(r.Message, tc.msg)):
+				t.Fatalf("got %s: %q, want %s: ...%q...", r.Reason, r.Message, tc.reason, tc.msg)
+			}
+		})
+	}
+}
+
+func sysctl(name string) podOpt {
+	return func(p *v1.Pod) {
+		p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: name, Value: "1"}}}
+	}
+}

@@ -1,0 +1,214 @@
+// Package nodestatus describes the node nodelet runs on: its capacity and
+// allocatable resources measured from the machine, its labels, addresses
+// and system information. Admission checks pods against it; in cluster
+// mode it becomes the Node object nodelet registers and keeps up to date.
+package nodestatus
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Well-known node labels nodelet sets, as the kubelet does.
+const (
+	LabelHostname = "kubernetes.io/hostname"
+	LabelOS       = "kubernetes.io/os"
+	LabelArch     = "kubernetes.io/arch"
+)
+
+// Config is what the node's description depends on besides the machine.
+type Config struct {
+	NodeName string
+	// RootDir's filesystem is the node's ephemeral storage.
+	RootDir string
+	MaxPods int
+	// Reserved is subtracted from capacity: systemReserved, kubeReserved
+	// and the hard eviction thresholds, added up.
+	Reserved v1.ResourceList
+	// Labels are extra labels (--node-labels).
+	Labels  map[string]string
+	HostIPs []string
+}
+
+// Machine is what was measured about the machine.
+type Machine struct {
+	CPUs             int
+	MemoryBytes      int64
+	EphemeralStorage int64
+	KernelVersion    string
+	OSImage          string
+	MachineID        string
+	BootID           string
+}
+
+// Measure reads the machine's resources and identity.
+func Measure(rootDir string) (Machine, error) {
+	m := Machine{CPUs: goruntime.NumCPU()}
+	mem, err := memTotal()
+	if err != nil {
+		return m, err
+	}
+	m.MemoryBytes = mem
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(rootDir, &st); err != nil {
+		return m, fmt.Errorf("measuring the filesystem of %s: %w", rootDir, err)
+	}
+	m.EphemeralStorage = int64(st.Blocks) * st.Bsize
+	m.KernelVersion = readTrimmed("/proc/sys/kernel/osrelease")
+	m.OSImage = osImage()
+	m.MachineID = readTrimmed("/etc/machine-id")
+	m.BootID = readTrimmed("/proc/sys/kernel/random/boot_id")
+	return m, nil
+}
+
+func memTotal() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+}
+
+func readTrimmed(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
+}
+
+func osImage() string {
+	f, err := os.Open("/etc/os-release")
+	if err != nil {
+		return goruntime.GOOS
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return goruntime.GOOS
+}
+
+// Capacity is the machine's resources as the node offers them.
+func Capacity(m Machine, maxPods int) v1.ResourceList {
+	return v1.ResourceList{
+		v1.ResourceCPU:              *resource.NewQuantity(int64(m.CPUs), resource.DecimalSI),
+		v1.ResourceMemory:           *resource.NewQuantity(m.MemoryBytes, resource.BinarySI),
+		v1.ResourceEphemeralStorage: *resource.NewQuantity(m.EphemeralStorage, resource.BinarySI),
+		v1.ResourcePods:             *resource.NewQuantity(int64(maxPods), resource.DecimalSI),
+	}
+}
+
+// Allocatable is capacity minus what is reserved, never below zero.
+func Allocatable(capacity, reserved v1.ResourceList) v1.ResourceList {
+	out := v1.ResourceList{}
+	for name, q := range capacity {
+		a := q.DeepCopy()
+		if r, ok := reserved[name]; ok {
+			a.Sub(r)
+			if a.Sign() < 0 {
+				a = *resource.NewQuantity(0, q.Format)
+			}
+		}
+		out[name] = a
+	}
+	return out
+}
+
+// Node builds the node's description from a measurement.
+func Node(cfg Config, m Machine) *v1.Node {
+	capacity := Capacity(m, cfg.MaxPods)
+	n := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: map[string]string{
+			LabelHostname: cfg.NodeName, LabelOS: goruntime.GOOS, LabelArch: goruntime.GOARCH,
+		}},
+		Status: v1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: Allocatable(capacity, cfg.Reserved),
+			NodeInfo: v1.NodeSystemInfo{
+				MachineID: m.MachineID, BootID: m.BootID, KernelVersion: m.KernelVersion, OSImage: m.OSImage,
+				OperatingSystem: goruntime.GOOS, Architecture: goruntime.GOARCH,
+			},
+		},
+	}
+	for k, v := range cfg.Labels {
+		n.Labels[k] = v
+	}
+	for _, ip := range cfg.HostIPs {
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip})
+	}
+	n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: cfg.NodeName})
+	return n
+}
+
+// ParseReserved adds up resource maps such as systemReserved and
+// kubeReserved ({"cpu": "500m", "memory": "1Gi"}).
+func ParseReserved(maps ...map[string]string) (v1.ResourceList, error) {
+	out := v1.ResourceList{}
+	for _, m := range maps {
+		for k, v := range m {
+			q, err := resource.ParseQuantity(v)
+			if err != nil {
+				return nil, fmt.Errorf("reserved %s=%q: %w", k, v, err)
+			}
+			cur := out[v1.ResourceName(k)]
+			cur.Add(q)
+			out[v1.ResourceName(k)] = cur
+		}
+	}
+	return out, nil
+}
+
+// DefaultEvictionHard is the kubelet's default hard eviction thresholds
+// for the signals that are subtracted from allocatable.
+var DefaultEvictionHard = map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"}
+
+// EvictionReserved turns hard eviction thresholds into the resources they
+// hold back from allocatable: memory.available from memory and
+// nodefs.available from ephemeral storage, as absolute values or
+// percentages of capacity.
+func EvictionReserved(evictionHard map[string]string, capacity v1.ResourceList) (v1.ResourceList, error) {
+	out := v1.ResourceList{}
+	for signal, res := range map[string]v1.ResourceName{"memory.available": v1.ResourceMemory, "nodefs.available": v1.ResourceEphemeralStorage} {
+		v, ok := evictionHard[signal]
+		if !ok {
+			continue
+		}
+		if pct, isPct := strings.CutSuffix(v, "%"); isPct {
+			f, err := strconv.ParseFloat(pct, 64)
+			if err != nil || f < 0 || f > 100 {
+				return nil, fmt.Errorf("evictionHard %s=%q is not a percentage", signal, v)
+			}
+			c := capacity[res]
+			out[res] = *resource.NewQuantity(int64(float64(c.Value())*f/100), resource.BinarySI)
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("evictionHard %s=%q: %w", signal, v, err)
+		}
+		out[res] = q
+	}
+	return out, nil
+}
