@@ -180,8 +180,24 @@ func (c *Containerd) Containers(ctx context.Context) ([]*runtimeapi.Container, e
 }
 
 // RemoveAll stops and removes every sandbox (and with them every
-// container), so the next test starts from an empty runtime.
+// container), so the next test starts from an empty runtime. A stop the
+// runtime is still finishing for a nodelet that just exited can fail
+// transiently, so it tries again until nothing is left.
 func (c *Containerd) RemoveAll(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := c.removeAllOnce(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond) // retry interval
+	}
+}
+
+func (c *Containerd) removeAllOnce(ctx context.Context) error {
 	sbs, err := c.Sandboxes(ctx)
 	if err != nil {
 		return err
@@ -190,6 +206,7 @@ func (c *Containerd) RemoveAll(ctx context.Context) error {
 	for _, sb := range sbs {
 		if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, err)
+			continue
 		}
 		if _, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, err)

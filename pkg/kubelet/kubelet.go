@@ -238,7 +238,7 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 				return
 			case <-kl.clock.After(backOff):
 			}
-			backOff = min(2*backOff, runtimeBackOffMax)
+			backOff = nextRuntimeBackOff(backOff)
 			continue
 		}
 		backOff = runtimeBackOffBase
@@ -268,6 +268,10 @@ func (kl *Kubelet) pruneDeadContainers(ctx context.Context) {
 		}
 	}
 }
+
+// nextRuntimeBackOff doubles the wait while the runtime is unhealthy, up
+// to runtimeBackOffMax.
+func nextRuntimeBackOff(d time.Duration) time.Duration { return min(2*d, runtimeBackOffMax) }
 
 // syncLoopIteration handles one event and reports whether to go on.
 func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event) bool {

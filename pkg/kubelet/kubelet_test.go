@@ -65,6 +65,14 @@ type fakeRuntime struct {
 	pods   []*container.Pod
 	gc     int
 	pruned chan types.UID
+	mu     sync.Mutex
+	health error
+}
+
+func (r *fakeRuntime) setHealth(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.health = err
 }
 
 func (r *fakeRuntime) PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error {
@@ -79,8 +87,12 @@ func (r *fakeRuntime) GarbageCollect(ctx context.Context, p kuberuntime.GCPolicy
 	r.gc++
 	return nil
 }
-func (r *fakeRuntime) RuntimeHealth(ctx context.Context) (error, error) { return nil, nil }
-func (r *fakeRuntime) ForgetBackOffs()                                  {}
+func (r *fakeRuntime) RuntimeHealth(ctx context.Context) (error, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.health, nil
+}
+func (r *fakeRuntime) ForgetBackOffs() {}
 
 type fakePLEG struct{ ch chan *pleg.Event }
 
@@ -386,5 +398,64 @@ func TestSoftAdmissionBlocksWithoutStarting(t *testing.T) {
 	p.Annotations[appArmorAnnotationPrefix+"c"] = "unconfined"
 	if _, err := s.SyncPod(context.Background(), podworkers.UpdateSync, p, nil, &container.PodStatus{ID: "a"}); err != nil {
 		t.Fatalf("unconfined pod blocked: %v", err)
+	}
+}
+
+func TestRuntimeBackOffDoublesUpToFiveSeconds(t *testing.T) {
+	d, got := runtimeBackOffBase, []time.Duration{}
+	for i := 0; i < 8; i++ {
+		got = append(got, d)
+		d = nextRuntimeBackOff(d)
+	}
+	want := "[100ms 200ms 400ms 800ms 1.6s 3.2s 5s 5s]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("back-off %v, want %s", got, want)
+	}
+}
+
+func TestSyncLoopWaitsWhileTheRuntimeIsUnhealthy(t *testing.T) {
+	f := newCore(t, 10)
+	f.runtime.setHealth(errors.New("runtime down"))
+	updates := make(chan config.PodUpdate, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.kl.Run(ctx, updates); close(done) }()
+	defer func() { cancel(); <-done }()
+	updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "file"}
+	// While unhealthy, time passes and nothing is dispatched.
+	for i := 0; i < 20; i++ {
+		waitForWaiter(t, f.clock)
+		f.clock.Step(100 * time.Millisecond)
+	}
+	if got := f.workers.take(); len(got) != 0 {
+		t.Fatalf("dispatched %v while the runtime was down", got)
+	}
+	// Healthy again (seen at the next 5 s check): the update goes through.
+	f.runtime.setHealth(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		waitForWaiter(t, f.clock)
+		f.clock.Step(500 * time.Millisecond)
+		if got := f.workers.take(); len(got) > 0 {
+			if strings.Join(got, ";") != "create a" {
+				t.Fatalf("dispatched %v", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the update was never dispatched once the runtime recovered")
+		}
+	}
+}
+
+// waitForWaiter waits until something waits on the fake clock.
+func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing waits on the clock")
+		}
+		time.Sleep(time.Millisecond) // polling interval
 	}
 }
