@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/pkg/cm"
 )
 
 // Main runs a test package against a private containerd: it builds
@@ -23,6 +25,11 @@ func Main(m *testing.M, cd **Containerd) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if cg, err := cm.New(CgroupRoot(), 0); err == nil {
+		if err := cg.RemoveRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, "removing test cgroups:", err)
+		}
+	}
 	if err := (*cd).Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping test bed:", err)
 		if code == 0 {

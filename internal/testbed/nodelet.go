@@ -99,7 +99,8 @@ containerRuntimeEndpoint: %s
 podLogsDir: %s
 readOnlyPort: %d
 address: 127.0.0.1
-%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, opts.ExtraConfig)
+cgroupRoot: %s
+%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, CgroupRoot(), opts.ExtraConfig)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +131,10 @@ func freePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// CgroupRoot is where the test process's nodelets put pod cgroups, so
+// they never see (and never remove) the node's own pods' cgroups.
+func CgroupRoot() string { return fmt.Sprintf("/nodelet-test-%d", os.Getpid()) }
 
 // Start (re)starts the nodelet process and waits for /healthz.
 func (n *Nodelet) Start() {

@@ -40,7 +40,7 @@ type reason struct {
 // view: container states, the phase, and the conditions the kubelet owns.
 func generateAPIPodStatus(in statusInput) v1.PodStatus {
 	pod := in.pod
-	s := v1.PodStatus{QOSClass: qosClass(pod)}
+	s := v1.PodStatus{QOSClass: podutil.QOSClass(pod)}
 
 	initialized := regularContainerCreated(pod, in.runtime)
 	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, "PodInitializing", true)
@@ -498,41 +498,4 @@ func readyCondition(pod *v1.Pod, conditions []v1.PodCondition, all []v1.Containe
 			Message: fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist or is not true", unready)}
 	}
 	return v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionTrue}
-}
-
-// qosClass classifies a pod: Guaranteed when every container has equal,
-// non-zero cpu and memory requests and limits; BestEffort when none sets
-// any; Burstable otherwise.
-func qosClass(pod *v1.Pod) v1.PodQOSClass {
-	var all []v1.Container
-	all = append(all, pod.Spec.InitContainers...)
-	all = append(all, pod.Spec.Containers...)
-	anySet := false
-	guaranteed := true
-	for i := range all {
-		r := &all[i].Resources
-		for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-			req, hasReq := r.Requests[name]
-			lim, hasLim := r.Limits[name]
-			if (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero()) {
-				anySet = true
-			}
-			if !hasLim || lim.IsZero() {
-				guaranteed = false
-				continue
-			}
-			// A missing request defaults to the limit.
-			if hasReq && req.Cmp(lim) != 0 {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !anySet:
-		return v1.PodQOSBestEffort
-	case guaranteed:
-		return v1.PodQOSGuaranteed
-	default:
-		return v1.PodQOSBurstable
-	}
 }

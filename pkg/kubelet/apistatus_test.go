@@ -267,7 +267,7 @@ func TestQOSClass(t *testing.T) {
 		for i, r := range tc.rs {
 			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: string(rune('a' + i)), Resources: r})
 		}
-		if got := qosClass(p); got != tc.want {
+		if got := podutil.QOSClass(p); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
@@ -77,6 +78,15 @@ type Config struct {
 	// DeadContainersKept is how many dead instances of each container a
 	// live pod keeps, for its last state and logs.
 	DeadContainersKept int
+	// Cgroups is the container manager; nil when cgroupsPerQOS is off.
+	Cgroups Cgroups
+}
+
+// Cgroups is what housekeeping asks of the container manager.
+type Cgroups interface {
+	PodCgroups() (map[types.UID]string, error)
+	Destroy(cgroup string) error
+	UpdateQoS(active []*v1.Pod) error
 }
 
 // Deps are the components the core drives.
@@ -501,7 +511,7 @@ func (kl *Kubelet) rejectPod(pod *v1.Pod, reason, message string) {
 	klog.InfoS("Pod was rejected", "pod", klog.KObj(pod), "podUID", pod.UID, "reason", reason, "message", message)
 	kl.recorder.Event(pod, v1.EventTypeWarning, reason, message)
 	kl.status.SetPodStatus(pod, v1.PodStatus{
-		Phase: v1.PodFailed, Reason: reason, Message: "Pod was rejected: " + message, QOSClass: qosClass(pod),
+		Phase: v1.PodFailed, Reason: reason, Message: "Pod was rejected: " + message, QOSClass: podutil.QOSClass(pod),
 	})
 }
 
@@ -510,6 +520,15 @@ func (kl *Kubelet) rejectPod(pod *v1.Pod, reason, message string) {
 // nobody wants are killed, pods whose worker finished but that are still
 // desired are restarted, and leftovers of finished pods are removed.
 func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
+	// The cgroups are read before the pods: a pod added meanwhile has a
+	// cgroup that is not in this list, rather than one wrongly orphaned.
+	var cgroups map[types.UID]string
+	if kl.cfg.Cgroups != nil {
+		var err error
+		if cgroups, err = kl.cfg.Cgroups.PodCgroups(); err != nil {
+			return fmt.Errorf("listing pod cgroups: %w", err)
+		}
+	}
 	all := kl.pods.pods()
 	byUID := make(map[types.UID]*v1.Pod, len(all))
 	for _, p := range all {
@@ -548,12 +567,21 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		})
 	}
 
+	// Whatever still has something in the runtime keeps its directory and
+	// cgroup until garbage collection removed it.
+	for _, rp := range running {
+		keep[rp.ID] = true
+	}
 	var errs []error
 	if err := kl.runtime.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: kl.cfg.DeadContainersKept}, kl.workers); err != nil {
 		errs = append(errs, fmt.Errorf("garbage collection: %w", err))
 	}
-	if err := kl.cleanupOrphanedPodDirs(keep, running); err != nil {
+	if err := kl.cleanupOrphanedPodDirs(keep); err != nil {
 		errs = append(errs, err)
+	}
+	if kl.cfg.Cgroups != nil {
+		errs = append(errs, kl.cleanupOrphanedPodCgroups(cgroups, keep))
+		errs = append(errs, kl.cfg.Cgroups.UpdateQoS(kl.activePods(all)))
 	}
 	kl.runtime.ForgetBackOffs()
 
@@ -584,9 +612,25 @@ func hasRunning(p *container.Pod) bool {
 	return false
 }
 
+// cleanupOrphanedPodCgroups removes the cgroups of pods that are neither
+// desired, known to the workers, nor running. keep includes all three.
+func (kl *Kubelet) cleanupOrphanedPodCgroups(cgroups map[types.UID]string, keep map[types.UID]bool) error {
+	var errs []error
+	for uid, cg := range cgroups {
+		if keep[uid] {
+			continue
+		}
+		klog.V(3).InfoS("Removing the cgroup of an orphaned pod", "podUID", uid, "cgroup", cg)
+		if err := kl.cfg.Cgroups.Destroy(cg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // cleanupOrphanedPodDirs removes the directories of pods nobody knows any
 // more, but never while anything is still mounted inside one.
-func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool, running []*container.Pod) error {
+func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
 	dir := filepath.Join(kl.cfg.RootDir, "pods")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -594,9 +638,6 @@ func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool, running []*co
 			return nil
 		}
 		return err
-	}
-	for _, rp := range running {
-		keep[rp.ID] = true
 	}
 	mounted, err := mountPoints()
 	if err != nil {

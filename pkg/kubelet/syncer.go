@@ -32,8 +32,18 @@ type statusStore interface {
 	RemoveOrphanedStatuses(keep map[types.UID]bool)
 }
 
+// podCgroups is the container manager as the sync scripts use it.
+type podCgroups interface {
+	Exists(pod *v1.Pod) bool
+	EnsureExists(pod *v1.Pod) error
+	PodCgroup(pod *v1.Pod) string
+	Destroy(cgroup string) error
+}
+
 // SyncerOptions configure the PodSyncer.
 type SyncerOptions struct {
+	// Cgroups manages pod cgroups; nil when cgroupsPerQOS is off.
+	Cgroups podCgroups
 	Runtime syncRuntime
 	Status  statusStore
 	Network func() error
@@ -56,6 +66,7 @@ type PodSyncer struct {
 	status   statusStore
 	network  func() error
 	canRun   []func(*v1.Pod) *Rejection
+	cgroups  podCgroups
 	dirs     podDirs
 	hostIPs  []string
 	recorder record.EventRecorder
@@ -71,7 +82,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 		o.Network = func() error { return nil }
 	}
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
 	}
 }
@@ -131,6 +142,9 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "network is not ready: %v", err)
 		return false, fmt.Errorf("%w: %v", podworkers.ErrNetworkNotReady, err)
 	}
+	if err := s.ensurePodCgroup(ctx, pod, rs, status); err != nil {
+		return false, err
+	}
 	if err := s.makePodDirs(pod.UID); err != nil {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "error making pod data directories: %v", err)
 		return false, err
@@ -153,6 +167,35 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		}
 	}
 	return false, nil
+}
+
+// ensurePodCgroup creates the pod's cgroup. A pod with running containers
+// but no cgroup was started outside the QoS hierarchy (nodelet newly
+// started with cgroups per QoS): it is killed and restarted inside one,
+// except that a RestartPolicy Never pod is not run again.
+func (s *PodSyncer) ensurePodCgroup(ctx context.Context, pod *v1.Pod, rs *container.PodStatus, status v1.PodStatus) error {
+	if s.cgroups == nil || ctx.Err() != nil || s.cgroups.Exists(pod) {
+		return nil
+	}
+	firstSync := true
+	for _, cs := range status.ContainerStatuses {
+		if cs.State.Running != nil {
+			firstSync = false
+		}
+	}
+	if !firstSync && rs != nil {
+		klog.InfoS("Pod runs outside its cgroup; restarting it inside", "pod", klog.KObj(pod), "podUID", pod.UID)
+		if err := s.runtime.KillPod(ctx, pod, rs.ToRunningPod(), nil); err != nil {
+			klog.ErrorS(err, "Failed to kill a pod running outside its cgroup", "pod", klog.KObj(pod), "podUID", pod.UID)
+		} else if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+			return nil
+		}
+	}
+	if err := s.cgroups.EnsureExists(pod); err != nil {
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedToCreatePodContainer", "unable to ensure pod container exists: %v", err)
+		return fmt.Errorf("failed to ensure that the pod: %v cgroups exist and are correctly applied: %w", pod.UID, err)
+	}
+	return nil
 }
 
 // softAdmit runs the soft admission checks.
@@ -224,6 +267,11 @@ func (s *PodSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, rs *cont
 	klog.V(4).InfoS("SyncTerminatedPod enter", "pod", klog.KObj(pod), "podUID", pod.UID)
 	defer klog.V(4).InfoS("SyncTerminatedPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
 	s.status.SetPodStatus(pod, s.apiStatus(pod, rs, true))
+	if s.cgroups != nil {
+		if err := s.cgroups.Destroy(s.cgroups.PodCgroup(pod)); err != nil {
+			return err
+		}
+	}
 	s.status.TerminatePod(pod)
 	s.reasons.remove(pod.UID)
 	return nil

@@ -116,3 +116,40 @@ func DefaultPullPolicy(image string) v1.PullPolicy {
 	}
 	return v1.PullIfNotPresent
 }
+
+// QOSClass classifies a pod: Guaranteed when every container has equal,
+// non-zero cpu and memory requests and limits; BestEffort when none sets
+// any; Burstable otherwise.
+func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	var all []v1.Container
+	all = append(all, pod.Spec.InitContainers...)
+	all = append(all, pod.Spec.Containers...)
+	anySet := false
+	guaranteed := true
+	for i := range all {
+		r := &all[i].Resources
+		for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			req, hasReq := r.Requests[name]
+			lim, hasLim := r.Limits[name]
+			if (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero()) {
+				anySet = true
+			}
+			if !hasLim || lim.IsZero() {
+				guaranteed = false
+				continue
+			}
+			// A missing request defaults to the limit.
+			if hasReq && req.Cmp(lim) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !anySet:
+		return v1.PodQOSBestEffort
+	case guaranteed:
+		return v1.PodQOSGuaranteed
+	default:
+		return v1.PodQOSBurstable
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
@@ -86,6 +87,15 @@ func Run(ctx context.Context, o *Options) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodelet", Host: nodeName})
 
 	statusManager := status.New(clk)
+	node, cgroups, err := setUpNode(o, nodeName, hostIPs)
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
+	var cgroupParent func(*v1.Pod) string
+	if cgroups != nil {
+		cgroupParent = cgroups.PodCgroup
+	}
 	runtime := kuberuntime.New(kuberuntime.Options{
 		Runtime:        runtimeapi.NewRuntimeServiceClient(conn),
 		Images:         runtimeapi.NewImageServiceClient(conn),
@@ -95,17 +105,30 @@ func Run(ctx context.Context, o *Options) error {
 		RuntimeName:    version.RuntimeName,
 		PodLogsDir:     c.PodLogsDir,
 		RequestTimeout: c.RuntimeRequestTimeout.Duration,
+		CgroupParent:   cgroupParent,
 	})
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	workQueue := podworkers.NewWorkQueue(clk)
 
 	var core *kubelet.Kubelet
-	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{
+	syncerOptions := kubelet.SyncerOptions{
 		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,
 		Recorder: recorder, Clock: clk, CanRun: kubelet.SoftAdmissionChecks(),
 		// The core is built below; no sync runs before it exists.
 		Network: func() error { return core.NetworkError() },
-	})
+	}
+	coreConfig := kubelet.Config{
+		NodeName: nodeName, RootDir: o.RootDir, HostIPs: hostIPs,
+		Node:                 func() *v1.Node { return node },
+		AllowedUnsafeSysctls: c.AllowedUnsafeSysctls,
+		DeadContainersKept:   o.DeadContainersKept,
+	}
+	if cgroups != nil {
+		// Only set when there are cgroups: a nil pointer in an interface
+		// would not read as "none".
+		syncerOptions.Cgroups, coreConfig.Cgroups = cgroups, cgroups
+	}
+	syncer := kubelet.NewPodSyncer(syncerOptions)
 	workers := podworkers.New(podworkers.Options{
 		Syncer: syncer, Status: gpleg, WorkQueue: workQueue, Clock: clk,
 		ResyncInterval: c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
@@ -113,17 +136,7 @@ func Run(ctx context.Context, o *Options) error {
 	runtime.SetPodState(workers)
 
 	podConfig := config.New(recorder, clk)
-	node, err := describeNode(o, nodeName, hostIPs)
-	if err != nil {
-		return err
-	}
-	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
-	core = kubelet.New(kubelet.Config{
-		NodeName: nodeName, RootDir: o.RootDir, HostIPs: hostIPs,
-		Node:                 func() *v1.Node { return node },
-		AllowedUnsafeSysctls: c.AllowedUnsafeSysctls,
-		DeadContainersKept:   o.DeadContainersKept,
-	}, kubelet.Deps{
+	core = kubelet.New(coreConfig, kubelet.Deps{
 		Workers: workers, WorkQueue: workQueue, Runtime: runtime, PLEG: gpleg, Status: statusManager,
 		Sources: config.NewSourcesReady(podConfig.Sources), Recorder: recorder, Clock: clk,
 	})
@@ -172,35 +185,54 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-// describeNode measures the machine and subtracts what is reserved for the
-// system, for nodelet and for hard eviction from what pods may use.
-func describeNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, error) {
+// setUpNode measures the machine, works out what pods may use (capacity
+// minus systemReserved, kubeReserved and hard eviction thresholds) and,
+// with cgroupsPerQOS, sets up the QoS cgroups, limited to capacity minus
+// the reservations.
+func setUpNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, *cm.Manager, error) {
 	c := &o.Config
 	m, err := nodestatus.Measure(o.RootDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	capacity := nodestatus.Capacity(m, int(c.MaxPods))
 	evictionHard := c.EvictionHard
 	if evictionHard == nil {
 		evictionHard = nodestatus.DefaultEvictionHard
 	}
-	eviction, err := nodestatus.EvictionReserved(evictionHard, nodestatus.Capacity(m, int(c.MaxPods)))
+	eviction, err := nodestatus.EvictionReserved(evictionHard, capacity)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reserved, err := nodestatus.ParseReserved(c.SystemReserved, c.KubeReserved)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	enforced := nodestatus.Allocatable(capacity, reserved)
 	for name, q := range eviction {
 		cur := reserved[name]
 		cur.Add(q)
 		reserved[name] = cur
 	}
-	return nodestatus.Node(nodestatus.Config{
+	node := nodestatus.Node(nodestatus.Config{
 		NodeName: nodeName, RootDir: o.RootDir, MaxPods: int(c.MaxPods), Reserved: reserved,
 		Labels: o.NodeLabels, HostIPs: hostIPs,
-	}, m), nil
+	}, m)
+	if c.CgroupsPerQOS != nil && !*c.CgroupsPerQOS {
+		return node, nil, nil
+	}
+	var pidsLimit int64
+	if c.PodPidsLimit != nil {
+		pidsLimit = *c.PodPidsLimit
+	}
+	cgroups, err := cm.New(c.CgroupRoot, pidsLimit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cgroups: %w", err)
+	}
+	if err := cgroups.Setup(enforced); err != nil {
+		return nil, nil, fmt.Errorf("setting up the QoS cgroups: %w", err)
+	}
+	return node, cgroups, nil
 }
 
 // nodeIPs finds the node's primary address: the one on the interface of

@@ -1,0 +1,73 @@
+package standalone
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+)
+
+func cgroupFile(controller, cgroup, file string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, cgroup, file))
+	return strings.TrimSpace(string(b)), err
+}
+
+// A pod runs in its own cgroup under its QoS class, with the pod's limits;
+// the cgroup goes with the pod, and one nobody owns is removed.
+func TestPodCgroups(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{ExtraConfig: "podPidsLimit: 500\n"})
+	n.WriteManifest("limited.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: limited
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+    resources:
+      requests: {cpu: 250m, memory: 32Mi}
+      limits: {cpu: 500m, memory: 64Mi}
+`, testbed.BusyboxImage))
+	c := waitRunning(t, n, "limited", "main")
+	p := mustPod(t, n, "limited")
+	if p.Status.QOSClass != "Burstable" {
+		t.Fatalf("QoS %s", p.Status.QOSClass)
+	}
+	podCg := filepath.Join(testbed.CgroupRoot(), "kubepods", "burstable", "pod"+string(p.UID))
+	for _, check := range []struct{ controller, file, want string }{
+		{"cpu", "cpu.shares", "256"},
+		{"cpu", "cpu.cfs_quota_us", "50000"},
+		{"memory", "memory.limit_in_bytes", fmt.Sprint(64 << 20)},
+		{"pids", "pids.max", "500"},
+	} {
+		if got, err := cgroupFile(check.controller, podCg, check.file); err != nil || got != check.want {
+			t.Errorf("pod %s = %q (%v), want %s", check.file, got, err, check.want)
+		}
+	}
+	// The container's cgroup is inside the pod's.
+	if got, err := cgroupFile("memory", filepath.Join(podCg, c.Id), "memory.limit_in_bytes"); err != nil || got != fmt.Sprint(64<<20) {
+		t.Errorf("container memory limit %q (%v)", got, err)
+	}
+
+	// An orphaned pod cgroup is removed by housekeeping.
+	orphan := filepath.Join(testbed.CgroupRoot(), "kubepods", "besteffort", "podorphan-uid")
+	if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup/memory", orphan), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		_, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", orphan))
+		return os.IsNotExist(err), "orphaned cgroup still there"
+	})
+
+	n.RemoveManifest("limited.yaml")
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		_, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", podCg))
+		return os.IsNotExist(err), "the pod's cgroup outlived it"
+	})
+}
