@@ -83,8 +83,9 @@ mkdir -p "$OUT"
 if [ ! -x "$OUT/pause" ] || [ "$ROOT/hack/images/pause.c" -nt "$OUT/pause" ]; then
 	gcc -static -O2 -o "$OUT/pause" "$ROOT/hack/images/pause.c"
 fi
-(cd "$ROOT" && go run ./hack/mkimage -out "$OUT/images.tar.new" -pause "$OUT/pause" -busybox /bin/busybox)
+(cd "$ROOT" && CGO_ENABLED=0 go build -o "$OUT/grpchealth" ./hack/images/grpchealth)
+(cd "$ROOT" && go run ./hack/mkimage -out "$OUT/images.tar.new" -pause "$OUT/pause" -busybox /bin/busybox -grpchealth "$OUT/grpchealth")
 mv "$OUT/images.tar.new" "$OUT/images.tar"
 ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$OUT/images.tar" >/dev/null
-log "images: $(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -E 'pause|busybox' | tr '\n' ' ')"
+log "images: $(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -E 'pause|busybox|grpchealth' | tr '\n' ' ')"
 log "done"

@@ -34,6 +34,8 @@ const (
 	BusyboxLatest = "docker.io/library/busybox:latest"
 	// NonRootImage runs as uid 65534 by default (runAsNonRoot tests).
 	NonRootImage = "docker.io/library/busybox:nonroot"
+	// GRPCHealthImage serves the gRPC health service (probe tests).
+	GRPCHealthImage = "nodelet.test/grpchealth:1"
 )
 
 var epoch = time.Unix(0, 0).UTC()
@@ -50,18 +52,19 @@ func main() {
 	out := flag.String("out", "", "output tarball path")
 	pause := flag.String("pause", "", "path of the static pause binary")
 	busybox := flag.String("busybox", "/bin/busybox", "path of a static busybox binary")
+	grpcHealth := flag.String("grpchealth", "", "path of the static grpchealth binary (optional)")
 	flag.Parse()
 	if *out == "" || *pause == "" {
 		fmt.Fprintln(os.Stderr, "usage: mkimage -out images.tar -pause ./pause [-busybox /bin/busybox]")
 		os.Exit(2)
 	}
-	if err := run(*out, *pause, *busybox); err != nil {
+	if err := run(*out, *pause, *busybox, *grpcHealth); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, pausePath, busyboxPath string) error {
+func run(out, pausePath, busyboxPath, grpcHealthPath string) error {
 	pauseBin, err := os.ReadFile(pausePath)
 	if err != nil {
 		return err
@@ -88,10 +91,23 @@ func run(out, pausePath, busyboxPath string) error {
 		return err
 	}
 
-	refs := map[name.Reference]v1.Image{}
-	for ref, img := range map[string]v1.Image{
+	images := map[string]v1.Image{
 		PauseImage: pauseImg, BusyboxImage: bbImg, BusyboxLatest: bbImg, NonRootImage: nonRootImg,
-	} {
+	}
+	if grpcHealthPath != "" {
+		bin, err := os.ReadFile(grpcHealthPath)
+		if err != nil {
+			return err
+		}
+		files := append(append([]file(nil), bbFiles...), file{name: "grpchealth", mode: 0o755, data: bin})
+		img, err := image(files, v1.Config{Entrypoint: []string{"/grpchealth"}, Env: env})
+		if err != nil {
+			return err
+		}
+		images[GRPCHealthImage] = img
+	}
+	refs := map[name.Reference]v1.Image{}
+	for ref, img := range images {
 		tag, err := name.NewTag(ref)
 		if err != nil {
 			return err

@@ -28,6 +28,8 @@ const (
 	PauseImage   = "registry.k8s.io/pause:3.10"
 	BusyboxImage = "docker.io/library/busybox:1.36"
 	NonRootImage = "docker.io/library/busybox:nonroot"
+	// GRPCHealthImage serves gRPC health (NOT_SERVING while /tmp/unhealthy exists).
+	GRPCHealthImage = "nodelet.test/grpchealth:1"
 )
 
 // RepoRoot is the root of the nodelet source tree.

@@ -38,6 +38,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/prober"
 )
 
 // PodWorkers is what the core asks of the pod workers.
@@ -62,6 +63,12 @@ type Runtime interface {
 type PLEG interface {
 	Watch() <-chan *pleg.Event
 	Healthy() error
+}
+
+// Probes is the prober as the core uses it.
+type Probes interface {
+	Updates() <-chan prober.Update
+	CleanupPods(keep map[types.UID]bool)
 }
 
 // Config is the node-level configuration the core acts on.
@@ -99,6 +106,8 @@ type Deps struct {
 	Sources   *config.SourcesReady
 	Recorder  record.EventRecorder
 	Clock     clock.WithTicker
+	// Probes is nil when nothing is probed.
+	Probes Probes
 }
 
 const (
@@ -125,6 +134,7 @@ type Kubelet struct {
 	sources   *config.SourcesReady
 	recorder  record.EventRecorder
 	clock     clock.WithTicker
+	probes    Probes
 	health    runtimeHealth
 
 	// syncLoopMonitor is when the sync loop last completed an iteration.
@@ -147,7 +157,7 @@ func New(cfg Config, d Deps) *Kubelet {
 	return &Kubelet{
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
-		recorder: d.Recorder, clock: d.Clock, deadContainers: make(chan types.UID, deadContainersBuffer),
+		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, deadContainers: make(chan types.UID, deadContainersBuffer),
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls},
 	}
 }
@@ -239,6 +249,10 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 	housekeeping := kl.clock.NewTicker(housekeepingPeriod)
 	defer housekeeping.Stop()
 	plegCh := kl.pleg.Watch()
+	var probeCh <-chan prober.Update
+	if kl.probes != nil {
+		probeCh = kl.probes.Updates()
+	}
 	backOff := runtimeBackOffBase
 	for {
 		if err := kl.runtimeErrors(); err != nil {
@@ -253,7 +267,7 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 		}
 		backOff = runtimeBackOffBase
 		kl.syncLoopMonitor.Store(kl.clock.Now().UnixNano())
-		if !kl.syncLoopIteration(ctx, updates, syncTicker.C(), housekeeping.C(), plegCh) {
+		if !kl.syncLoopIteration(ctx, updates, syncTicker.C(), housekeeping.C(), plegCh, probeCh) {
 			return
 		}
 		kl.syncLoopMonitor.Store(kl.clock.Now().UnixNano())
@@ -284,7 +298,7 @@ func (kl *Kubelet) pruneDeadContainers(ctx context.Context) {
 func nextRuntimeBackOff(d time.Duration) time.Duration { return min(2*d, runtimeBackOffMax) }
 
 // syncLoopIteration handles one event and reports whether to go on.
-func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event) bool {
+func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event, probeCh <-chan prober.Update) bool {
 	select {
 	case <-ctx.Done():
 		return false
@@ -311,6 +325,13 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.
 			} else {
 				klog.V(4).InfoS("SyncLoop (PLEG): pod does not exist, ignore irrelevant event", "podUID", e.ID, "event", e.Type)
 			}
+		}
+	case u := <-probeCh:
+		// A failed liveness or startup probe restarts the container; a
+		// readiness change (or a passed startup probe) changes the status.
+		if pod, ok := kl.pods.podByUID(u.PodUID); ok {
+			klog.V(2).InfoS("SyncLoop (probe)", "pod", klog.KObj(pod), "podUID", pod.UID, "probe", u.Type, "result", u.Result)
+			kl.HandlePodSyncs([]*v1.Pod{pod})
 		}
 	case <-syncCh:
 		if pods := kl.podsToSync(); len(pods) > 0 {
@@ -544,6 +565,9 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		keep[uid] = true
 	}
 	kl.status.RemoveOrphanedStatuses(keep)
+	if kl.probes != nil {
+		kl.probes.CleanupPods(keep)
+	}
 
 	running, err := kl.runtime.GetPods(ctx)
 	if err != nil {

@@ -204,7 +204,7 @@ func TestPLEGEventsSyncKnownPods(t *testing.T) {
 	plegCh <- &pleg.Event{ID: "a", Type: pleg.ContainerRemoved}
 	plegCh <- &pleg.Event{ID: "unknown", Type: pleg.ContainerStarted}
 	for i := 0; i < 3; i++ {
-		f.kl.syncLoopIteration(context.Background(), nil, nil, nil, plegCh)
+		f.kl.syncLoopIteration(context.Background(), nil, nil, nil, plegCh, nil)
 	}
 	if got := strings.Join(f.workers.take(), ";"); got != "sync a" {
 		t.Fatalf("workers got %q", got)

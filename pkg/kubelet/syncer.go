@@ -40,8 +40,19 @@ type podCgroups interface {
 	Destroy(cgroup string) error
 }
 
+// probes is the prober as the sync scripts use it.
+type probes interface {
+	AddPod(pod *v1.Pod)
+	RemovePod(pod *v1.Pod)
+	StopLivenessAndStartup(pod *v1.Pod)
+	Ready(c *v1.Container, containerID string) bool
+	Started(c *v1.Container, containerID string) bool
+}
+
 // SyncerOptions configure the PodSyncer.
 type SyncerOptions struct {
+	// Probes runs the pods' probes; nil when nothing is probed.
+	Probes probes
 	// Cgroups manages pod cgroups; nil when cgroupsPerQOS is off.
 	Cgroups podCgroups
 	Runtime syncRuntime
@@ -67,6 +78,7 @@ type PodSyncer struct {
 	network  func() error
 	canRun   []func(*v1.Pod) *Rejection
 	cgroups  podCgroups
+	probes   probes
 	dirs     podDirs
 	hostIPs  []string
 	recorder record.EventRecorder
@@ -82,7 +94,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 		o.Network = func() error { return nil }
 	}
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
 	}
 }
@@ -93,10 +105,21 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
 	old, _ := s.status.GetPodStatus(pod.UID)
-	return generateAPIPodStatus(statusInput{
+	in := statusInput{
 		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
 		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs,
-	})
+	}
+	if s.probes != nil {
+		in.ready = func(name string, st *container.Status) bool {
+			c := specContainer(pod, name)
+			return c == nil || s.probes.Ready(c, st.ID.ID)
+		}
+		in.started = func(name string, st *container.Status) bool {
+			c := specContainer(pod, name)
+			return c == nil || s.probes.Started(c, st.ID.ID)
+		}
+	}
+	return generateAPIPodStatus(in)
 }
 
 // SyncPod sets a pod up, in seed 002's order: compute the API status and
@@ -152,6 +175,9 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 	if err := ctx.Err(); err != nil {
 		// Cancelled: the pod workers want it torn down, start nothing new.
 		return false, err
+	}
+	if s.probes != nil {
+		s.probes.AddPod(pod)
 	}
 
 	result := s.runtime.SyncPod(ctx, pod, rs, nil)
@@ -224,9 +250,16 @@ func (s *PodSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, rs *con
 	if rs == nil {
 		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
+	if s.probes != nil {
+		// Nothing may restart a container of a pod being torn down.
+		s.probes.StopLivenessAndStartup(pod)
+	}
 	if err := s.runtime.KillPod(ctx, pod, rs.ToRunningPod(), gracePeriod); err != nil {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
 		return fmt.Errorf("killing pod %s: %w", pod.Name, err)
+	}
+	if s.probes != nil {
+		s.probes.RemovePod(pod)
 	}
 
 	final, err := s.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
@@ -327,4 +360,16 @@ func (c *reasonCache) remove(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, uid)
+}
+
+// specContainer finds a container of the pod's spec by name.
+func specContainer(pod *v1.Pod, name string) *v1.Container {
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
+		}
+	}
+	return nil
 }

@@ -37,6 +37,45 @@ type containerToKill struct {
 	name    string
 	message string
 	reason  string
+	// grace overrides the pod's grace period (a probe's own).
+	grace *int64
+}
+
+// ContainerHealth is what the probes say about container instances.
+type ContainerHealth interface {
+	LivenessFailed(containerID string) bool
+	StartupFailed(containerID string) bool
+	// Started: running and past its startup probe, if it has one.
+	Started(c *v1.Container, containerID string) bool
+}
+
+// noProbes is the health of a node that runs no probes: every running
+// container is alive and started.
+type noProbes struct{}
+
+func (noProbes) LivenessFailed(string) bool         { return false }
+func (noProbes) StartupFailed(string) bool          { return false }
+func (noProbes) Started(*v1.Container, string) bool { return true }
+
+// unhealthy says why a running container whose spec did not change must
+// be restarted anyway, if it must.
+func unhealthy(c *v1.Container, s *container.Status, health ContainerHealth) (containerToKill, bool) {
+	var probe *v1.Probe
+	var what string
+	switch {
+	case health.LivenessFailed(s.ID.ID):
+		probe, what = c.LivenessProbe, "liveness"
+	case health.StartupFailed(s.ID.ID):
+		probe, what = c.StartupProbe, "startup"
+	default:
+		return containerToKill{}, false
+	}
+	k := containerToKill{name: c.Name, message: fmt.Sprintf("Container %s failed %s probe", c.Name, what), reason: "Unhealthy"}
+	if probe != nil && probe.TerminationGracePeriodSeconds != nil {
+		g := *probe.TerminationGracePeriodSeconds
+		k.grace = &g
+	}
+	return k, true
 }
 
 func (a podActions) String() string {
@@ -51,8 +90,11 @@ func (a podActions) String() string {
 }
 
 // computePodActions decides what SyncPod must do to bring the runtime in
-// line with the spec.
-func computePodActions(pod *v1.Pod, status *container.PodStatus) podActions {
+// line with the spec and the probes.
+func computePodActions(pod *v1.Pod, status *container.PodStatus, health ContainerHealth) podActions {
+	if health == nil {
+		health = noProbes{}
+	}
 	createSandbox, attempt, sandboxID := sandboxChanged(pod, status)
 	a := podActions{
 		KillPod:          createSandbox,
@@ -105,7 +147,7 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus) podActions {
 		}
 	}
 
-	if !computeInitActions(pod, status, &a) {
+	if !computeInitActions(pod, status, &a, health) {
 		// Initialisation failed for good, or is still under way: the app
 		// containers wait.
 		return a
@@ -131,6 +173,14 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus) podActions {
 			a.ContainersToStart = append(a.ContainersToStart, i)
 			continue
 		}
+		if k, bad := unhealthy(c, s, health); bad {
+			if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+				k.message += ", will be restarted"
+				a.ContainersToStart = append(a.ContainersToStart, i)
+			}
+			a.ContainersToKill[s.ID] = k
+			continue
+		}
 		keep++
 	}
 
@@ -151,7 +201,7 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus) podActions {
 // starts, and are kept running (restarted when they exit) for the life of
 // the pod. Only containers of the current sandbox count: a new sandbox
 // starts initialisation over.
-func computeInitActions(pod *v1.Pod, status *container.PodStatus, a *podActions) bool {
+func computeInitActions(pod *v1.Pod, status *container.PodStatus, a *podActions, health ContainerHealth) bool {
 	if len(pod.Spec.InitContainers) == 0 {
 		return true
 	}
@@ -181,7 +231,19 @@ func computeInitActions(pod *v1.Pod, status *container.PodStatus, a *podActions)
 				a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Init container %s definition changed, will be restarted", c.Name)}
 				a.InitContainersToStart = append(a.InitContainersToStart, i)
 			case s != nil && s.State == container.StateRunning:
-				// Running: the next init container may start.
+				if k, bad := unhealthy(c, s, health); bad {
+					k.message += ", will be restarted"
+					a.ContainersToKill[s.ID] = k
+					a.InitContainersToStart = append(a.InitContainersToStart, i)
+					if !initialized {
+						return false
+					}
+					continue
+				}
+				if !initialized && !health.Started(c, s.ID.ID) {
+					// Later init containers wait until it has started.
+					return false
+				}
 			case pod.DeletionTimestamp != nil:
 			default:
 				if s != nil && s.State == container.StateUnknown {

@@ -265,7 +265,7 @@ func TestComputePodActions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a := computePodActions(tc.pod, tc.status(tc.pod))
+			a := computePodActions(tc.pod, tc.status(tc.pod), nil)
 			var killed []string
 			for _, k := range a.ContainersToKill {
 				killed = append(killed, k.name)
@@ -297,5 +297,64 @@ func TestHashIgnoresResourcesAndUnsetFields(t *testing.T) {
 	// a new value restarts every running container on upgrade.
 	if h != "fcef7d16" {
 		t.Errorf("hash of a fixed spec changed to %s: upgrading would restart containers", h)
+	}
+}
+
+// fakeHealth fails or holds back the named container instances.
+type fakeHealth struct{ liveness, startup, notStarted map[string]bool }
+
+func (h fakeHealth) LivenessFailed(id string) bool           { return h.liveness[id] }
+func (h fakeHealth) StartupFailed(id string) bool            { return h.startup[id] }
+func (h fakeHealth) Started(c *v1.Container, id string) bool { return !h.notStarted[id] }
+
+func TestComputePodActionsWithProbes(t *testing.T) {
+	R := container.StateRunning
+	grace := int64(3)
+	withProbeGrace := newPod(v1.RestartPolicyAlways, "a").pod
+	withProbeGrace.Spec.Containers[0].LivenessProbe = &v1.Probe{TerminationGracePeriodSeconds: &grace}
+	tests := []struct {
+		name   string
+		pod    *v1.Pod
+		status func(*v1.Pod) *container.PodStatus
+		health fakeHealth
+		start  []int
+		init   []int
+		kill   string
+		grace  *int64
+		// killPod: nothing of the pod runs on, so it stops as a whole.
+		killPod bool
+	}{
+		{"liveness failure restarts", newPod(v1.RestartPolicyAlways, "a").pod, func(p *v1.Pod) *container.PodStatus {
+			return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).s
+		}, fakeHealth{liveness: map[string]bool{"a-id": true}}, []int{0}, nil, "Container a failed liveness probe, will be restarted", nil, false},
+		{"liveness failure under Never stops without restart", newPod(v1.RestartPolicyNever, "a").pod, func(p *v1.Pod) *container.PodStatus {
+			return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).s
+		}, fakeHealth{liveness: map[string]bool{"a-id": true}}, nil, nil, "Container a failed liveness probe", nil, true},
+		{"startup failure restarts", newPod(v1.RestartPolicyOnFailure, "a").pod, func(p *v1.Pod) *container.PodStatus {
+			return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).s
+		}, fakeHealth{startup: map[string]bool{"a-id": true}}, []int{0}, nil, "Container a failed startup probe, will be restarted", nil, false},
+		{"the probe's own grace period", withProbeGrace, func(p *v1.Pod) *container.PodStatus {
+			return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", R, 0).s
+		}, fakeHealth{liveness: map[string]bool{"a-id": true}}, []int{0}, nil, "Container a failed liveness probe, will be restarted", &grace, false},
+		{"a running sidecar not started holds the next init container", newPod(v1.RestartPolicyAlways, "a").sidecar("s").init("i").pod, func(p *v1.Pod) *container.PodStatus {
+			return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).s
+		}, fakeHealth{notStarted: map[string]bool{"s-id": true}}, nil, nil, "", nil, false},
+		{"a sidecar failing liveness is restarted", newPod(v1.RestartPolicyAlways, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
+			return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).c("a", R, 0).s
+		}, fakeHealth{liveness: map[string]bool{"s-id": true}}, nil, []int{0}, "Container s failed liveness probe, will be restarted", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := computePodActions(tc.pod, tc.status(tc.pod), tc.health)
+			var kill string
+			var grace *int64
+			for _, k := range a.ContainersToKill {
+				kill, grace = k.message, k.grace
+			}
+			if !reflect.DeepEqual(a.ContainersToStart, tc.start) || !reflect.DeepEqual(a.InitContainersToStart, tc.init) ||
+				kill != tc.kill || !reflect.DeepEqual(grace, tc.grace) || a.KillPod != tc.killPod {
+				t.Fatalf("got %s (kill %q grace %v)", a, kill, grace)
+			}
+		})
 	}
 }

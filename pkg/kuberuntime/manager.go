@@ -69,6 +69,8 @@ type Options struct {
 	// CgroupParent returns the cgroup a pod's sandbox goes under ("" lets
 	// the runtime choose).
 	CgroupParent func(pod *v1.Pod) string
+	// Health is what the probes say; nil when nothing is probed.
+	Health ContainerHealth
 }
 
 // Manager is the CRI runtime manager.
@@ -81,6 +83,7 @@ type Manager struct {
 	podLogsDir     string
 	requestTimeout time.Duration
 	cgroupParent   func(*v1.Pod) string
+	health         ContainerHealth
 
 	images *imagePuller
 
@@ -125,6 +128,7 @@ func New(o Options) *Manager {
 		podLogsDir:     o.PodLogsDir,
 		requestTimeout: o.RequestTimeout,
 		cgroupParent:   o.CgroupParent,
+		health:         o.Health,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 	}
 	m.crashBackOff.Clock = o.Clock

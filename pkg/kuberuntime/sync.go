@@ -30,7 +30,7 @@ import (
 // can tell a crash-loop back-off from a real failure and the status can name
 // exactly what went wrong.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret) (result container.PodSyncResult) {
-	actions := computePodActions(pod, status)
+	actions := computePodActions(pod, status, m.health)
 	klog.V(3).InfoS("computePodActions", "pod", klog.KObj(pod), "podUID", pod.UID, "actions", actions.String())
 
 	if actions.CreateSandbox && actions.SandboxID != "" {
@@ -49,7 +49,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 		// Step 3.
 		for id, k := range actions.ContainersToKill {
 			r := result.Add(container.KillContainer, k.name)
-			if err := m.killContainer(ctx, pod, id, k.name, k.message, k.reason, nil); err != nil {
+			if err := m.killContainer(ctx, pod, id, k.name, k.message, k.reason, k.grace); err != nil {
 				r.Fail(container.ErrKillContainer, err.Error())
 				klog.ErrorS(err, "Failed to kill container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", k.name)
 				return result

@@ -25,6 +25,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/prober"
 	"github.com/nodelet/nodelet/pkg/server"
 	"github.com/nodelet/nodelet/pkg/status"
 )
@@ -96,8 +97,10 @@ func Run(ctx context.Context, o *Options) error {
 	if cgroups != nil {
 		cgroupParent = cgroups.PodCgroup
 	}
+	runtimeService := runtimeapi.NewRuntimeServiceClient(conn)
+	probes := prober.New(prober.Options{Exec: runtimeService, Status: statusManager, Recorder: recorder, Clock: clk})
 	runtime := kuberuntime.New(kuberuntime.Options{
-		Runtime:        runtimeapi.NewRuntimeServiceClient(conn),
+		Runtime:        runtimeService,
 		Images:         runtimeapi.NewImageServiceClient(conn),
 		Helper:         kubelet.NewContainerOptions(o.RootDir, nodeName, hostIPs),
 		Recorder:       recorder,
@@ -106,6 +109,7 @@ func Run(ctx context.Context, o *Options) error {
 		PodLogsDir:     c.PodLogsDir,
 		RequestTimeout: c.RuntimeRequestTimeout.Duration,
 		CgroupParent:   cgroupParent,
+		Health:         probes,
 	})
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	workQueue := podworkers.NewWorkQueue(clk)
@@ -113,7 +117,7 @@ func Run(ctx context.Context, o *Options) error {
 	var core *kubelet.Kubelet
 	syncerOptions := kubelet.SyncerOptions{
 		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,
-		Recorder: recorder, Clock: clk, CanRun: kubelet.SoftAdmissionChecks(),
+		Recorder: recorder, Clock: clk, CanRun: kubelet.SoftAdmissionChecks(), Probes: probes,
 		// The core is built below; no sync runs before it exists.
 		Network: func() error { return core.NetworkError() },
 	}
@@ -139,6 +143,7 @@ func Run(ctx context.Context, o *Options) error {
 	core = kubelet.New(coreConfig, kubelet.Deps{
 		Workers: workers, WorkQueue: workQueue, Runtime: runtime, PLEG: gpleg, Status: statusManager,
 		Sources: config.NewSourcesReady(podConfig.Sources), Recorder: recorder, Clock: clk,
+		Probes: probes,
 	})
 
 	if c.StaticPodPath != "" {

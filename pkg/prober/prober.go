@@ -1,0 +1,266 @@
+// Package prober runs containers' liveness, readiness and startup probes:
+// the "probe results" channel of the sync loop. SyncPod adds every pod
+// (AddPod); each container probe gets a worker that probes every period
+// once the container runs, applies the thresholds, and publishes changes.
+// The sync loop syncs the pod on a change; the runtime manager restarts a
+// container whose liveness or startup probe failed, and the API status
+// reads readiness and "started" from here. Termination stops liveness and
+// startup probes first, then all of them.
+package prober
+
+import (
+	"math/rand"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Type is a kind of probe.
+type Type int
+
+const (
+	Liveness Type = iota
+	Readiness
+	Startup
+)
+
+func (t Type) String() string {
+	return [...]string{"Liveness", "Readiness", "Startup"}[t]
+}
+
+// Result is what a probe concluded about a container.
+type Result int
+
+const (
+	// Unknown: not probed yet.
+	Unknown Result = iota
+	Success
+	Failure
+)
+
+func (r Result) String() string {
+	return [...]string{"Unknown", "Success", "Failure"}[r]
+}
+
+// Update reports a changed result.
+type Update struct {
+	PodUID      types.UID
+	ContainerID string
+	Type        Type
+	Result      Result
+}
+
+// StatusSource gives the workers the pod's current API status: which
+// container instance runs, since when, and the pod's IP.
+type StatusSource interface {
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+}
+
+// Options configure the prober manager.
+type Options struct {
+	Exec     Executor
+	Status   StatusSource
+	Recorder record.EventRecorder
+	Clock    clock.WithTicker
+	// Jitter returns the random part of a worker's first wait; nil means
+	// uniform in [0, period).
+	Jitter func(period time.Duration) time.Duration
+}
+
+// Manager runs the probe workers and keeps their results.
+type Manager struct {
+	exec     Executor
+	status   StatusSource
+	recorder record.EventRecorder
+	clock    clock.WithTicker
+	jitter   func(time.Duration) time.Duration
+	updates  chan Update
+
+	mu      sync.Mutex
+	workers map[key]*worker
+	results map[Type]map[string]Result // by container ID
+}
+
+type key struct {
+	uid       types.UID
+	container string
+	typ       Type
+}
+
+// updatesBuffer lets workers report without waiting for the sync loop.
+const updatesBuffer = 20
+
+// New returns a prober manager.
+func New(o Options) *Manager {
+	if o.Jitter == nil {
+		o.Jitter = func(p time.Duration) time.Duration { return time.Duration(rand.Int63n(int64(p))) }
+	}
+	return &Manager{
+		exec: o.Exec, status: o.Status, recorder: o.Recorder, clock: o.Clock, jitter: o.Jitter,
+		updates: make(chan Update, updatesBuffer),
+		workers: map[key]*worker{},
+		results: map[Type]map[string]Result{Liveness: {}, Readiness: {}, Startup: {}},
+	}
+}
+
+// Updates is where changed results are published.
+func (m *Manager) Updates() <-chan Update { return m.updates }
+
+// probed lists the containers a pod probes: app containers and sidecars.
+func probed(pod *v1.Pod) []*v1.Container {
+	var out []*v1.Container
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			out = append(out, c)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	return out
+}
+
+func probeOf(c *v1.Container, t Type) *v1.Probe {
+	switch t {
+	case Liveness:
+		return c.LivenessProbe
+	case Readiness:
+		return c.ReadinessProbe
+	default:
+		return c.StartupProbe
+	}
+}
+
+// AddPod starts a worker for every probe of the pod that has none yet.
+func (m *Manager) AddPod(pod *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range probed(pod) {
+		for _, t := range []Type{Liveness, Readiness, Startup} {
+			p := probeOf(c, t)
+			if p == nil {
+				continue
+			}
+			k := key{pod.UID, c.Name, t}
+			if _, ok := m.workers[k]; ok {
+				continue
+			}
+			w := newWorker(m, pod, c.DeepCopy(), t, p.DeepCopy())
+			m.workers[k] = w
+			go w.run()
+		}
+	}
+}
+
+// RemovePod stops every worker of the pod.
+func (m *Manager) RemovePod(pod *v1.Pod) { m.stopWorkers(pod.UID, Liveness, Readiness, Startup) }
+
+// StopLivenessAndStartup stops the probes that could restart a container
+// of a pod being terminated; readiness keeps reporting until it is done.
+func (m *Manager) StopLivenessAndStartup(pod *v1.Pod) { m.stopWorkers(pod.UID, Liveness, Startup) }
+
+func (m *Manager) stopWorkers(uid types.UID, types ...Type) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, w := range m.workers {
+		if k.uid != uid {
+			continue
+		}
+		for _, t := range types {
+			if k.typ == t {
+				w.stop()
+				delete(m.workers, k)
+			}
+		}
+	}
+}
+
+// CleanupPods stops the workers of pods that are not in keep.
+func (m *Manager) CleanupPods(keep map[types.UID]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, w := range m.workers {
+		if !keep[k.uid] {
+			w.stop()
+			delete(m.workers, k)
+		}
+	}
+}
+
+// Workers counts the running workers.
+func (m *Manager) Workers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.workers)
+}
+
+// Result returns a probe's current result for a container instance.
+func (m *Manager) Result(t Type, containerID string) (Result, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.results[t][containerID]
+	return r, ok
+}
+
+// Started reports whether a running container passed its startup probe
+// (containers without one are started as soon as they run).
+func (m *Manager) Started(c *v1.Container, containerID string) bool {
+	if c.StartupProbe == nil {
+		return true
+	}
+	r, _ := m.Result(Startup, containerID)
+	return r == Success
+}
+
+// Ready reports whether a running, started container passes its
+// readiness probe (containers without one are ready once started).
+func (m *Manager) Ready(c *v1.Container, containerID string) bool {
+	if !m.Started(c, containerID) {
+		return false
+	}
+	if c.ReadinessProbe == nil {
+		return true
+	}
+	r, _ := m.Result(Readiness, containerID)
+	return r == Success
+}
+
+// set records a result and reports whether it changed.
+func (m *Manager) set(t Type, containerID string, r Result) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, ok := m.results[t][containerID]
+	m.results[t][containerID] = r
+	return !ok || prev != r
+}
+
+func (m *Manager) forget(t Type, containerID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.results[t], containerID)
+}
+
+func (m *Manager) publish(u Update) {
+	klog.V(2).InfoS("Probe result changed", "podUID", u.PodUID, "containerID", u.ContainerID, "probe", u.Type, "result", u.Result)
+	m.updates <- u
+}
+
+// LivenessFailed reports whether a container instance failed its
+// liveness probe and must be restarted.
+func (m *Manager) LivenessFailed(containerID string) bool {
+	r, _ := m.Result(Liveness, containerID)
+	return r == Failure
+}
+
+// StartupFailed reports whether a container instance failed its startup
+// probe and must be restarted.
+func (m *Manager) StartupFailed(containerID string) bool {
+	r, _ := m.Result(Startup, containerID)
+	return r == Failure
+}

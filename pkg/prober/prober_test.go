@@ -1,0 +1,356 @@
+package prober
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// fakeExec answers ExecSync with the exit codes queued for it (0 when
+// none is left) and counts calls.
+type fakeExec struct {
+	mu    sync.Mutex
+	codes []int32
+	calls int
+}
+
+func (f *fakeExec) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	code := int32(0)
+	if len(f.codes) > 0 {
+		code, f.codes = f.codes[0], f.codes[1:]
+	}
+	return &runtimeapi.ExecSyncResponse{ExitCode: code, Stdout: []byte(fmt.Sprintf("exit %d", code))}, nil
+}
+
+func (f *fakeExec) queue(codes ...int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.codes = append(f.codes, codes...)
+}
+
+func (f *fakeExec) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// fakeStatus serves one pod status the test edits.
+type fakeStatus struct {
+	mu sync.Mutex
+	s  v1.PodStatus
+}
+
+func (f *fakeStatus) GetPodStatus(types.UID) (v1.PodStatus, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return *f.s.DeepCopy(), true
+}
+
+func (f *fakeStatus) run(id string, started time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.s = v1.PodStatus{Phase: v1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []v1.ContainerStatus{{
+		Name: "c", ContainerID: "fake://" + id, State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}},
+	}}}
+}
+
+func (f *fakeStatus) stopContainer() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.s.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1}}
+}
+
+type fixture struct {
+	m      *Manager
+	exec   *fakeExec
+	status *fakeStatus
+	clock  *testingclock.FakeClock
+	events *record.FakeRecorder
+	pod    *v1.Pod
+}
+
+func newFixture(t *testing.T, c v1.Container) *fixture {
+	f := &fixture{exec: &fakeExec{}, status: &fakeStatus{}, clock: testingclock.NewFakeClock(time.Unix(1000, 0)), events: record.NewFakeRecorder(100)}
+	f.m = New(Options{Exec: f.exec, Status: f.status, Recorder: f.events, Clock: f.clock, Jitter: func(time.Duration) time.Duration { return 0 }})
+	c.Name = "c"
+	f.pod = &v1.Pod{}
+	f.pod.UID, f.pod.Name, f.pod.Namespace = "uid", "p", "ns"
+	f.pod.Spec.Containers = []v1.Container{c}
+	f.status.run("c1", f.clock.Now())
+	return f
+}
+
+func (f *fixture) worker(t Type) *worker {
+	c := &f.pod.Spec.Containers[0]
+	return newWorker(f.m, f.pod, c, t, probeOf(c, t))
+}
+
+func execSpec(delay, failures, successes int32) *v1.Probe {
+	return &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"check"}}},
+		InitialDelaySeconds: delay, PeriodSeconds: 1, TimeoutSeconds: 1, FailureThreshold: failures, SuccessThreshold: successes}
+}
+
+// updates drains the published updates as "Type=Result" strings.
+func (f *fixture) updates() []string {
+	var out []string
+	for {
+		select {
+		case u := <-f.m.Updates():
+			out = append(out, fmt.Sprintf("%s=%s", u.Type, u.Result))
+		default:
+			return out
+		}
+	}
+}
+
+func TestReadinessThresholds(t *testing.T) {
+	f := newFixture(t, v1.Container{ReadinessProbe: execSpec(0, 3, 2)})
+	w := f.worker(Readiness)
+	c := &f.pod.Spec.Containers[0]
+	f.exec.queue(0, 0, 1, 1, 1)
+	steps := []struct {
+		ready   bool
+		updates string
+	}{
+		{false, ""},                  // 1st success of 2 needed
+		{true, "Readiness=Success"},  // 2nd: ready
+		{true, ""},                   // 1st failure of 3
+		{true, ""},                   // 2nd
+		{false, "Readiness=Failure"}, // 3rd: not ready
+	}
+	for i, s := range steps {
+		w.probeOnce()
+		if got := f.m.Ready(c, "c1"); got != s.ready {
+			t.Fatalf("step %d: ready %v, want %v", i, got, s.ready)
+		}
+		if got := strings.Join(f.updates(), ","); got != s.updates {
+			t.Fatalf("step %d: updates %q, want %q", i, got, s.updates)
+		}
+	}
+	if e := <-f.events.Events; !strings.Contains(e, "Unhealthy Readiness probe failed: exit 1") {
+		t.Fatalf("event %q", e)
+	}
+	// A stopped container is not ready, at once.
+	f.exec.queue(0, 0)
+	w.probeOnce()
+	w.probeOnce()
+	f.updates()
+	f.status.stopContainer()
+	w.probeOnce()
+	if f.m.Ready(c, "c1") || strings.Join(f.updates(), ",") != "Readiness=Failure" {
+		t.Fatal("a stopped container stayed ready")
+	}
+}
+
+func TestInitialDelay(t *testing.T) {
+	f := newFixture(t, v1.Container{LivenessProbe: execSpec(10, 1, 1)})
+	w := f.worker(Liveness)
+	f.clock.Step(9 * time.Second)
+	w.probeOnce()
+	if f.exec.count() != 0 {
+		t.Fatal("probed during the initial delay")
+	}
+	f.clock.Step(time.Second)
+	w.probeOnce()
+	if f.exec.count() != 1 {
+		t.Fatal("not probed after the initial delay")
+	}
+}
+
+func TestLivenessFailureHoldsUntilANewContainer(t *testing.T) {
+	f := newFixture(t, v1.Container{LivenessProbe: execSpec(0, 1, 1)})
+	w := f.worker(Liveness)
+	if r, _ := f.m.Result(Liveness, "c1"); r != Unknown {
+		t.Fatalf("result before any probe %s", r)
+	}
+	f.exec.queue(1)
+	w.probeOnce()
+	if !f.m.LivenessFailed("c1") || strings.Join(f.updates(), ",") != "Liveness=Failure" {
+		t.Fatal("liveness failure not reported")
+	}
+	w.probeOnce()
+	w.probeOnce()
+	if f.exec.count() != 1 {
+		t.Fatal("kept probing a container that is being restarted")
+	}
+	// The restarted container starts from a clean slate.
+	f.status.run("c2", f.clock.Now())
+	w.probeOnce()
+	if f.exec.count() != 2 || f.m.LivenessFailed("c2") {
+		t.Fatal("the new container was not probed afresh")
+	}
+	if _, ok := f.m.Result(Liveness, "c1"); ok {
+		t.Fatal("the old container's result was kept")
+	}
+}
+
+func TestStartupGatesTheOtherProbes(t *testing.T) {
+	f := newFixture(t, v1.Container{StartupProbe: execSpec(0, 5, 1), LivenessProbe: execSpec(0, 1, 1), ReadinessProbe: execSpec(0, 1, 1)})
+	startup, live, ready := f.worker(Startup), f.worker(Liveness), f.worker(Readiness)
+	c := &f.pod.Spec.Containers[0]
+	f.exec.queue(1) // not started on the first try
+	startup.probeOnce()
+	live.probeOnce()
+	ready.probeOnce()
+	if f.exec.count() != 1 || f.m.Started(c, "c1") || f.m.Ready(c, "c1") {
+		t.Fatal("liveness or readiness probed before the container started")
+	}
+	startup.probeOnce() // passes
+	if !f.m.Started(c, "c1") {
+		t.Fatal("not started after the startup probe passed")
+	}
+	startup.probeOnce() // the startup probe is done
+	live.probeOnce()
+	ready.probeOnce()
+	if f.exec.count() != 4 || !f.m.Ready(c, "c1") {
+		t.Fatalf("%d probes after startup, ready %v", f.exec.count(), f.m.Ready(c, "c1"))
+	}
+}
+
+func TestWorkersStopWithThePod(t *testing.T) {
+	before := runtime.NumGoroutine()
+	f := newFixture(t, v1.Container{LivenessProbe: execSpec(0, 1, 1), ReadinessProbe: execSpec(0, 1, 1), StartupProbe: execSpec(0, 1, 1)})
+	f.m.AddPod(f.pod)
+	f.m.AddPod(f.pod) // idempotent
+	if f.m.Workers() != 3 {
+		t.Fatalf("%d workers", f.m.Workers())
+	}
+	f.m.StopLivenessAndStartup(f.pod)
+	if f.m.Workers() != 1 {
+		t.Fatalf("%d workers after stopping liveness and startup", f.m.Workers())
+	}
+	f.m.CleanupPods(map[types.UID]bool{})
+	if f.m.Workers() != 0 {
+		t.Fatalf("%d workers after cleanup", f.m.Workers())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before", runtime.NumGoroutine(), before)
+		}
+		runtime.Gosched()
+	}
+}
+
+func httpProbeFor(url string, path string) (*v1.Probe, *v1.Container) {
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(url, "http://"))
+	n, _ := strconv.Atoi(port)
+	c := &v1.Container{Name: "c", Ports: []v1.ContainerPort{{Name: "web", ContainerPort: int32(n)}}}
+	return &v1.Probe{TimeoutSeconds: 1, ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+		Host: host, Port: intstr.FromString("web"), Path: path, HTTPHeaders: []v1.HTTPHeader{{Name: "X-Probe", Value: "1"}},
+	}}}, c
+}
+
+func TestHTTPProbe(t *testing.T) {
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	defer other.Close()
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.URL.Path+" "+r.Header.Get("User-Agent")+" "+r.Header.Get("X-Probe"))
+		switch r.URL.Path {
+		case "/ok":
+		case "/moved":
+			http.Redirect(w, r, "/ok", http.StatusFound)
+		case "/away":
+			// Elsewhere: the container answered; that is enough.
+			http.Redirect(w, r, strings.Replace(other.URL, "127.0.0.1", "localhost", 1)+"/x", http.StatusFound)
+		default:
+			w.WriteHeader(503)
+			fmt.Fprint(w, "not yet")
+		}
+	}))
+	defer srv.Close()
+	for path, want := range map[string]bool{"/ok": true, "/moved": true, "/away": true, "/down": false} {
+		p, c := httpProbeFor(srv.URL, path)
+		o := runProbe(context.Background(), nil, p, c, "", "")
+		if o.ok != want {
+			t.Errorf("%s: ok=%v (%s)", path, o.ok, o.output)
+		}
+		if !want && !strings.Contains(o.output, "statuscode: 503") {
+			t.Errorf("%s: output %q", path, o.output)
+		}
+	}
+	if !strings.Contains(seen[0], "kube-probe/") || !strings.HasSuffix(seen[0], " 1") {
+		t.Errorf("request %q: want kube-probe's User-Agent and the header", seen[0])
+	}
+}
+
+func TestTCPProbe(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	c := &v1.Container{Name: "c"}
+	p := &v1.Probe{TimeoutSeconds: 1, ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt(port)}}}
+	if o := runProbe(context.Background(), nil, p, c, "", "127.0.0.1"); !o.ok {
+		t.Fatalf("open port: %s", o.output)
+	}
+	l.Close()
+	if o := runProbe(context.Background(), nil, p, c, "", "127.0.0.1"); o.ok {
+		t.Fatal("closed port passed")
+	}
+}
+
+func TestGRPCProbe(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	go srv.Serve(l)
+	defer srv.Stop()
+	port := int32(l.Addr().(*net.TCPAddr).Port)
+	p := &v1.Probe{TimeoutSeconds: 1, ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: port}}}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	if o := runProbe(context.Background(), nil, p, &v1.Container{}, "", "127.0.0.1"); !o.ok {
+		t.Fatalf("serving: %s", o.output)
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	if o := runProbe(context.Background(), nil, p, &v1.Container{}, "", "127.0.0.1"); o.ok || !strings.Contains(o.output, "NOT_SERVING") {
+		t.Fatalf("not serving: %v %s", o.ok, o.output)
+	}
+}
+
+func TestExecProbeTimeout(t *testing.T) {
+	slow := execFunc(func(ctx context.Context) (*runtimeapi.ExecSyncResponse, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	p := &v1.Probe{TimeoutSeconds: 1, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "9"}}}}
+	start := time.Now()
+	o := runProbe(context.Background(), slow, p, &v1.Container{}, "id", "")
+	if o.ok || !strings.Contains(o.output, "timed out") || time.Since(start) > 3*time.Second {
+		t.Fatalf("%v %q after %v", o.ok, o.output, time.Since(start))
+	}
+}
+
+type execFunc func(ctx context.Context) (*runtimeapi.ExecSyncResponse, error)
+
+func (f execFunc) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+	return f(ctx)
+}
