@@ -437,8 +437,12 @@ func TestSyncLoopWaitsWhileTheRuntimeIsUnhealthy(t *testing.T) {
 		waitForWaiter(t, f.clock)
 		f.clock.Step(500 * time.Millisecond)
 		if got := f.workers.take(); len(got) > 0 {
-			if strings.Join(got, ";") != "create a" {
-				t.Fatalf("dispatched %v", got)
+			// Housekeeping may dispatch the pod a second time within the
+			// same clock step: the fake workers never report it known.
+			for _, g := range got {
+				if g != "create a" {
+					t.Fatalf("dispatched %v", got)
+				}
 			}
 			return
 		}
