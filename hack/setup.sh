@@ -56,7 +56,9 @@ install_file() { # path, content; returns 0 when the file changed
 changed=0
 install_file /etc/containerd/config.toml "$(fill "$ROOT/hack/containerd/config.toml.tmpl" \
 	@ROOT@=/var/lib/containerd @STATE@=/run/containerd @ADDRESS@=$CONTAINERD_SOCK \
-	@CNI_CONF_DIR@=/etc/cni/net.d @CNI_BIN_DIR@=$CNI_BIN_DIR @SANDBOX_IMAGE@=$SANDBOX_IMAGE)" && changed=1
+	@CNI_CONF_DIR@=/etc/cni/net.d @CNI_BIN_DIR@=$CNI_BIN_DIR @SANDBOX_IMAGE@=$SANDBOX_IMAGE \
+	@REGISTRY_CONFIG_DIR@=/etc/containerd/certs.d)" && changed=1
+mkdir -p /etc/containerd/certs.d
 # The CNI file is JSON: the marker cannot be a comment, so it is not added.
 cni=$(fill "$ROOT/hack/containerd/cni.conflist.tmpl" @NETWORK@=nodelet @BRIDGE@=nodelet0 @SUBNET@=10.88.0.0/16 | tail -n +2)
 install_file /etc/cni/net.d/10-nodelet.conflist "$cni" && changed=1
@@ -80,11 +82,13 @@ fi
 
 # 5. Local images: a static pause and busybox, imported into the CRI namespace.
 mkdir -p "$OUT"
-if [ ! -x "$OUT/pause" ] || [ "$ROOT/hack/images/pause.c" -nt "$OUT/pause" ]; then
-	gcc -static -O2 -o "$OUT/pause" "$ROOT/hack/images/pause.c"
-fi
+for prog in pause euid; do
+	if [ ! -x "$OUT/$prog" ] || [ "$ROOT/hack/images/$prog.c" -nt "$OUT/$prog" ]; then
+		gcc -static -O2 -o "$OUT/$prog" "$ROOT/hack/images/$prog.c"
+	fi
+done
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$OUT/grpchealth" ./hack/images/grpchealth)
-(cd "$ROOT" && go run ./hack/mkimage -out "$OUT/images.tar.new" -pause "$OUT/pause" -busybox /bin/busybox -grpchealth "$OUT/grpchealth")
+(cd "$ROOT" && go run ./hack/mkimage -out "$OUT/images.tar.new" -pause "$OUT/pause" -busybox /bin/busybox -grpchealth "$OUT/grpchealth" -euid "$OUT/euid")
 mv "$OUT/images.tar.new" "$OUT/images.tar"
 ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$OUT/images.tar" >/dev/null
 log "images: $(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -E 'pause|busybox|grpchealth' | tr '\n' ' ')"

@@ -53,18 +53,19 @@ func main() {
 	pause := flag.String("pause", "", "path of the static pause binary")
 	busybox := flag.String("busybox", "/bin/busybox", "path of a static busybox binary")
 	grpcHealth := flag.String("grpchealth", "", "path of the static grpchealth binary (optional)")
+	euid := flag.String("euid", "", "path of the static euid binary, installed setuid root (optional)")
 	flag.Parse()
 	if *out == "" || *pause == "" {
 		fmt.Fprintln(os.Stderr, "usage: mkimage -out images.tar -pause ./pause [-busybox /bin/busybox]")
 		os.Exit(2)
 	}
-	if err := run(*out, *pause, *busybox, *grpcHealth); err != nil {
+	if err := run(*out, *pause, *busybox, *grpcHealth, *euid); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, pausePath, busyboxPath, grpcHealthPath string) error {
+func run(out, pausePath, busyboxPath, grpcHealthPath, euidPath string) error {
 	pauseBin, err := os.ReadFile(pausePath)
 	if err != nil {
 		return err
@@ -80,6 +81,13 @@ func run(out, pausePath, busyboxPath, grpcHealthPath string) error {
 	bbFiles, err := busyboxFiles(busyboxPath)
 	if err != nil {
 		return err
+	}
+	if euidPath != "" {
+		bin, err := os.ReadFile(euidPath)
+		if err != nil {
+			return err
+		}
+		bbFiles = append(bbFiles, file{name: "usr/bin/euid", mode: 0o4755, data: bin})
 	}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	bbImg, err := image(bbFiles, v1.Config{Cmd: []string{"sh"}, Env: env})

@@ -44,9 +44,11 @@ type Containerd struct {
 	Address  string
 	Endpoint string
 	CNIConf  string
-	Network  string
-	Bridge   string
-	Subnet   string
+	// RegistryConfig is containerd's hosts.toml directory.
+	RegistryConfig string
+	Network        string
+	Bridge         string
+	Subnet         string
 
 	cmd     *exec.Cmd
 	logFile *os.File
@@ -82,7 +84,7 @@ func StartContainerd(ctx context.Context) (*Containerd, error) {
 	c := &Containerd{
 		Dir:     dir,
 		Address: filepath.Join(dir, "containerd.sock"),
-		CNIConf: filepath.Join(dir, "cni"),
+		CNIConf: filepath.Join(dir, "cni"), RegistryConfig: filepath.Join(dir, "certs.d"),
 		Network: "nodelet-test-" + id,
 		Bridge:  fmt.Sprintf("ntest%d", os.Getpid()%100000),
 		Subnet:  fmt.Sprintf("10.%d.0.0/16", 100+os.Getpid()%100),
@@ -100,7 +102,7 @@ func (c *Containerd) start(ctx context.Context, images string) error {
 	cfg, err := fill(filepath.Join(hack, "config.toml.tmpl"), map[string]string{
 		"@ROOT@": filepath.Join(c.Dir, "root"), "@STATE@": filepath.Join(c.Dir, "state"),
 		"@ADDRESS@": c.Address, "@CNI_CONF_DIR@": c.CNIConf, "@CNI_BIN_DIR@": "/usr/lib/cni",
-		"@SANDBOX_IMAGE@": PauseImage,
+		"@SANDBOX_IMAGE@": PauseImage, "@REGISTRY_CONFIG_DIR@": c.RegistryConfig,
 	})
 	if err != nil {
 		return err
@@ -111,8 +113,10 @@ func (c *Containerd) start(ctx context.Context, images string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(c.CNIConf, 0o755); err != nil {
-		return err
+	for _, d := range []string{c.CNIConf, c.RegistryConfig} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
 	}
 	cfgPath := filepath.Join(c.Dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
