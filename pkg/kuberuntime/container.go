@@ -69,7 +69,8 @@ func fieldPath(pod *v1.Pod, name string) string {
 // Waiting reason, and the details as the message.
 func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig, c *v1.Container, pod *v1.Pod, podStatus *container.PodStatus, pullSecrets []v1.Secret, podIPs []string) (string, error) {
 	ref := containerRef(pod, c)
-	imageRef, msg, err := m.images.ensureImage(ctx, pod, c, authConfigs(c.Image, pullSecrets), sandboxCfg)
+	auths := authConfigs(c.Image, secretCredentials(pullSecrets), nodeCredentials(m.keyringDir))
+	imageRef, msg, err := m.images.ensureImage(ctx, pod, c, auths, sandboxCfg)
 	if err != nil {
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return msg, err
@@ -153,8 +154,11 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		return nil, fmt.Errorf("creating log directory: %w", err)
 	}
 
-	linux, err := linuxContainerConfig(pod, c)
+	linux, err := linuxContainerConfig(pod, c, m.memoryCapacity)
 	if err != nil {
+		return nil, err
+	}
+	if err := verifyRunAsNonRoot(pod, c, linux.SecurityContext, m.images.image(ctx, imageRef)); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.ContainerConfig{

@@ -32,6 +32,10 @@ type imagePuller struct {
 	timeout  time.Duration
 	backOff  *flowcontrol.Backoff
 
+	// slots caps concurrent pulls (serializeImagePulls, maxParallelImagePulls);
+	// nil means no cap.
+	slots chan struct{}
+
 	mu       sync.Mutex
 	inflight map[string]*pull
 	// failed is when each image's last pull failed, for the time its
@@ -45,11 +49,15 @@ type pull struct {
 	err  error
 }
 
-func newImagePuller(images ImageService, recorder record.EventRecorder, clk clock.Clock, timeout time.Duration) *imagePuller {
+func newImagePuller(images ImageService, recorder record.EventRecorder, clk clock.Clock, timeout time.Duration, maxParallel int) *imagePuller {
 	b := flowcontrol.NewBackOffWithJitter(imageBackOffInitial, imageBackOffMax, 0)
 	b.Clock = clk
-	return &imagePuller{images: images, recorder: recorder, clock: clk, timeout: timeout, backOff: b,
+	p := &imagePuller{images: images, recorder: recorder, clock: clk, timeout: timeout, backOff: b,
 		inflight: map[string]*pull{}, failed: map[string]time.Time{}}
+	if maxParallel > 0 {
+		p.slots = make(chan struct{}, maxParallel)
+	}
+	return p
 }
 
 // ensureImage returns the image reference to create the container from, or
@@ -139,7 +147,17 @@ func (p *imagePuller) pull(ctx context.Context, image string, auth []*runtimeapi
 	p.inflight[image] = call
 	p.mu.Unlock()
 
-	call.ref, call.err = p.pullOnce(ctx, image, auth, sandbox)
+	if p.slots != nil {
+		select {
+		case p.slots <- struct{}{}:
+			call.ref, call.err = p.pullOnce(ctx, image, auth, sandbox)
+			<-p.slots
+		case <-ctx.Done():
+			call.err = ctx.Err()
+		}
+	} else {
+		call.ref, call.err = p.pullOnce(ctx, image, auth, sandbox)
+	}
 	p.mu.Lock()
 	delete(p.inflight, image)
 	p.mu.Unlock()
@@ -176,4 +194,15 @@ func (p *imagePuller) backOffLeft(image string) time.Duration {
 		return left
 	}
 	return 0
+}
+
+// image describes a present image (nil when unknown).
+func (p *imagePuller) image(ctx context.Context, ref string) *runtimeapi.Image {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	resp, err := p.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	if err != nil {
+		return nil
+	}
+	return resp.GetImage()
 }

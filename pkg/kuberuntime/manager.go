@@ -71,6 +71,13 @@ type Options struct {
 	CgroupParent func(pod *v1.Pod) string
 	// Health is what the probes say; nil when nothing is probed.
 	Health ContainerHealth
+	// KeyringDir holds the node's own registry credentials (config.json
+	// or .dockercfg), as the kubelet's root directory does.
+	KeyringDir string
+	// MaxParallelPulls caps concurrent image pulls; 0 means no cap.
+	MaxParallelPulls int
+	// MemoryCapacity is the node's memory, for OOM score adjustments.
+	MemoryCapacity int64
 }
 
 // Manager is the CRI runtime manager.
@@ -84,8 +91,11 @@ type Manager struct {
 	requestTimeout time.Duration
 	cgroupParent   func(*v1.Pod) string
 	health         ContainerHealth
+	keyringDir     string
+	memoryCapacity int64
 
-	images *imagePuller
+	images       *imagePuller
+	imageRecords imageRecords
 
 	// crashBackOff delays restarts of failing containers: 10 s doubling
 	// to 5 min, forgotten after 10 min of good behaviour.
@@ -129,10 +139,12 @@ func New(o Options) *Manager {
 		requestTimeout: o.RequestTimeout,
 		cgroupParent:   o.CgroupParent,
 		health:         o.Health,
+		keyringDir:     o.KeyringDir,
+		memoryCapacity: o.MemoryCapacity,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 	}
 	m.crashBackOff.Clock = o.Clock
-	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout)
+	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout, o.MaxParallelPulls)
 	return m
 }
 

@@ -6,6 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // CFS period the kubelet uses; quota is expressed against it.
@@ -13,9 +15,11 @@ const cpuPeriodMicros = 100000
 
 // linuxContainerConfig translates a container's resources and security
 // context, pod-level settings filling in what the container leaves unset.
-func linuxContainerConfig(pod *v1.Pod, c *v1.Container) (*runtimeapi.LinuxContainerConfig, error) {
+func linuxContainerConfig(pod *v1.Pod, c *v1.Container, memoryCapacity int64) (*runtimeapi.LinuxContainerConfig, error) {
+	res := linuxResources(c)
+	res.OomScoreAdj = oomScoreAdj(pod, c, memoryCapacity)
 	lc := &runtimeapi.LinuxContainerConfig{
-		Resources: linuxResources(c),
+		Resources: res,
 		SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 			NamespaceOptions: namespaceOptions(pod),
 		},
@@ -163,4 +167,65 @@ func milliCPUToQuota(milli int64) int64 {
 		return minQuotaMicro
 	}
 	return q
+}
+
+// OOM score adjustments by QoS class, as upstream sets them: Guaranteed
+// pods are killed last, BestEffort first, Burstable in between by how much
+// memory they asked for. The runtime may raise what it cannot grant (this
+// VM's containerd restricts adjustments below its own).
+const (
+	guaranteedOOMScoreAdj = -997
+	bestEffortOOMScoreAdj = 1000
+)
+
+func oomScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int64 {
+	switch podutil.QOSClass(pod) {
+	case v1.PodQOSGuaranteed:
+		return guaranteedOOMScoreAdj
+	case v1.PodQOSBestEffort:
+		return bestEffortOOMScoreAdj
+	}
+	if memoryCapacity <= 0 {
+		return bestEffortOOMScoreAdj - 1
+	}
+	req := c.Resources.Requests[v1.ResourceMemory]
+	adj := 1000 - 1000*req.Value()/memoryCapacity
+	// Never as protected as Guaranteed, never as exposed as BestEffort.
+	if adj < 1000+guaranteedOOMScoreAdj {
+		return 1000 + guaranteedOOMScoreAdj
+	}
+	if adj >= bestEffortOOMScoreAdj {
+		return bestEffortOOMScoreAdj - 1
+	}
+	return adj
+}
+
+// verifyRunAsNonRoot refuses to run as root a container that must not:
+// by its runAsUser, or by the image's user when it sets none.
+func verifyRunAsNonRoot(pod *v1.Pod, c *v1.Container, sc *runtimeapi.LinuxContainerSecurityContext, image *runtimeapi.Image) error {
+	nonRoot := false
+	if pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsNonRoot != nil {
+		nonRoot = *pod.Spec.SecurityContext.RunAsNonRoot
+	}
+	if c.SecurityContext != nil && c.SecurityContext.RunAsNonRoot != nil {
+		nonRoot = *c.SecurityContext.RunAsNonRoot
+	}
+	if !nonRoot {
+		return nil
+	}
+	if sc.RunAsUser != nil {
+		if sc.RunAsUser.Value == 0 {
+			return fmt.Errorf("container's runAsUser breaks non-root policy (pod: %q, container: %s)", podutil.Ref(pod), c.Name)
+		}
+		return nil
+	}
+	switch {
+	case image == nil:
+		return fmt.Errorf("container has runAsNonRoot and the image's user is unknown (pod: %q, container: %s)", podutil.Ref(pod), c.Name)
+	case image.Uid != nil && image.Uid.Value == 0, image.Uid == nil && (image.Username == "" || image.Username == "root"):
+		return fmt.Errorf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", podutil.Ref(pod), c.Name)
+	case image.Uid == nil:
+		return fmt.Errorf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root (pod: %q, container: %s)", image.Username, podutil.Ref(pod), c.Name)
+	}
+	return nil
 }

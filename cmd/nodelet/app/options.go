@@ -33,7 +33,12 @@ type Options struct {
 	DeadContainersKept int
 	// NodeLabels are --node-labels.
 	NodeLabels map[string]string
-	Config     kubeletv1beta1.KubeletConfiguration
+	// PodInfraContainerImage is the sandbox image, pinned against image
+	// garbage collection (the runtime chooses which image it uses).
+	PodInfraContainerImage string
+	// ImageGCPeriod is how often image garbage collection runs.
+	ImageGCPeriod time.Duration
+	Config        kubeletv1beta1.KubeletConfiguration
 }
 
 // Defaults nodelet applies to fields left unset. The v1beta1 package has
@@ -47,6 +52,7 @@ const (
 	DefaultReadOnlyPort    = 10255
 	DefaultPort            = 10250
 	DefaultMaxPods         = 110
+	DefaultSandboxImage    = "registry.k8s.io/pause:3.10"
 )
 
 // flagValues holds the flags that override config file fields.
@@ -78,6 +84,8 @@ func Parse(args []string) (*Options, error) {
 	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "node name to use instead of the hostname")
 	fs.IntVar(&o.DeadContainersKept, "maximum-dead-containers-per-container", 1, "dead instances of each container a pod keeps (their last state and logs)")
 	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels for the node, key=value,... (checked by nodeSelector and node affinity)")
+	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", DefaultSandboxImage, "the runtime's sandbox image, never garbage collected")
+	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")
 	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
 	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
 	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")
@@ -247,6 +255,21 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 	if c.RuntimeRequestTimeout.Duration == 0 {
 		c.RuntimeRequestTimeout.Duration = 2 * time.Minute
 	}
+	if c.ImageGCHighThresholdPercent == nil {
+		high := int32(85)
+		c.ImageGCHighThresholdPercent = &high
+	}
+	if c.ImageGCLowThresholdPercent == nil {
+		low := int32(80)
+		c.ImageGCLowThresholdPercent = &low
+	}
+	if c.ImageMinimumGCAge.Duration == 0 {
+		c.ImageMinimumGCAge.Duration = 2 * time.Minute
+	}
+	if c.SerializeImagePulls == nil {
+		serialize := true
+		c.SerializeImagePulls = &serialize
+	}
 }
 
 func validate(c *kubeletv1beta1.KubeletConfiguration) error {
@@ -272,6 +295,13 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 		if p < 0 || p > 65535 {
 			errs = append(errs, fmt.Errorf("%s (%d) must be between 0 and 65535", name, p))
 		}
+	}
+	high, low := *c.ImageGCHighThresholdPercent, *c.ImageGCLowThresholdPercent
+	if high < 0 || high > 100 || low < 0 || low > 100 || low > high {
+		errs = append(errs, fmt.Errorf("imageGCHighThresholdPercent (%d) and imageGCLowThresholdPercent (%d) must be percentages with low <= high", high, low))
+	}
+	if p := c.MaxParallelImagePulls; p != nil && *p < 1 {
+		errs = append(errs, fmt.Errorf("maxParallelImagePulls (%d) must be at least 1", *p))
 	}
 	switch c.CgroupDriver {
 	case "cgroupfs":

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/cm"
@@ -110,6 +111,10 @@ func Run(ctx context.Context, o *Options) error {
 		RequestTimeout: c.RuntimeRequestTimeout.Duration,
 		CgroupParent:   cgroupParent,
 		Health:         probes,
+		KeyringDir:     o.RootDir,
+		MemoryCapacity: memoryCapacity(node),
+		// Pulls are serialised unless told otherwise, as upstream does.
+		MaxParallelPulls: maxParallelPulls(c),
 	})
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	workQueue := podworkers.NewWorkQueue(clk)
@@ -171,6 +176,10 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	go gpleg.Run(ctx)
+	go runtime.RunImageGC(ctx, kuberuntime.ImageGCPolicy{
+		HighThresholdPercent: int(*c.ImageGCHighThresholdPercent), LowThresholdPercent: int(*c.ImageGCLowThresholdPercent),
+		MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{o.PodInfraContainerImage},
+	}, o.ImageGCPeriod)
 	// Relist as soon as a container changes, not only every second.
 	go runtime.WatchContainerChanges(ctx, containerPollPeriod, gpleg.Trigger)
 	loopDone := make(chan struct{})
@@ -188,6 +197,22 @@ func Run(ctx context.Context, o *Options) error {
 	<-loopDone
 	klog.InfoS("nodelet stopped; pods keep running")
 	return nil
+}
+
+func memoryCapacity(n *v1.Node) int64 {
+	q := n.Status.Capacity[v1.ResourceMemory]
+	return q.Value()
+}
+
+func maxParallelPulls(c *kubeletv1beta1.KubeletConfiguration) int {
+	switch {
+	case *c.SerializeImagePulls:
+		return 1
+	case c.MaxParallelImagePulls != nil:
+		return int(*c.MaxParallelImagePulls)
+	default:
+		return 0
+	}
 }
 
 // setUpNode measures the machine, works out what pods may use (capacity

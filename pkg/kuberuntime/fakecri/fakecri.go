@@ -37,6 +37,7 @@ type Runtime struct {
 	// ExecResult is what ExecSync returns.
 	ExecResult func(id string, cmd []string) (*runtimeapi.ExecSyncResponse, error)
 	events     chan *runtimeapi.ContainerEventResponse
+	imageFs    string
 }
 
 type sandbox struct {
@@ -459,7 +460,12 @@ func (r *Runtime) ListImages(ctx context.Context, in *runtimeapi.ListImagesReque
 func (r *Runtime) RemoveImage(ctx context.Context, in *runtimeapi.RemoveImageRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveImageResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.images, in.Image.Image)
+	r.calls = append(r.calls, "RemoveImage "+in.Image.Image)
+	for name, id := range r.images {
+		if name == in.Image.Image || id == in.Image.Image {
+			delete(r.images, name)
+		}
+	}
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
@@ -507,4 +513,30 @@ func (s *eventStream) Recv() (*runtimeapi.ContainerEventResponse, error) {
 	case <-s.ctx.Done():
 		return nil, s.ctx.Err()
 	}
+}
+
+// SetImageFs makes ImageFsInfo report the given mount point.
+func (r *Runtime) SetImageFs(mount string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.imageFs = mount
+}
+
+// ImageFsInfo reports the image filesystem's mount point.
+func (r *Runtime) ImageFsInfo(ctx context.Context, in *runtimeapi.ImageFsInfoRequest, _ ...grpc.CallOption) (*runtimeapi.ImageFsInfoResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{{FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: r.imageFs}}}}, nil
+}
+
+// Images lists the image names the fake holds.
+func (r *Runtime) Images() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for name := range r.images {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
 }

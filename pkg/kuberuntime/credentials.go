@@ -1,0 +1,215 @@
+package kuberuntime
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// dockerConfigEntry is one registry's credentials in a docker config.
+type dockerConfigEntry struct {
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	Auth     string `json:"auth,omitempty"`
+	Email    string `json:"email,omitempty"`
+}
+
+// credentials are a docker config's entries by registry key.
+type credentials map[string]dockerConfigEntry
+
+// parseDockerConfig reads either format: config.json ({"auths": {...}},
+// the kubernetes.io/dockerconfigjson secret) or .dockercfg (the bare map,
+// the kubernetes.io/dockercfg secret).
+func parseDockerConfig(data []byte) (credentials, error) {
+	var wrapped struct {
+		Auths credentials `json:"auths"`
+	}
+	if err := json.Unmarshal(data, &wrapped); err == nil && wrapped.Auths != nil {
+		return wrapped.Auths.decoded()
+	}
+	var bare credentials
+	if err := json.Unmarshal(data, &bare); err != nil {
+		return nil, fmt.Errorf("not a docker config: %w", err)
+	}
+	return bare.decoded()
+}
+
+// decoded fills in username and password from the base64 "auth" field.
+func (c credentials) decoded() (credentials, error) {
+	out := credentials{}
+	for k, e := range c {
+		if e.Auth != "" && (e.Username == "" || e.Password == "") {
+			raw, err := base64.StdEncoding.DecodeString(e.Auth)
+			if err != nil {
+				return nil, fmt.Errorf("credentials for %s: auth is not base64: %w", k, err)
+			}
+			user, pass, ok := strings.Cut(string(raw), ":")
+			if !ok {
+				return nil, fmt.Errorf("credentials for %s: auth is not user:password", k)
+			}
+			e.Username, e.Password = user, pass
+		}
+		out[k] = e
+	}
+	return out, nil
+}
+
+// secretCredentials reads the docker configs of pull secrets; other
+// secrets are ignored.
+func secretCredentials(secrets []v1.Secret) []credentials {
+	var out []credentials
+	for _, s := range secrets {
+		var data []byte
+		switch s.Type {
+		case v1.SecretTypeDockerConfigJson:
+			data = s.Data[v1.DockerConfigJsonKey]
+		case v1.SecretTypeDockercfg:
+			data = s.Data[v1.DockerConfigKey]
+		default:
+			continue
+		}
+		c, err := parseDockerConfig(data)
+		if err != nil {
+			klog.InfoS("Ignoring an unreadable image pull secret", "secret", klog.KRef(s.Namespace, s.Name), "err", err)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// nodeKeyringPaths are where the kubelet looks for the node's own
+// registry credentials, in order.
+func nodeKeyringPaths(rootDir string) []string {
+	paths := []string{filepath.Join(rootDir, "config.json"), filepath.Join(rootDir, ".dockercfg")}
+	if home, err := os.UserHomeDir(); err == nil {
+		paths = append(paths, filepath.Join(home, ".docker", "config.json"), filepath.Join(home, ".dockercfg"))
+	}
+	return paths
+}
+
+// nodeCredentials reads the node's keyring files, fresh on every pull so
+// a fixed file takes effect without a restart.
+func nodeCredentials(rootDir string) []credentials {
+	if rootDir == "" {
+		return nil
+	}
+	var out []credentials
+	for _, p := range nodeKeyringPaths(rootDir) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		c, err := parseDockerConfig(data)
+		if err != nil {
+			klog.InfoS("Ignoring an unreadable registry credentials file", "path", p, "err", err)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// imageLocation splits an image reference into its registry host and
+// repository path, normalising Docker Hub names as the runtime does.
+func imageLocation(image string) (host, path string) {
+	name, _, _ := strings.Cut(image, "@")
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name = name[:i]
+	}
+	first, rest, ok := strings.Cut(name, "/")
+	if !ok || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		if !ok {
+			rest = "library/" + name
+		} else {
+			rest = name
+		}
+		return "docker.io", rest
+	}
+	return first, rest
+}
+
+// keyMatches reports whether a docker config key (a registry, possibly a
+// URL with a path, possibly with * globs in the host) covers an image, and
+// how specific the match is. Docker Hub's legacy keys match docker.io.
+func keyMatches(key, host, path string) (bool, int) {
+	k := key
+	if !strings.Contains(k, "://") {
+		k = "https://" + k
+	}
+	u, err := url.Parse(k)
+	if err != nil {
+		return false, 0
+	}
+	kHost, kPath := u.Host, strings.Trim(u.Path, "/")
+	switch kHost {
+	case "index.docker.io", "registry-1.docker.io":
+		kHost = "docker.io"
+		if kPath == "v1" || kPath == "v2" {
+			kPath = ""
+		}
+	}
+	if !hostMatches(kHost, host) {
+		return false, 0
+	}
+	if kPath != "" && path != kPath && !strings.HasPrefix(path, kPath+"/") {
+		return false, 0
+	}
+	return true, len(kHost) + len(kPath)
+}
+
+// hostMatches compares hosts segment by segment, * matching one segment;
+// ports must be equal.
+func hostMatches(glob, host string) bool {
+	gHost, gPort, _ := strings.Cut(glob, ":")
+	hHost, hPort, _ := strings.Cut(host, ":")
+	if gPort != hPort {
+		return false
+	}
+	gs, hs := strings.Split(gHost, "."), strings.Split(hHost, ".")
+	if len(gs) != len(hs) {
+		return false
+	}
+	for i := range gs {
+		if m, _ := filepath.Match(gs[i], hs[i]); !m {
+			return false
+		}
+	}
+	return true
+}
+
+// authConfigs lists the credentials to try for an image: those of the
+// pod's pull secrets, then the node's, each most specific first. None
+// means an anonymous pull.
+func authConfigs(image string, secrets []credentials, node []credentials) []*runtimeapi.AuthConfig {
+	host, path := imageLocation(image)
+	type match struct {
+		score int
+		auth  *runtimeapi.AuthConfig
+	}
+	var out []*runtimeapi.AuthConfig
+	for _, group := range [][]credentials{secrets, node} {
+		var ms []match
+		for _, creds := range group {
+			for key, e := range creds {
+				if ok, score := keyMatches(key, host, path); ok {
+					ms = append(ms, match{score, &runtimeapi.AuthConfig{Username: e.Username, Password: e.Password, ServerAddress: host}})
+				}
+			}
+		}
+		sort.SliceStable(ms, func(i, j int) bool { return ms[i].score > ms[j].score })
+		for _, m := range ms {
+			out = append(out, m.auth)
+		}
+	}
+	return out
+}
