@@ -71,8 +71,7 @@ func StartContainerd(ctx context.Context) (*Containerd, error) {
 			return nil, fmt.Errorf("%s not found: run hack/setup.sh first", bin)
 		}
 	}
-	images := filepath.Join(RepoRoot(), "_output", "images.tar")
-	if _, err := os.Stat(images); err != nil {
+	if _, err := os.Stat(ImagesTar()); err != nil {
 		return nil, fmt.Errorf("test images missing (%v): run hack/setup.sh first", err)
 	}
 
@@ -82,22 +81,23 @@ func StartContainerd(ctx context.Context) (*Containerd, error) {
 		return nil, err
 	}
 	c := &Containerd{
-		Dir:     dir,
-		Address: filepath.Join(dir, "containerd.sock"),
-		CNIConf: filepath.Join(dir, "cni"), RegistryConfig: filepath.Join(dir, "certs.d"),
-		Network: "nodelet-test-" + id,
-		Bridge:  fmt.Sprintf("ntest%d", os.Getpid()%100000),
-		Subnet:  fmt.Sprintf("10.%d.0.0/16", 100+os.Getpid()%100),
+		Dir:            dir,
+		Address:        filepath.Join(dir, "containerd.sock"),
+		CNIConf:        filepath.Join(dir, "cni"),
+		RegistryConfig: filepath.Join(dir, "certs.d"),
+		Network:        "nodelet-test-" + id,
+		Bridge:         fmt.Sprintf("ntest%d", os.Getpid()%100000),
+		Subnet:         fmt.Sprintf("10.%d.0.0/16", 100+os.Getpid()%100),
 	}
 	c.Endpoint = "unix://" + c.Address
-	if err := c.start(ctx, images); err != nil {
+	if err := c.start(ctx); err != nil {
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Containerd) start(ctx context.Context, images string) error {
+func (c *Containerd) start(ctx context.Context) error {
 	hack := filepath.Join(RepoRoot(), "hack", "containerd")
 	cfg, err := fill(filepath.Join(hack, "config.toml.tmpl"), map[string]string{
 		"@ROOT@": filepath.Join(c.Dir, "root"), "@STATE@": filepath.Join(c.Dir, "state"),
@@ -148,7 +148,16 @@ func (c *Containerd) start(ctx context.Context, images string) error {
 	_ = v
 	c.Runtime = runtimeapi.NewRuntimeServiceClient(c.conn)
 	c.Images = runtimeapi.NewImageServiceClient(c.conn)
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.Address, "-n", "k8s.io", "images", "import", images).CombinedOutput()
+	return c.ImportImages(ctx)
+}
+
+// ImagesTar is the docker archive of the local test images.
+func ImagesTar() string { return filepath.Join(RepoRoot(), "_output", "images.tar") }
+
+// ImportImages (re)imports the local test images, e.g. after a test let
+// image garbage collection remove them.
+func (c *Containerd) ImportImages(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "ctr", "--address", c.Address, "-n", "k8s.io", "images", "import", ImagesTar()).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("importing images: %v: %s", err, out)
 	}

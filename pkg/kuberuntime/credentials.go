@@ -202,7 +202,11 @@ func authConfigs(image string, secrets []credentials, node []credentials) []*run
 		for _, creds := range group {
 			for key, e := range creds {
 				if ok, score := keyMatches(key, host, path); ok {
-					ms = append(ms, match{score, &runtimeapi.AuthConfig{Username: e.Username, Password: e.Password, ServerAddress: host}})
+					// ServerAddress stays empty: containerd 1.6 parses it as
+					// a URL and rejects "host:port", and drops credentials
+					// whose address lacks a scheme. The match above already
+					// tied them to this image.
+					ms = append(ms, match{score, &runtimeapi.AuthConfig{Username: e.Username, Password: e.Password}})
 				}
 			}
 		}

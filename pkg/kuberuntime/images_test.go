@@ -286,3 +286,33 @@ func TestLinuxResources(t *testing.T) {
 		t.Fatalf("a limit without a request: shares %d", r.CpuShares)
 	}
 }
+
+func TestSecurityContextTranslation(t *testing.T) {
+	u, g, cu, fs := int64(1000), int64(2000), int64(3000), int64(4000)
+	no, yes := false, true
+	pod := &v1.Pod{Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{
+		RunAsUser: &u, RunAsGroup: &g, SupplementalGroups: []int64{5000}, FSGroup: &fs,
+	}}}
+	c := &v1.Container{SecurityContext: &v1.SecurityContext{
+		RunAsUser: &cu, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+		Capabilities: &v1.Capabilities{Add: []v1.Capability{"net_admin", "CAP_SYS_TIME"}, Drop: []v1.Capability{"ALL"}},
+	}}
+	lc, err := linuxContainerConfig(pod, c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := lc.SecurityContext
+	if sc.RunAsUser.GetValue() != cu || sc.RunAsGroup.GetValue() != g {
+		t.Errorf("user %v group %v: the container's user wins, the pod's group fills in", sc.RunAsUser, sc.RunAsGroup)
+	}
+	if fmt.Sprint(sc.SupplementalGroups) != "[5000 4000]" {
+		t.Errorf("supplemental groups %v, want the pod's and fsGroup", sc.SupplementalGroups)
+	}
+	if !sc.NoNewPrivs || !sc.ReadonlyRootfs {
+		t.Errorf("noNewPrivs %v readonlyRootfs %v", sc.NoNewPrivs, sc.ReadonlyRootfs)
+	}
+	// Runtimes add the CAP_ prefix themselves.
+	if got := fmt.Sprint(sc.Capabilities.AddCapabilities, sc.Capabilities.DropCapabilities); got != "[NET_ADMIN SYS_TIME] [ALL]" {
+		t.Errorf("capabilities %s", got)
+	}
+}

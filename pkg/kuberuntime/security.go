@@ -86,17 +86,11 @@ func firstInt64(a, b *int64) *int64 {
 	return b
 }
 
-// capName accepts capabilities with or without the CAP_ prefix, as the API
-// does, and hands the runtime the form it expects.
+// capName accepts capabilities with or without the CAP_ prefix and hands
+// the runtime the bare name: containerd and CRI-O prepend CAP_ themselves
+// (upstream passes the field through, so "CAP_X" silently does nothing).
 func capName(c v1.Capability) string {
-	s := strings.ToUpper(string(c))
-	if s == "ALL" {
-		return s
-	}
-	if !strings.HasPrefix(s, "CAP_") {
-		s = "CAP_" + s
-	}
-	return s
+	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
 }
 
 func seccompProfile(p *v1.SeccompProfile) (*runtimeapi.SecurityProfile, error) {
