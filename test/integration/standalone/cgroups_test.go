@@ -51,8 +51,14 @@ spec:
 		}
 	}
 	// The container's cgroup is inside the pod's.
-	if got, err := cgroupFile("memory", filepath.Join(podCg, c.Id), "memory.limit_in_bytes"); err != nil || got != fmt.Sprint(64<<20) {
-		t.Errorf("container memory limit %q (%v)", got, err)
+	for _, check := range []struct{ controller, file, want string }{
+		{"memory", "memory.limit_in_bytes", fmt.Sprint(64 << 20)},
+		{"cpu", "cpu.cfs_quota_us", "50000"},
+		{"cpu", "cpu.shares", "256"},
+	} {
+		if got, err := cgroupFile(check.controller, filepath.Join(podCg, c.Id), check.file); err != nil || got != check.want {
+			t.Errorf("container %s = %q (%v), want %s", check.file, got, err, check.want)
+		}
 	}
 
 	// An orphaned pod cgroup is removed by housekeeping.
