@@ -92,4 +92,9 @@ done
 mv "$OUT/images.tar.new" "$OUT/images.tar"
 ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$OUT/images.tar" >/dev/null
 log "images: $(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -E 'pause|busybox|grpchealth' | tr '\n' ' ')"
+# 6. The upstream control plane and kubectl for cluster mode, built from the
+# pinned k8s.io/kubernetes module (minutes when cold, cached afterwards).
+K8S_BIN=$(bash "$ROOT/hack/cluster/build.sh")
+ln -sf "$K8S_BIN/kubectl" /usr/local/bin/kubectl
+log "control plane binaries in $K8S_BIN"
 log "done"

@@ -62,7 +62,12 @@ type Containerd struct {
 // StartContainerd starts a containerd that only this test process uses and
 // imports the local images into it. It fails, never skips, when the
 // machine is not set up: CI always is.
-func StartContainerd(ctx context.Context) (*Containerd, error) {
+func StartContainerd(ctx context.Context) (*Containerd, error) { return StartContainerdN(ctx, 0) }
+
+// StartContainerdN starts the index'th private containerd of this test
+// process: each has its own socket, state, bridge and pod subnet, as the
+// runtimes of separate nodes would.
+func StartContainerdN(ctx context.Context, index int) (*Containerd, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("integration tests need root (they run containerd)")
 	}
@@ -76,6 +81,9 @@ func StartContainerd(ctx context.Context) (*Containerd, error) {
 	}
 
 	id := fmt.Sprintf("%d", os.Getpid())
+	if index > 0 {
+		id = fmt.Sprintf("%d-%d", os.Getpid(), index)
+	}
 	dir, err := os.MkdirTemp("/var/lib", "nodelet-test-"+id+"-")
 	if err != nil {
 		return nil, err
@@ -86,8 +94,8 @@ func StartContainerd(ctx context.Context) (*Containerd, error) {
 		CNIConf:        filepath.Join(dir, "cni"),
 		RegistryConfig: filepath.Join(dir, "certs.d"),
 		Network:        "nodelet-test-" + id,
-		Bridge:         fmt.Sprintf("ntest%d", os.Getpid()%100000),
-		Subnet:         fmt.Sprintf("10.%d.0.0/16", 100+os.Getpid()%100),
+		Bridge:         fmt.Sprintf("ntest%d-%d", os.Getpid()%100000, index),
+		Subnet:         fmt.Sprintf("10.%d.%d.0/20", 100+os.Getpid()%100, 16*index),
 	}
 	c.Endpoint = "unix://" + c.Address
 	if err := c.start(ctx); err != nil {

@@ -12,19 +12,40 @@ import (
 
 // Main runs a test package against a private containerd: it builds
 // nodelet, starts containerd, stores it in *cd, runs the tests, and stops
-// containerd again. A test bed that cannot start fails the run.
-func Main(m *testing.M, cd **Containerd) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+// containerd again. A test bed that cannot start fails the run. Each
+// extra set-up (a control plane, say) runs after containerd started and
+// returns its own clean-up.
+func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cleanup func(), err error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	var err error
 	if _, err = NodeletBinary(); err == nil {
 		*cd, err = StartContainerd(ctx)
 	}
+	var cleanups []func()
+	for _, setup := range extra {
+		if err != nil {
+			break
+		}
+		var c func()
+		if c, err = setup(ctx); c != nil {
+			cleanups = append(cleanups, c)
+		}
+	}
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration test bed:", err)
+		for _, c := range cleanups {
+			c()
+		}
+		if *cd != nil {
+			(*cd).Stop()
+		}
 		os.Exit(1)
 	}
 	code := m.Run()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
 	if cg, err := cm.New(CgroupRoot(), 0); err == nil {
 		if err := cg.RemoveRoot(); err != nil {
 			fmt.Fprintln(os.Stderr, "removing test cgroups:", err)

@@ -55,6 +55,11 @@ type NodeletOptions struct {
 	ExtraConfig string
 	// Args are extra command-line flags.
 	Args []string
+	// Kubeconfig runs nodelet in cluster mode.
+	Kubeconfig string
+	// CgroupRoot overrides CgroupRoot(): nodes sharing the machine each
+	// need their own.
+	CgroupRoot string
 }
 
 // Nodelet is a nodelet process under test.
@@ -92,6 +97,12 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 		t.Fatal(err)
 	}
 	n.Port = freePort(t)
+	if opts.CgroupRoot == "" {
+		opts.CgroupRoot = CgroupRoot()
+	}
+	if opts.Kubeconfig != "" {
+		n.opts.Args = append([]string{"--kubeconfig", opts.Kubeconfig}, opts.Args...)
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: %s
@@ -100,7 +111,7 @@ podLogsDir: %s
 readOnlyPort: %d
 address: 127.0.0.1
 cgroupRoot: %s
-%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, CgroupRoot(), opts.ExtraConfig)
+%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, opts.CgroupRoot, opts.ExtraConfig)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -293,10 +304,17 @@ func (n *Nodelet) LogTail(lines int) string {
 // pod (by its manifest name).
 func (n *Nodelet) RuntimeContainers(name string) []*runtimeapi.Container {
 	n.t.Helper()
+	return n.PodContainers(n.PodName(name))
+}
+
+// PodContainers lists the containers the runtime holds for the pod with
+// the (full API) name.
+func (n *Nodelet) PodContainers(podName string) []*runtimeapi.Container {
+	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r, err := n.CD.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.name": n.PodName(name)},
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": podName},
 	}})
 	if err != nil {
 		n.t.Fatal(err)
@@ -321,7 +339,13 @@ func (n *Nodelet) RuntimeSandboxes(name string) []*runtimeapi.PodSandbox {
 // RunningContainer returns the running container named cname of a static
 // pod, or nil.
 func (n *Nodelet) RunningContainer(pod, cname string) *runtimeapi.Container {
-	for _, c := range n.RuntimeContainers(pod) {
+	return n.RunningPodContainer(n.PodName(pod), cname)
+}
+
+// RunningPodContainer returns the running container named cname of the
+// pod with the (full API) name, or nil.
+func (n *Nodelet) RunningPodContainer(podName, cname string) *runtimeapi.Container {
+	for _, c := range n.PodContainers(podName) {
 		if c.GetMetadata().GetName() == cname && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			return c
 		}

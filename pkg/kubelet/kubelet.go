@@ -48,6 +48,7 @@ type PodWorkers interface {
 	IsPodKnownTerminated(uid types.UID) bool
 	IsPodTerminationRequested(uid types.UID) bool
 	ShouldPodContentBeRemoved(uid types.UID) bool
+	IsPodForMirrorPodTerminatingByFullName(fullName string) bool
 }
 
 // Runtime is what the core (not the sync scripts) asks of the runtime.
@@ -108,6 +109,8 @@ type Deps struct {
 	Clock     clock.WithTicker
 	// Probes is nil when nothing is probed.
 	Probes Probes
+	// Mirrors is nil without an API server.
+	Mirrors MirrorPods
 }
 
 const (
@@ -135,6 +138,7 @@ type Kubelet struct {
 	recorder  record.EventRecorder
 	clock     clock.WithTicker
 	probes    Probes
+	mirrors   MirrorPods
 	health    runtimeHealth
 
 	// syncLoopMonitor is when the sync loop last completed an iteration.
@@ -157,7 +161,7 @@ func New(cfg Config, d Deps) *Kubelet {
 	return &Kubelet{
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
-		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, deadContainers: make(chan types.UID, deadContainersBuffer),
+		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, deadContainers: make(chan types.UID, deadContainersBuffer),
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls},
 	}
 }
@@ -565,6 +569,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		keep[uid] = true
 	}
 	kl.status.RemoveOrphanedStatuses(keep)
+	kl.deleteOrphanedMirrorPods(ctx)
 	if kl.probes != nil {
 		kl.probes.CleanupPods(keep)
 	}
@@ -620,6 +625,55 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: p, MirrorPod: kl.pods.mirrorPodOf(p), UpdateType: podworkers.UpdateCreate, StartTime: start})
 	}
 	return errors.Join(errs...)
+}
+
+// deleteOrphanedMirrorPods deletes mirror pods whose static pod is gone
+// and done terminating.
+func (kl *Kubelet) deleteOrphanedMirrorPods(ctx context.Context) {
+	if kl.mirrors == nil {
+		return
+	}
+	for _, m := range kl.pods.mirrorPods() {
+		if static, _, _ := kl.pods.podAndMirror(m); static != nil {
+			continue
+		}
+		fullName := podutil.FullName(m)
+		if kl.workers.IsPodForMirrorPodTerminatingByFullName(fullName) {
+			continue
+		}
+		klog.V(2).InfoS("Deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
+		if _, err := kl.mirrors.DeleteMirrorPod(ctx, fullName, &m.UID); err != nil {
+			klog.ErrorS(err, "Failed deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
+		}
+	}
+}
+
+// PodByUID returns a desired pod.
+func (kl *Kubelet) PodByUID(uid types.UID) (*v1.Pod, bool) { return kl.pods.podByUID(uid) }
+
+// APIPod returns a pod's API object as the sources last delivered it:
+// the pod itself, or for a static pod its mirror pod (nil if none).
+func (kl *Kubelet) APIPod(uid types.UID) *v1.Pod {
+	pod, ok := kl.pods.podByUID(uid)
+	if !ok {
+		return nil
+	}
+	if podutil.IsStatic(pod) {
+		return kl.pods.mirrorPodOf(pod)
+	}
+	return pod
+}
+
+// ReadyError says why the node is not ready to run pods (the runtime, its
+// network or the PLEG is unhealthy), or nil.
+func (kl *Kubelet) ReadyError() error {
+	if err := kl.runtimeErrors(); err != nil {
+		return err
+	}
+	if err := kl.NetworkError(); err != nil {
+		return err
+	}
+	return nil
 }
 
 func hasRunning(p *container.Pod) bool {

@@ -33,6 +33,8 @@ type fakeWorkers struct {
 	updates    []string
 	known      map[types.UID]podworkers.PodWorkerSync
 	terminated map[types.UID]bool
+	// mirrorTerminating holds the full names of static pods terminating.
+	mirrorTerminating map[string]bool
 }
 
 func (w *fakeWorkers) UpdatePod(o podworkers.UpdatePodOptions) {
@@ -53,6 +55,9 @@ func (w *fakeWorkers) SyncKnownPods(desired []*v1.Pod) map[types.UID]podworkers.
 func (w *fakeWorkers) IsPodKnownTerminated(uid types.UID) bool      { return w.terminated[uid] }
 func (w *fakeWorkers) IsPodTerminationRequested(uid types.UID) bool { return false }
 func (w *fakeWorkers) ShouldPodContentBeRemoved(uid types.UID) bool { return false }
+func (w *fakeWorkers) IsPodForMirrorPodTerminatingByFullName(fullName string) bool {
+	return w.mirrorTerminating[fullName]
+}
 func (w *fakeWorkers) take() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()

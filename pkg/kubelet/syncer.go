@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
@@ -55,6 +56,8 @@ type SyncerOptions struct {
 	Probes probes
 	// Cgroups manages pod cgroups; nil when cgroupsPerQOS is off.
 	Cgroups podCgroups
+	// Mirrors manages mirror pods; nil without an API server.
+	Mirrors MirrorPods
 	Runtime syncRuntime
 	Status  statusStore
 	Network func() error
@@ -79,6 +82,7 @@ type PodSyncer struct {
 	canRun   []func(*v1.Pod) *Rejection
 	cgroups  podCgroups
 	probes   probes
+	mirrors  MirrorPods
 	dirs     podDirs
 	hostIPs  []string
 	recorder record.EventRecorder
@@ -94,7 +98,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 		o.Network = func() error { return nil }
 	}
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, mirrors: o.Mirrors, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
 	}
 }
@@ -168,6 +172,7 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 	if err := s.ensurePodCgroup(ctx, pod, rs, status); err != nil {
 		return false, err
 	}
+	s.syncMirrorPod(ctx, pod, mirrorPod)
 	if err := s.makePodDirs(pod.UID); err != nil {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "error making pod data directories: %v", err)
 		return false, err
@@ -193,6 +198,31 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		}
 	}
 	return false, nil
+}
+
+// syncMirrorPod makes the API server's mirror of a static pod match it:
+// a mirror being deleted or made from another version of the manifest is
+// replaced. Failures are logged and retried at the next sync: the pod
+// itself runs regardless.
+func (s *PodSyncer) syncMirrorPod(ctx context.Context, pod, mirrorPod *v1.Pod) {
+	if s.mirrors == nil || !podutil.IsStatic(pod) {
+		return
+	}
+	fullName := podutil.FullName(pod)
+	deleted := false
+	if mirrorPod != nil && (mirrorPod.DeletionTimestamp != nil || !isMirrorOf(mirrorPod, pod)) {
+		klog.InfoS("Deleting the mirror pod: it is being deleted or is outdated", "pod", klog.KObj(pod), "podUID", pod.UID, "mirrorPodUID", mirrorPod.UID)
+		var err error
+		if deleted, err = s.mirrors.DeleteMirrorPod(ctx, fullName, &mirrorPod.UID); err != nil {
+			klog.ErrorS(err, "Failed deleting mirror pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+			return
+		}
+	}
+	if mirrorPod == nil || deleted {
+		if err := s.mirrors.CreateMirrorPod(ctx, pod); err != nil {
+			klog.ErrorS(err, "Failed creating a mirror pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+		}
+	}
 }
 
 // ensurePodCgroup creates the pod's cgroup. A pod with running containers

@@ -39,6 +39,9 @@ type versioned struct {
 	namespace string
 	// finished is set once TerminatePod ran: no more changes are expected.
 	finished bool
+	// mirrorOf is the config hash of a static pod, whose status the API
+	// server holds on its mirror pod; empty for API pods.
+	mirrorOf string
 }
 
 // New returns an empty status manager.
@@ -147,6 +150,9 @@ func (m *Manager) update(pod *v1.Pod, status v1.PodStatus, finished bool) {
 		return
 	}
 	v := &versioned{status: status, name: pod.Name, namespace: pod.Namespace, finished: finished}
+	if podutil.IsStatic(pod) {
+		v.mirrorOf = pod.Annotations[podutil.ConfigHashAnnotationKey]
+	}
 	if hadOld {
 		v.version = old.version + 1
 	} else {

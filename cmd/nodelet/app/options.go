@@ -270,6 +270,31 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 		serialize := true
 		c.SerializeImagePulls = &serialize
 	}
+	// Cluster mode: the kubelet's client rates and reporting periods.
+	if c.KubeAPIQPS == nil {
+		c.KubeAPIQPS = new(int32(50))
+	}
+	if c.KubeAPIBurst == 0 {
+		c.KubeAPIBurst = 100
+	}
+	if c.EventRecordQPS == nil {
+		c.EventRecordQPS = new(int32(50))
+	}
+	if c.EventBurst == 0 {
+		c.EventBurst = 100
+	}
+	if c.ContentType == "" {
+		c.ContentType = "application/vnd.kubernetes.protobuf"
+	}
+	if c.NodeStatusUpdateFrequency.Duration == 0 {
+		c.NodeStatusUpdateFrequency.Duration = 10 * time.Second
+	}
+	if c.NodeStatusReportFrequency.Duration == 0 {
+		c.NodeStatusReportFrequency.Duration = 5 * time.Minute
+	}
+	if c.NodeLeaseDurationSeconds == 0 {
+		c.NodeLeaseDurationSeconds = 40
+	}
 }
 
 func validate(c *kubeletv1beta1.KubeletConfiguration) error {
@@ -299,6 +324,12 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	high, low := *c.ImageGCHighThresholdPercent, *c.ImageGCLowThresholdPercent
 	if high < 0 || high > 100 || low < 0 || low > 100 || low > high {
 		errs = append(errs, fmt.Errorf("imageGCHighThresholdPercent (%d) and imageGCLowThresholdPercent (%d) must be percentages with low <= high", high, low))
+	}
+	if *c.KubeAPIQPS < 0 || c.KubeAPIBurst < 0 || *c.EventRecordQPS < 0 || c.EventBurst < 0 {
+		errs = append(errs, errors.New("kubeAPIQPS, kubeAPIBurst, eventRecordQPS and eventBurst must not be negative"))
+	}
+	if c.NodeLeaseDurationSeconds < 0 {
+		errs = append(errs, fmt.Errorf("nodeLeaseDurationSeconds (%d) must not be negative", c.NodeLeaseDurationSeconds))
 	}
 	if p := c.MaxParallelImagePulls; p != nil && *p < 1 {
 		errs = append(errs, fmt.Errorf("maxParallelImagePulls (%d) must be at least 1", *p))

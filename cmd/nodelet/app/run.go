@@ -11,7 +11,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -82,16 +84,46 @@ func Run(ctx context.Context, o *Options) error {
 	hostIPs := nodeIPs()
 	klog.InfoS("Starting nodelet", "node", nodeName, "hostIPs", hostIPs, "rootDir", o.RootDir, "staticPodPath", c.StaticPodPath)
 
+	var client, eventClient kubernetes.Interface
+	if o.Kubeconfig != "" {
+		if client, eventClient, err = apiClients(o.Kubeconfig, c); err != nil {
+			return err
+		}
+	}
+
 	clk := clock.RealClock{}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
 	broadcaster.StartStructuredLogging(2)
+	if eventClient != nil {
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+	}
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodelet", Host: nodeName})
 
 	statusManager := status.New(clk)
 	node, cgroups, err := setUpNode(o, nodeName, hostIPs)
 	if err != nil {
 		return err
+	}
+	node.Status.NodeInfo.ContainerRuntimeVersion = version.RuntimeName + "://" + version.RuntimeVersion
+	node.Status.NodeInfo.KubeletVersion = Version
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = c.Port
+	nodeFunc := func() *v1.Node { return node }
+	var core *kubelet.Kubelet
+	var reporter *nodestatus.Reporter
+	var mirrors kubelet.MirrorPods
+	if client != nil {
+		reporter = nodestatus.NewReporter(nodestatus.ReporterOptions{
+			Client: client, Node: node, Recorder: recorder, Clock: clk,
+			StatusUpdateFrequency: c.NodeStatusUpdateFrequency.Duration,
+			StatusReportFrequency: c.NodeStatusReportFrequency.Duration,
+			LeaseDuration:         time.Duration(c.NodeLeaseDurationSeconds) * time.Second,
+			// The core is built below, before the reporter runs.
+			Ready: func() error { return core.ReadyError() },
+		})
+		// Admission sees the labels an administrator put on the Node.
+		nodeFunc = reporter.Node
+		mirrors = kubelet.NewMirrorClient(client, nodeName)
 	}
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	var cgroupParent func(*v1.Pod) string
@@ -119,16 +151,16 @@ func Run(ctx context.Context, o *Options) error {
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	workQueue := podworkers.NewWorkQueue(clk)
 
-	var core *kubelet.Kubelet
 	syncerOptions := kubelet.SyncerOptions{
 		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,
 		Recorder: recorder, Clock: clk, CanRun: kubelet.SoftAdmissionChecks(), Probes: probes,
 		// The core is built below; no sync runs before it exists.
 		Network: func() error { return core.NetworkError() },
+		Mirrors: mirrors,
 	}
 	coreConfig := kubelet.Config{
 		NodeName: nodeName, RootDir: o.RootDir, HostIPs: hostIPs,
-		Node:                 func() *v1.Node { return node },
+		Node:                 nodeFunc,
 		AllowedUnsafeSysctls: c.AllowedUnsafeSysctls,
 		DeadContainersKept:   o.DeadContainersKept,
 	}
@@ -148,7 +180,7 @@ func Run(ctx context.Context, o *Options) error {
 	core = kubelet.New(coreConfig, kubelet.Deps{
 		Workers: workers, WorkQueue: workQueue, Runtime: runtime, PLEG: gpleg, Status: statusManager,
 		Sources: config.NewSourcesReady(podConfig.Sources), Recorder: recorder, Clock: clk,
-		Probes: probes,
+		Probes: probes, Mirrors: mirrors,
 	})
 
 	if c.StaticPodPath != "" {
@@ -161,8 +193,12 @@ func Run(ctx context.Context, o *Options) error {
 		src := config.NewHTTPSource(c.StaticPodURL, http.Header(c.StaticPodURLHeader), nodeName, c.HTTPCheckFrequency.Duration, podConfig, recorder, clk)
 		go src.Run(ctx)
 	}
-	if o.Kubeconfig != "" {
-		klog.InfoS("A kubeconfig was given; cluster mode is not available yet, running standalone", "kubeconfig", o.Kubeconfig)
+	if client != nil {
+		podConfig.Register(podutil.APISource)
+		go config.NewAPISource(client, nodeName, podConfig).Run(ctx)
+		go reporter.Run(ctx)
+		go status.NewAPISyncer(client, statusManager, apiPods{core, workers}, clk).Run(ctx)
+		klog.InfoS("Cluster mode", "kubeconfig", o.Kubeconfig)
 	}
 
 	var serverErr <-chan error
@@ -197,6 +233,13 @@ func Run(ctx context.Context, o *Options) error {
 	<-loopDone
 	klog.InfoS("nodelet stopped; pods keep running")
 	return nil
+}
+
+// apiPods is what the status syncer needs to know about pods: the core's
+// desired pods and the workers' knowledge of what may still run.
+type apiPods struct {
+	*kubelet.Kubelet
+	*podworkers.PodWorkers
 }
 
 func memoryCapacity(n *v1.Node) int64 {

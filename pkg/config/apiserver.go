@@ -1,0 +1,61 @@
+package config
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// APISource lists and watches the pods bound to the node (fieldSelector
+// spec.nodeName=<node>) and delivers the whole set, as seed 004 says,
+// after every change: the merge turns it into ADD, UPDATE, DELETE,
+// REMOVE and RECONCILE. While the API server is unreachable the reflector
+// retries with a back-off and nothing is delivered, so the last set stays
+// in force and no pod is stopped because the control plane blinked.
+type APISource struct {
+	client   kubernetes.Interface
+	nodeName string
+	out      Setter
+}
+
+// NewAPISource returns the API server source for nodeName.
+func NewAPISource(client kubernetes.Interface, nodeName string, out Setter) *APISource {
+	return &APISource{client: client, nodeName: nodeName, out: out}
+}
+
+// Run lists and watches until ctx ends.
+func (s *APISource) Run(ctx context.Context) {
+	selector := fields.OneTermEqualSelector("spec.nodeName", s.nodeName).String()
+	pods := s.client.CoreV1().Pods(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (apiwatch.Interface, error) {
+			o.FieldSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	}
+	// The undelta store hands over the complete set after every event.
+	store := cache.NewUndeltaStore(func(objs []interface{}) {
+		set := make([]*v1.Pod, 0, len(objs))
+		for _, o := range objs {
+			// The store's objects are shared with the reflector's cache;
+			// the merge annotates what it is given.
+			set = append(set, o.(*v1.Pod).DeepCopy())
+		}
+		s.out.Set(ctx, podutil.APISource, set)
+	}, cache.MetaNamespaceKeyFunc)
+	klog.InfoS("Watching pods bound to the node", "node", s.nodeName)
+	cache.NewReflectorWithOptions(lw, &v1.Pod{}, store, cache.ReflectorOptions{Name: "api pod source"}).RunWithContext(ctx)
+}

@@ -1,0 +1,118 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// MirrorPods creates and deletes the API server's read-only copies of
+// static pods, so the cluster sees what runs on the node.
+type MirrorPods interface {
+	CreateMirrorPod(ctx context.Context, pod *v1.Pod) error
+	// DeleteMirrorPod deletes the mirror pod with the full name; with a
+	// UID, only that instance. It reports whether it deleted one.
+	DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error)
+}
+
+// MirrorClient is MirrorPods on a client-go clientset.
+type MirrorClient struct {
+	client   kubernetes.Interface
+	nodeName string
+
+	mu      sync.Mutex
+	nodeUID types.UID
+}
+
+// NewMirrorClient returns a mirror pod client for the node.
+func NewMirrorClient(client kubernetes.Interface, nodeName string) *MirrorClient {
+	return &MirrorClient{client: client, nodeName: nodeName}
+}
+
+// CreateMirrorPod creates the mirror of a static pod: the same pod with
+// the mirror annotation set to the manifest's hash (so an outdated mirror
+// is recognised) and owned by the node (so it goes with the node).
+func (c *MirrorClient) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
+	nodeUID, err := c.getNodeUID(ctx)
+	if err != nil {
+		return fmt.Errorf("creating mirror pod: %w", err)
+	}
+	hash, ok := pod.Annotations[podutil.ConfigHashAnnotationKey]
+	if !ok {
+		return fmt.Errorf("creating mirror pod of %s: the static pod has no %s annotation", podutil.FullName(pod), podutil.ConfigHashAnnotationKey)
+	}
+	mirror := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels, Annotations: map[string]string{},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: c.nodeName, UID: nodeUID, Controller: new(true),
+			}},
+		},
+		Spec: *pod.Spec.DeepCopy(),
+	}
+	for k, v := range pod.Annotations {
+		mirror.Annotations[k] = v
+	}
+	mirror.Annotations[podutil.ConfigMirrorAnnotationKey] = hash
+	_, err = c.client.CoreV1().Pods(pod.Namespace).Create(ctx, mirror, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// The next sync compares the existing one with the static pod.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating mirror pod %s: %w", podutil.FullName(pod), err)
+	}
+	klog.V(2).InfoS("Created mirror pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+	return nil
+}
+
+// DeleteMirrorPod deletes a mirror pod at once: it runs nothing itself.
+func (c *MirrorClient) DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error) {
+	name, ns, err := podutil.ParseFullName(fullName)
+	if err != nil {
+		return false, err
+	}
+	opts := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	if uid != nil {
+		opts.Preconditions = &metav1.Preconditions{UID: uid}
+	}
+	err = c.client.CoreV1().Pods(ns).Delete(ctx, name, opts)
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone already, or replaced by another instance.
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("deleting mirror pod %s: %w", fullName, err)
+	}
+	klog.V(2).InfoS("Deleted mirror pod", "pod", klog.KRef(ns, name))
+	return true, nil
+}
+
+func (c *MirrorClient) getNodeUID(ctx context.Context) (types.UID, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodeUID != "" {
+		return c.nodeUID, nil
+	}
+	node, err := c.client.CoreV1().Nodes().Get(ctx, c.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("node %s not registered yet: %w", c.nodeName, err)
+	}
+	c.nodeUID = node.UID
+	return c.nodeUID, nil
+}
+
+// isMirrorOf reports whether mirror is the current mirror of pod.
+func isMirrorOf(mirror, pod *v1.Pod) bool {
+	return podutil.FullName(mirror) == podutil.FullName(pod) &&
+		mirror.Annotations[podutil.ConfigMirrorAnnotationKey] == pod.Annotations[podutil.ConfigHashAnnotationKey]
+}

@@ -1,0 +1,364 @@
+package nodestatus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the reporter's timing, as the kubelet's.
+const (
+	DefaultStatusUpdateFrequency = 10 * time.Second
+	DefaultStatusReportFrequency = 5 * time.Minute
+	DefaultLeaseDuration         = 40 * time.Second
+
+	// LeaseNamespace holds the nodes' heartbeat leases.
+	LeaseNamespace = "kube-node-lease"
+
+	// startupCheckPeriod is how often readiness is checked until the node
+	// was first reported Ready, so a new node becomes Ready at once.
+	startupCheckPeriod = 100 * time.Millisecond
+	retryMin           = 200 * time.Millisecond
+	retryMax           = 7 * time.Second
+	// updateRetries bounds the attempts of one status write (conflicts).
+	updateRetries = 5
+)
+
+// ReporterOptions configure a Reporter.
+type ReporterOptions struct {
+	Client kubernetes.Interface
+	// Node is the node as nodelet describes it: labels, addresses,
+	// capacity, allocatable, system info and daemon endpoints.
+	Node *v1.Node
+	// Ready says why the node cannot run pods (runtime, network or PLEG
+	// unhealthy), or nil when it can.
+	Ready    func() error
+	Recorder record.EventRecorder
+	Clock    clock.WithTicker
+	// StatusUpdateFrequency is how often the status is checked and,
+	// if it changed, written; StatusReportFrequency how often it is
+	// written regardless.
+	StatusUpdateFrequency time.Duration
+	StatusReportFrequency time.Duration
+	LeaseDuration         time.Duration
+}
+
+// Reporter registers the node with the API server and keeps it current:
+// its status (conditions with reasons, resources, system info) written
+// when it changes and in full every StatusReportFrequency, and its Lease
+// in kube-node-lease renewed every quarter of the lease duration, which
+// is the heartbeat the node lifecycle controller watches.
+type Reporter struct {
+	o       ReporterOptions
+	nodeRef *v1.ObjectReference
+	// store holds the node as the API server has it.
+	store cache.Store
+
+	mu sync.Mutex
+	// lastReported is the status last written, heartbeats left out.
+	lastReported   *v1.NodeStatus
+	lastReportTime time.Time
+	lastReady      *bool
+	lease          *coordinationv1.Lease
+}
+
+// NewReporter returns a reporter; nothing happens before Run.
+func NewReporter(o ReporterOptions) *Reporter {
+	if o.StatusUpdateFrequency <= 0 {
+		o.StatusUpdateFrequency = DefaultStatusUpdateFrequency
+	}
+	if o.StatusReportFrequency <= 0 {
+		o.StatusReportFrequency = DefaultStatusReportFrequency
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	return &Reporter{
+		o:       o,
+		nodeRef: &v1.ObjectReference{Kind: "Node", Name: o.Node.Name, UID: types.UID(o.Node.Name), APIVersion: "v1"},
+		store:   cache.NewStore(cache.MetaNamespaceKeyFunc),
+	}
+}
+
+// Node is the node as the API server has it (labels an administrator
+// added included), or nodelet's own description before registration.
+func (r *Reporter) Node() *v1.Node {
+	if obj, ok, _ := r.store.GetByKey(r.o.Node.Name); ok {
+		return obj.(*v1.Node)
+	}
+	return r.o.Node
+}
+
+// Run registers the node, then reports until ctx ends.
+func (r *Reporter) Run(ctx context.Context) {
+	r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "Starting", "Starting nodelet.")
+	backOff := retryMin
+	for !r.register(ctx) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.o.Clock.After(backOff):
+		}
+		backOff = min(2*backOff, retryMax)
+	}
+	go r.watchNode(ctx)
+	go r.runLease(ctx)
+	r.runStatus(ctx)
+}
+
+// register creates the Node or, when it exists (nodelet restarted),
+// brings its labels up to date. It reports success.
+func (r *Reporter) register(ctx context.Context) bool {
+	nodes := r.o.Client.CoreV1().Nodes()
+	want := r.o.Node.DeepCopy()
+	want.Status.Conditions = r.conditions(nil, r.o.Clock.Now())
+	created, err := nodes.Create(ctx, want, metav1.CreateOptions{})
+	if err == nil {
+		klog.InfoS("Successfully registered node", "node", klog.KObj(created))
+		r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "RegisteredNode", "Node %s registered", created.Name)
+		return true
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		klog.ErrorS(err, "Unable to register node with API server", "node", klog.KObj(want))
+		return false
+	}
+	existing, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		klog.ErrorS(err, "Unable to read the existing node", "node", klog.KObj(want))
+		return false
+	}
+	changed := false
+	if existing.Labels == nil {
+		existing.Labels = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		if existing.Labels[k] != v {
+			existing.Labels[k], changed = v, true
+		}
+	}
+	if changed {
+		if _, err := nodes.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			klog.ErrorS(err, "Unable to update the labels of the existing node", "node", klog.KObj(existing))
+			return false
+		}
+	}
+	klog.InfoS("Node was previously registered", "node", klog.KObj(existing), "nodeUID", existing.UID)
+	return true
+}
+
+// watchNode keeps the store in step with the API's Node.
+func (r *Reporter) watchNode(ctx context.Context) {
+	lw := cache.NewListWatchFromClient(r.o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", r.o.Node.Name))
+	cache.NewReflectorWithOptions(lw, &v1.Node{}, r.store, cache.ReflectorOptions{Name: "node " + r.o.Node.Name}).RunWithContext(ctx)
+}
+
+// runStatus checks the status every StatusUpdateFrequency (more often
+// until the node is first Ready) and writes it when needed.
+func (r *Reporter) runStatus(ctx context.Context) {
+	for {
+		r.SyncStatus(ctx)
+		period := r.o.StatusUpdateFrequency
+		r.mu.Lock()
+		if r.lastReady == nil || !*r.lastReady {
+			period = startupCheckPeriod
+		}
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.o.Clock.After(period):
+		}
+	}
+}
+
+// desiredStatus is the node's status now, heartbeats left out.
+func (r *Reporter) desiredStatus(old []v1.NodeCondition, now time.Time) v1.NodeStatus {
+	s := *r.o.Node.Status.DeepCopy()
+	s.Conditions = r.conditions(old, now)
+	return s
+}
+
+// conditions computes the node conditions. There is no eviction manager
+// yet, so the pressure conditions are always False; transition times
+// carry over from old while a condition keeps its status.
+func (r *Reporter) conditions(old []v1.NodeCondition, now time.Time) []v1.NodeCondition {
+	ready := v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", Message: "nodelet is posting ready status"}
+	if err := r.o.Ready(); err != nil {
+		ready.Status, ready.Reason, ready.Message = v1.ConditionFalse, "KubeletNotReady", err.Error()
+	}
+	conds := []v1.NodeCondition{
+		{Type: v1.NodeMemoryPressure, Status: v1.ConditionFalse, Reason: "KubeletHasSufficientMemory", Message: "nodelet has sufficient memory available"},
+		{Type: v1.NodeDiskPressure, Status: v1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", Message: "nodelet has no disk pressure"},
+		{Type: v1.NodePIDPressure, Status: v1.ConditionFalse, Reason: "KubeletHasSufficientPID", Message: "nodelet has sufficient PID available"},
+		ready,
+	}
+	t := metav1.NewTime(now)
+	for i := range conds {
+		conds[i].LastTransitionTime = t
+		for _, o := range old {
+			if o.Type == conds[i].Type && o.Status == conds[i].Status {
+				conds[i].LastTransitionTime = o.LastTransitionTime
+			}
+		}
+	}
+	return conds
+}
+
+// SyncStatus writes the node's status if it changed since it was last
+// written, or if StatusReportFrequency passed.
+func (r *Reporter) SyncStatus(ctx context.Context) {
+	now := r.o.Clock.Now()
+	r.mu.Lock()
+	var old []v1.NodeCondition
+	if r.lastReported != nil {
+		old = r.lastReported.Conditions
+	}
+	want := r.desiredStatus(old, now)
+	due := r.lastReported == nil || now.Sub(r.lastReportTime) >= r.o.StatusReportFrequency ||
+		!apiequality.Semantic.DeepEqual(*r.lastReported, want)
+	r.mu.Unlock()
+	if !due {
+		return
+	}
+	var err error
+	for range updateRetries {
+		if err = r.writeStatus(ctx, now); err == nil {
+			return
+		}
+	}
+	klog.ErrorS(err, "Unable to update node status", "node", r.o.Node.Name)
+}
+
+func (r *Reporter) writeStatus(ctx context.Context, now time.Time) error {
+	node, err := r.o.Client.CoreV1().Nodes().Get(ctx, r.o.Node.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting node: %w", err)
+	}
+	want := r.desiredStatus(node.Status.Conditions, now)
+	// Conditions others own (NetworkUnavailable, for one) are kept.
+	conds := want.DeepCopy().Conditions
+	for _, c := range node.Status.Conditions {
+		if !hasCondition(conds, c.Type) {
+			conds = append(conds, c)
+		}
+	}
+	for i := range conds {
+		if hasCondition(want.Conditions, conds[i].Type) {
+			conds[i].LastHeartbeatTime = metav1.NewTime(now)
+		}
+	}
+	node.Status.Conditions = conds
+	node.Status.Capacity, node.Status.Allocatable = want.Capacity, want.Allocatable
+	node.Status.NodeInfo, node.Status.Addresses, node.Status.DaemonEndpoints = want.NodeInfo, want.Addresses, want.DaemonEndpoints
+	if _, err := r.o.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating node status: %w", err)
+	}
+	ready := conditionTrue(want.Conditions, v1.NodeReady)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastReady == nil || *r.lastReady != ready {
+		if ready {
+			r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "NodeReady", "Node %s status is now: NodeReady", r.o.Node.Name)
+		} else {
+			r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "NodeNotReady", "Node %s status is now: NodeNotReady", r.o.Node.Name)
+		}
+		klog.InfoS("Node status changed", "node", r.o.Node.Name, "ready", ready)
+	}
+	r.lastReady = &ready
+	r.lastReported = &want
+	r.lastReportTime = now
+	return nil
+}
+
+func hasCondition(conds []v1.NodeCondition, t v1.NodeConditionType) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return true
+		}
+	}
+	return false
+}
+
+func conditionTrue(conds []v1.NodeCondition, t v1.NodeConditionType) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// runLease renews the lease every quarter of its duration, and retries
+// failures with a back-off.
+func (r *Reporter) runLease(ctx context.Context) {
+	backOff := retryMin
+	for {
+		wait := r.o.LeaseDuration / 4
+		if err := r.RenewLease(ctx); err != nil {
+			klog.ErrorS(err, "Failed to renew the node lease", "node", r.o.Node.Name)
+			wait, backOff = backOff, min(2*backOff, retryMax)
+		} else {
+			backOff = retryMin
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.o.Clock.After(wait):
+		}
+	}
+}
+
+// RenewLease creates or renews the node's lease, owned by the node so
+// that it goes when the node does.
+func (r *Reporter) RenewLease(ctx context.Context) error {
+	leases := r.o.Client.CoordinationV1().Leases(LeaseNamespace)
+	r.mu.Lock()
+	lease := r.lease
+	r.lease = nil
+	r.mu.Unlock()
+	if lease == nil {
+		var err error
+		lease, err = leases.Get(ctx, r.o.Node.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: r.o.Node.Name, Namespace: LeaseNamespace}}
+		} else if err != nil {
+			return fmt.Errorf("getting lease: %w", err)
+		}
+	}
+	holder, seconds, now := r.o.Node.Name, int32(r.o.LeaseDuration/time.Second), metav1.NewMicroTime(r.o.Clock.Now())
+	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, &seconds, &now
+	if len(lease.OwnerReferences) == 0 {
+		if node := r.Node(); node.UID != "" {
+			lease.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
+		}
+	}
+	var out *coordinationv1.Lease
+	var err error
+	if lease.ResourceVersion == "" {
+		out, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+	} else {
+		out, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("renewing lease: %w", err)
+	}
+	r.mu.Lock()
+	r.lease = out
+	r.mu.Unlock()
+	return nil
+}

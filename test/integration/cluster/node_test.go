@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+)
+
+func nodeCondition(n *v1.Node, t v1.NodeConditionType) *v1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func waitNodeReady(t *testing.T, name string, timeout time.Duration) *v1.Node {
+	t.Helper()
+	var node *v1.Node
+	testbed.Eventually(t, timeout, func() (bool, string) {
+		n, err := cl.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		node = n
+		c := nodeCondition(n, v1.NodeReady)
+		return c != nil && c.Status == v1.ConditionTrue, fmt.Sprintf("ready condition %+v", c)
+	})
+	return node
+}
+
+// A new node registers with its labels, addresses, resources and system
+// information, is Ready within 10 s of nodelet starting, and holds a
+// lease it renews.
+func TestNodeRegistersReady(t *testing.T) {
+	start := time.Now()
+	n := startNode(t, "node-ready", cd, "")
+	node := waitNodeReady(t, n.NodeName, 10*time.Second-time.Since(start))
+	t.Logf("node Ready %v after nodelet started", time.Since(start).Round(time.Millisecond))
+
+	for k, v := range map[string]string{"kubernetes.io/hostname": "node-ready", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"} {
+		if node.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, node.Labels[k], v)
+		}
+	}
+	addrs := map[v1.NodeAddressType]string{}
+	for _, a := range node.Status.Addresses {
+		addrs[a.Type] = a.Address
+	}
+	if addrs[v1.NodeHostName] != "node-ready" || addrs[v1.NodeInternalIP] == "" {
+		t.Errorf("addresses %v, want an InternalIP and Hostname node-ready", node.Status.Addresses)
+	}
+	for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods, v1.ResourceEphemeralStorage} {
+		c, a := node.Status.Capacity[r], node.Status.Allocatable[r]
+		if c.IsZero() || a.IsZero() || a.Cmp(c) > 0 {
+			t.Errorf("%s: capacity %s, allocatable %s", r, c.String(), a.String())
+		}
+	}
+	mc, ma := node.Status.Capacity[v1.ResourceMemory], node.Status.Allocatable[v1.ResourceMemory]
+	if ma.Cmp(mc) >= 0 {
+		t.Errorf("allocatable memory %s is not capacity %s minus the eviction threshold", ma.String(), mc.String())
+	}
+	info := node.Status.NodeInfo
+	if !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://") || !strings.Contains(info.KubeletVersion, "nodelet") ||
+		info.KernelVersion == "" || info.OSImage == "" || info.OperatingSystem != "linux" {
+		t.Errorf("nodeInfo %+v", info)
+	}
+	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
+		t.Errorf("daemonEndpoints %+v", node.Status.DaemonEndpoints)
+	}
+	for typ, reason := range map[v1.NodeConditionType]string{
+		v1.NodeReady: "KubeletReady", v1.NodeMemoryPressure: "KubeletHasSufficientMemory",
+		v1.NodeDiskPressure: "KubeletHasNoDiskPressure", v1.NodePIDPressure: "KubeletHasSufficientPID",
+	} {
+		c := nodeCondition(node, typ)
+		if c == nil || c.Reason != reason {
+			t.Errorf("condition %s = %+v, want reason %s", typ, c, reason)
+		}
+	}
+
+	ctx := context.Background()
+	var firstRenew time.Time
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		l, err := cl.Client.CoordinationV1().Leases("kube-node-lease").Get(ctx, n.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := *l.Spec.HolderIdentity == n.NodeName && *l.Spec.LeaseDurationSeconds == 40 && l.Spec.RenewTime != nil &&
+			len(l.OwnerReferences) == 1 && l.OwnerReferences[0].UID == node.UID
+		if ok {
+			firstRenew = l.Spec.RenewTime.Time
+		}
+		return ok, fmt.Sprintf("lease %+v %+v", l.Spec, l.OwnerReferences)
+	})
+	// Renewed every 10 s.
+	testbed.Eventually(t, 15*time.Second, func() (bool, string) {
+		l, err := cl.Client.CoordinationV1().Leases("kube-node-lease").Get(ctx, n.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return l.Spec.RenewTime.After(firstRenew), fmt.Sprintf("lease renewed at %v, first %v", l.Spec.RenewTime, firstRenew)
+	})
+
+	// Stopping nodelet (or the node being deleted) and starting it again
+	// registers it again with the same labels.
+	n.Stop()
+	if err := cl.Client.CoreV1().Nodes().Delete(ctx, n.NodeName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Start()
+	waitNodeReady(t, n.NodeName, 10*time.Second)
+}
