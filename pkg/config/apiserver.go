@@ -2,11 +2,13 @@ package config
 
 import (
 	"context"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -14,6 +16,14 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
+
+// WatchBackoff is how list-and-watch retries while the API server is
+// away: capped at 8 s (client-go's default reaches a minute with
+// jitter), so a node catches up within seconds of the API server's
+// return, while thousands of nodes still spread their retries out.
+func WatchBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 500 * time.Millisecond, Cap: 8 * time.Second, Steps: 16, Factor: 2, Jitter: 0.5}
+}
 
 // APISource lists and watches the pods bound to the node (fieldSelector
 // spec.nodeName=<node>) and delivers the whole set, as seed 004 says,
@@ -57,5 +67,5 @@ func (s *APISource) Run(ctx context.Context) {
 		s.out.Set(ctx, podutil.APISource, set)
 	}, cache.MetaNamespaceKeyFunc)
 	klog.InfoS("Watching pods bound to the node", "node", s.nodeName)
-	cache.NewReflectorWithOptions(lw, &v1.Pod{}, store, cache.ReflectorOptions{Name: "api pod source"}).RunWithContext(ctx)
+	cache.NewReflectorWithOptions(lw, &v1.Pod{}, store, cache.ReflectorOptions{Name: "api pod source", Backoff: WatchBackoff()}).RunWithContext(ctx)
 }

@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -55,6 +57,8 @@ type ReporterOptions struct {
 	StatusUpdateFrequency time.Duration
 	StatusReportFrequency time.Duration
 	LeaseDuration         time.Duration
+	// WatchBackoff paces the node watch's retries; nil for client-go's.
+	WatchBackoff *wait.Backoff
 }
 
 // Reporter registers the node with the API server and keeps it current:
@@ -164,7 +168,7 @@ func (r *Reporter) register(ctx context.Context) bool {
 func (r *Reporter) watchNode(ctx context.Context) {
 	lw := cache.NewListWatchFromClient(r.o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", r.o.Node.Name))
-	cache.NewReflectorWithOptions(lw, &v1.Node{}, r.store, cache.ReflectorOptions{Name: "node " + r.o.Node.Name}).RunWithContext(ctx)
+	cache.NewReflectorWithOptions(lw, &v1.Node{}, r.store, cache.ReflectorOptions{Name: "node " + r.o.Node.Name, Backoff: r.o.WatchBackoff}).RunWithContext(ctx)
 }
 
 // runStatus checks the status every StatusUpdateFrequency (more often
@@ -219,19 +223,20 @@ func (r *Reporter) conditions(old []v1.NodeCondition, now time.Time) []v1.NodeCo
 	return conds
 }
 
-// SyncStatus writes the node's status if it changed since it was last
-// written, or if StatusReportFrequency passed.
+// SyncStatus writes the node's status if it differs from what the API
+// server has (nodelet's view changed, or another component, such as the
+// node lifecycle controller marking the node Unknown, changed it), or if
+// StatusReportFrequency passed.
 func (r *Reporter) SyncStatus(ctx context.Context) {
 	now := r.o.Clock.Now()
 	r.mu.Lock()
-	var old []v1.NodeCondition
-	if r.lastReported != nil {
-		old = r.lastReported.Conditions
-	}
-	want := r.desiredStatus(old, now)
-	due := r.lastReported == nil || now.Sub(r.lastReportTime) >= r.o.StatusReportFrequency ||
-		!apiequality.Semantic.DeepEqual(*r.lastReported, want)
+	due := r.lastReported == nil || now.Sub(r.lastReportTime) >= r.o.StatusReportFrequency
 	r.mu.Unlock()
+	if !due {
+		api := r.Node()
+		want := r.desiredStatus(api.Status.Conditions, now)
+		due = !apiequality.Semantic.DeepEqual(withoutHeartbeats(api.Status), withoutHeartbeats(r.applyStatus(api, want).Status))
+	}
 	if !due {
 		return
 	}
@@ -250,21 +255,12 @@ func (r *Reporter) writeStatus(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("getting node: %w", err)
 	}
 	want := r.desiredStatus(node.Status.Conditions, now)
-	// Conditions others own (NetworkUnavailable, for one) are kept.
-	conds := want.DeepCopy().Conditions
-	for _, c := range node.Status.Conditions {
-		if !hasCondition(conds, c.Type) {
-			conds = append(conds, c)
+	node = r.applyStatus(node, want)
+	for i := range node.Status.Conditions {
+		if hasCondition(want.Conditions, node.Status.Conditions[i].Type) {
+			node.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(now)
 		}
 	}
-	for i := range conds {
-		if hasCondition(want.Conditions, conds[i].Type) {
-			conds[i].LastHeartbeatTime = metav1.NewTime(now)
-		}
-	}
-	node.Status.Conditions = conds
-	node.Status.Capacity, node.Status.Allocatable = want.Capacity, want.Allocatable
-	node.Status.NodeInfo, node.Status.Addresses, node.Status.DaemonEndpoints = want.NodeInfo, want.Addresses, want.DaemonEndpoints
 	if _, err := r.o.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("updating node status: %w", err)
 	}
@@ -283,6 +279,39 @@ func (r *Reporter) writeStatus(ctx context.Context, now time.Time) error {
 	r.lastReported = &want
 	r.lastReportTime = now
 	return nil
+}
+
+// applyStatus returns a copy of node with nodelet's part of the status
+// set to want. Conditions others own (NetworkUnavailable, for one) stay.
+func (r *Reporter) applyStatus(node *v1.Node, want v1.NodeStatus) *v1.Node {
+	node = node.DeepCopy()
+	conds := want.DeepCopy().Conditions
+	for _, c := range node.Status.Conditions {
+		if hasCondition(conds, c.Type) {
+			for i := range conds {
+				if conds[i].Type == c.Type {
+					conds[i].LastHeartbeatTime = c.LastHeartbeatTime
+				}
+			}
+			continue
+		}
+		conds = append(conds, c)
+	}
+	node.Status.Conditions = conds
+	node.Status.Capacity, node.Status.Allocatable = want.Capacity, want.Allocatable
+	node.Status.NodeInfo, node.Status.Addresses, node.Status.DaemonEndpoints = want.NodeInfo, want.Addresses, want.DaemonEndpoints
+	return node
+}
+
+// withoutHeartbeats orders the conditions by type and clears their
+// heartbeat times, which alone are no reason to write.
+func withoutHeartbeats(s v1.NodeStatus) v1.NodeStatus {
+	s = *s.DeepCopy()
+	sort.Slice(s.Conditions, func(i, j int) bool { return s.Conditions[i].Type < s.Conditions[j].Type })
+	for i := range s.Conditions {
+		s.Conditions[i].LastHeartbeatTime = metav1.Time{}
+	}
+	return s
 }
 
 func hasCondition(conds []v1.NodeCondition, t v1.NodeConditionType) bool {

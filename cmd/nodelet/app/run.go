@@ -118,6 +118,7 @@ func Run(ctx context.Context, o *Options) error {
 			StatusUpdateFrequency: c.NodeStatusUpdateFrequency.Duration,
 			StatusReportFrequency: c.NodeStatusReportFrequency.Duration,
 			LeaseDuration:         time.Duration(c.NodeLeaseDurationSeconds) * time.Second,
+			WatchBackoff:          config.WatchBackoff(),
 			// The core is built below, before the reporter runs.
 			Ready: func() error { return core.ReadyError() },
 		})
