@@ -58,6 +58,9 @@ type SyncerOptions struct {
 	Cgroups podCgroups
 	// Mirrors manages mirror pods; nil without an API server.
 	Mirrors MirrorPods
+	// Secrets reads the pods' image pull secrets; nil without an API
+	// server.
+	Secrets SecretGetter
 	Runtime syncRuntime
 	Status  statusStore
 	Network func() error
@@ -83,6 +86,7 @@ type PodSyncer struct {
 	cgroups  podCgroups
 	probes   probes
 	mirrors  MirrorPods
+	secrets  SecretGetter
 	dirs     podDirs
 	hostIPs  []string
 	recorder record.EventRecorder
@@ -98,7 +102,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 		o.Network = func() error { return nil }
 	}
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, mirrors: o.Mirrors, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, mirrors: o.Mirrors, secrets: o.Secrets, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
 	}
 }
@@ -185,7 +189,7 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		s.probes.AddPod(pod)
 	}
 
-	result := s.runtime.SyncPod(ctx, pod, rs, nil)
+	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod))
 	s.reasons.update(pod.UID, result)
 	if err := result.Error(); err != nil {
 		if !result.OnlyBackOff() {
@@ -198,6 +202,35 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		}
 	}
 	return false, nil
+}
+
+// SecretGetter reads a secret from the API server.
+type SecretGetter interface {
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+}
+
+// pullSecrets fetches the pod's imagePullSecrets (the service account's
+// were copied into the spec when the pod was created). A secret that
+// cannot be read is logged and left out, as upstream does: the pull
+// then fails visibly if it needed it.
+func (s *PodSyncer) pullSecrets(ctx context.Context, pod *v1.Pod) []v1.Secret {
+	if s.secrets == nil || podutil.IsStatic(pod) {
+		return nil
+	}
+	var out []v1.Secret
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		if ref.Name == "" {
+			continue
+		}
+		secret, err := s.secrets.GetSecret(ctx, pod.Namespace, ref.Name)
+		if err != nil {
+			klog.InfoS("Unable to retrieve pull secret, the image pull may not succeed", "pod", klog.KObj(pod), "podUID", pod.UID, "secret", klog.KRef(pod.Namespace, ref.Name), "err", err)
+			s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", ref.Name)
+			continue
+		}
+		out = append(out, *secret)
+	}
+	return out
 }
 
 // syncMirrorPod makes the API server's mirror of a static pod match it:

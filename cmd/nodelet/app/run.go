@@ -112,6 +112,7 @@ func Run(ctx context.Context, o *Options) error {
 	var core *kubelet.Kubelet
 	var reporter *nodestatus.Reporter
 	var mirrors kubelet.MirrorPods
+	var secrets kubelet.SecretGetter
 	if client != nil {
 		reporter = nodestatus.NewReporter(nodestatus.ReporterOptions{
 			Client: client, Node: node, Recorder: recorder, Clock: clk,
@@ -124,7 +125,8 @@ func Run(ctx context.Context, o *Options) error {
 		})
 		// Admission sees the labels an administrator put on the Node.
 		nodeFunc = reporter.Node
-		mirrors = kubelet.NewMirrorClient(client, nodeName)
+		api := kubelet.NewAPIClient(client, nodeName)
+		mirrors, secrets = api, api
 	}
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	var cgroupParent func(*v1.Pod) string
@@ -157,7 +159,7 @@ func Run(ctx context.Context, o *Options) error {
 		Recorder: recorder, Clock: clk, CanRun: kubelet.SoftAdmissionChecks(), Probes: probes,
 		// The core is built below; no sync runs before it exists.
 		Network: func() error { return core.NetworkError() },
-		Mirrors: mirrors,
+		Mirrors: mirrors, Secrets: secrets,
 	}
 	coreConfig := kubelet.Config{
 		NodeName: nodeName, RootDir: o.RootDir, HostIPs: hostIPs,

@@ -4,114 +4,17 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
-
-// testRegistry is an in-process plain-HTTP registry. Repositories under
-// private/ need basic auth; it counts manifest requests per repository so
-// tests can tell whether the runtime pulled.
-type testRegistry struct {
-	Host string
-
-	mu        sync.Mutex
-	manifests map[string]int
-}
-
-const registryUser, registryPassword = "puller", "s3cret"
-
-func startRegistry(t *testing.T) *testRegistry {
-	t.Helper()
-	r := &testRegistry{manifests: map[string]int{}}
-	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if strings.HasPrefix(req.URL.Path, "/v2/private/") {
-			if u, p, ok := req.BasicAuth(); !ok || u != registryUser || p != registryPassword {
-				w.Header().Set("WWW-Authenticate", `Basic realm="nodelet-test"`)
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
-				return
-			}
-		}
-		if repo, _, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, "/v2/"), "/manifests/"); ok && req.Method != http.MethodPut {
-			r.mu.Lock()
-			r.manifests[repo]++
-			r.mu.Unlock()
-		}
-		inner.ServeHTTP(w, req)
-	}))
-	t.Cleanup(srv.Close)
-	r.Host = strings.TrimPrefix(srv.URL, "http://")
-	// containerd reaches it over plain HTTP only when told so.
-	dir := filepath.Join(cd.RegistryConfig, r.Host)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", srv.URL, srv.URL)
-	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return r
-}
-
-// push copies the local busybox image to repo:tag and returns its name.
-func (r *testRegistry) push(t *testing.T, repoTag string) string {
-	t.Helper()
-	tag, err := name.NewTag(testbed.BusyboxImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := tarball.ImageFromPath(testbed.ImagesTar(), &tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A label makes each pushed image distinct from busybox, so that its
-	// image ID is its own (and not in use by every busybox container).
-	cfg, err := base.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = cfg.DeepCopy()
-	cfg.Config.Labels = map[string]string{"nodelet.test/pushed-as": repoTag}
-	img, err := mutate.Config(base, cfg.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := r.Host + "/" + repoTag
-	dst, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(dst, img, remote.WithAuth(&authn.Basic{Username: registryUser, Password: registryPassword})); err != nil {
-		t.Fatalf("pushing %s: %v", ref, err)
-	}
-	return ref
-}
-
-func (r *testRegistry) manifestRequests(repo string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.manifests[repo]
-}
 
 // writeKeyring writes the node's registry credentials where the kubelet
 // keeps them: config.json in its root directory.
@@ -160,9 +63,9 @@ func podEvents(n *testbed.Nodelet, name, reason string) int {
 // Pulls from a real registry: anonymous, with the node's credentials
 // (wrong ones back off until they are fixed), and each pull policy.
 func TestImagePulls(t *testing.T) {
-	reg := startRegistry(t)
-	open := reg.push(t, "open/busybox:1")
-	private := reg.push(t, "private/busybox:1")
+	reg := testbed.StartRegistry(t, cd)
+	open := reg.Push(t, "open/busybox:1")
+	private := reg.Push(t, "private/busybox:1")
 	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
 
 	t.Run("anonymous", func(t *testing.T) {
@@ -176,7 +79,7 @@ func TestImagePulls(t *testing.T) {
 		if !strings.HasPrefix(mainStatus(p).ImageID, reg.Host+"/open/busybox@sha256:") {
 			t.Errorf("status imageID %q is not the pulled digest", mainStatus(p).ImageID)
 		}
-		if reg.manifestRequests("open/busybox") == 0 {
+		if reg.ManifestRequests("open/busybox") == 0 {
 			t.Error("the registry never saw the pull")
 		}
 		if podEvents(n, "open", "Pulling") != 1 || podEvents(n, "open", "Pulled") != 1 {
@@ -185,12 +88,12 @@ func TestImagePulls(t *testing.T) {
 	})
 
 	t.Run("if-not-present", func(t *testing.T) {
-		before := reg.manifestRequests("open/busybox")
+		before := reg.ManifestRequests("open/busybox")
 		n.WriteManifest("present.yaml", imagePod("present", open, v1.PullIfNotPresent))
 		waitPod(t, n, "present", podTimeout, func(p *v1.Pod) (bool, string) {
 			return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 		})
-		if got := reg.manifestRequests("open/busybox"); got != before {
+		if got := reg.ManifestRequests("open/busybox"); got != before {
 			t.Errorf("IfNotPresent with the image present asked the registry %d times", got-before)
 		}
 	})
@@ -203,13 +106,13 @@ func TestImagePulls(t *testing.T) {
 		if msg := mainStatus(p).State.Waiting.Message; !strings.Contains(msg, "absent:1") {
 			t.Errorf("message %q does not name the image", msg)
 		}
-		if reg.manifestRequests("open/absent") != 0 {
+		if reg.ManifestRequests("open/absent") != 0 {
 			t.Error("pull policy Never pulled")
 		}
 	})
 
 	t.Run("credentials", func(t *testing.T) {
-		writeKeyring(t, n, reg.Host, registryUser, "wrong")
+		writeKeyring(t, n, reg.Host, testbed.RegistryUser, "wrong")
 		n.WriteManifest("private.yaml", imagePod("private", private, v1.PullAlways))
 		waitPod(t, n, "private", podTimeout, func(p *v1.Pod) (bool, string) {
 			return waitingReason(p) == "ErrImagePull", "waiting reason " + waitingReason(p)
@@ -224,7 +127,7 @@ func TestImagePulls(t *testing.T) {
 			t.Errorf("want Failed and BackOff events:\n%s", n.LogTail(40))
 		}
 		// Fixed credentials are read at the next attempt.
-		writeKeyring(t, n, reg.Host, registryUser, registryPassword)
+		writeKeyring(t, n, reg.Host, testbed.RegistryUser, testbed.RegistryPassword)
 		waitPod(t, n, "private", time.Minute, func(p *v1.Pod) (bool, string) {
 			return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 		})
@@ -234,8 +137,8 @@ func TestImagePulls(t *testing.T) {
 // Image garbage collection removes unused images, never one a container
 // uses or the sandbox image.
 func TestImageGarbageCollection(t *testing.T) {
-	reg := startRegistry(t)
-	unused := reg.push(t, "open/unused:1")
+	reg := testbed.StartRegistry(t, cd)
+	unused := reg.Push(t, "open/unused:1")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Whatever the test removes, the next test has its images back.

@@ -24,8 +24,9 @@ type MirrorPods interface {
 	DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error)
 }
 
-// MirrorClient is MirrorPods on a client-go clientset.
-type MirrorClient struct {
+// APIClient is what the sync scripts do with the API server, on a
+// client-go clientset: mirror pods, and reading the objects pods refer to.
+type APIClient struct {
 	client   kubernetes.Interface
 	nodeName string
 
@@ -33,15 +34,15 @@ type MirrorClient struct {
 	nodeUID types.UID
 }
 
-// NewMirrorClient returns a mirror pod client for the node.
-func NewMirrorClient(client kubernetes.Interface, nodeName string) *MirrorClient {
-	return &MirrorClient{client: client, nodeName: nodeName}
+// NewAPIClient returns the API client of the node's sync scripts.
+func NewAPIClient(client kubernetes.Interface, nodeName string) *APIClient {
+	return &APIClient{client: client, nodeName: nodeName}
 }
 
 // CreateMirrorPod creates the mirror of a static pod: the same pod with
 // the mirror annotation set to the manifest's hash (so an outdated mirror
 // is recognised) and owned by the node (so it goes with the node).
-func (c *MirrorClient) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
+func (c *APIClient) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
 	nodeUID, err := c.getNodeUID(ctx)
 	if err != nil {
 		return fmt.Errorf("creating mirror pod: %w", err)
@@ -76,7 +77,7 @@ func (c *MirrorClient) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
 }
 
 // DeleteMirrorPod deletes a mirror pod at once: it runs nothing itself.
-func (c *MirrorClient) DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error) {
+func (c *APIClient) DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error) {
 	name, ns, err := podutil.ParseFullName(fullName)
 	if err != nil {
 		return false, err
@@ -97,7 +98,7 @@ func (c *MirrorClient) DeleteMirrorPod(ctx context.Context, fullName string, uid
 	return true, nil
 }
 
-func (c *MirrorClient) getNodeUID(ctx context.Context) (types.UID, error) {
+func (c *APIClient) getNodeUID(ctx context.Context) (types.UID, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.nodeUID != "" {
@@ -115,4 +116,10 @@ func (c *MirrorClient) getNodeUID(ctx context.Context) (types.UID, error) {
 func isMirrorOf(mirror, pod *v1.Pod) bool {
 	return podutil.FullName(mirror) == podutil.FullName(pod) &&
 		mirror.Annotations[podutil.ConfigMirrorAnnotationKey] == pod.Annotations[podutil.ConfigHashAnnotationKey]
+}
+
+// GetSecret reads a secret; the Node authorizer lets a node read only
+// the secrets its pods refer to.
+func (c *APIClient) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	return c.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }

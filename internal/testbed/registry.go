@@ -1,0 +1,111 @@
+package testbed
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Registry is an in-process plain-HTTP registry. Repositories under
+// private/ need basic auth; it counts manifest requests per repository so
+// tests can tell whether the runtime pulled.
+type Registry struct {
+	Host string
+
+	mu        sync.Mutex
+	manifests map[string]int
+}
+
+// RegistryUser and RegistryPassword are the private repositories' credentials.
+const RegistryUser, RegistryPassword = "puller", "s3cret"
+
+// StartRegistry serves a registry for the test and tells cd's containerd
+// to reach it over plain HTTP.
+func StartRegistry(t *testing.T, cd *Containerd) *Registry {
+	t.Helper()
+	r := &Registry{manifests: map[string]int{}}
+	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasPrefix(req.URL.Path, "/v2/private/") {
+			if u, p, ok := req.BasicAuth(); !ok || u != RegistryUser || p != RegistryPassword {
+				w.Header().Set("WWW-Authenticate", `Basic realm="nodelet-test"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+		}
+		if repo, _, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, "/v2/"), "/manifests/"); ok && req.Method != http.MethodPut {
+			r.mu.Lock()
+			r.manifests[repo]++
+			r.mu.Unlock()
+		}
+		inner.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	r.Host = strings.TrimPrefix(srv.URL, "http://")
+	// containerd reaches it over plain HTTP only when told so.
+	dir := filepath.Join(cd.RegistryConfig, r.Host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", srv.URL, srv.URL)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return r
+}
+
+// Push copies the local busybox image to repo:tag and returns its name.
+func (r *Registry) Push(t *testing.T, repoTag string) string {
+	t.Helper()
+	tag, err := name.NewTag(BusyboxImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := tarball.ImageFromPath(ImagesTar(), &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A label makes each pushed image distinct from busybox, so that its
+	// image ID is its own (and not in use by every busybox container).
+	cfg, err := base.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Config.Labels = map[string]string{"nodelet.test/pushed-as": repoTag}
+	img, err := mutate.Config(base, cfg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := r.Host + "/" + repoTag
+	dst, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(dst, img, remote.WithAuth(&authn.Basic{Username: RegistryUser, Password: RegistryPassword})); err != nil {
+		t.Fatalf("pushing %s: %v", ref, err)
+	}
+	return ref
+}
+
+// ManifestRequests counts the manifest requests for repo.
+func (r *Registry) ManifestRequests(repo string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.manifests[repo]
+}
