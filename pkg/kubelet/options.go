@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 )
@@ -36,14 +37,21 @@ type ContainerOptions struct {
 	dirs     podDirs
 	nodeName string
 	hostIPs  []string
+	// api is nil without an API server.
+	api    APIObjects
+	tokens *tokenCache
 }
 
 var _ kuberuntime.Helper = (*ContainerOptions)(nil)
 
 // NewContainerOptions returns the options provider for a node.
 func NewContainerOptions(rootDir, nodeName string, hostIPs []string) *ContainerOptions {
-	return &ContainerOptions{dirs: podDirs(rootDir), nodeName: nodeName, hostIPs: hostIPs}
+	return &ContainerOptions{dirs: podDirs(rootDir), nodeName: nodeName, hostIPs: hostIPs, tokens: newTokenCache(clock.RealClock{})}
 }
+
+// UseAPI lets volumes read configMaps and secrets and request service
+// account tokens. Call it before any pod starts.
+func (o *ContainerOptions) UseAPI(api APIObjects) { o.api = api }
 
 // PodContainerDir is where per-container files of a pod live.
 func (o *ContainerOptions) PodContainerDir(uid types.UID, name string) string {
@@ -56,7 +64,7 @@ func (o *ContainerOptions) RunContainerOptions(ctx context.Context, pod *v1.Pod,
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := o.mounts(pod, c)
+	mounts, err := o.mounts(ctx, pod, c)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +158,7 @@ func subscript(path, prefix string) (string, bool) {
 }
 
 // mounts resolves a container's volume mounts to host paths.
-func (o *ContainerOptions) mounts(pod *v1.Pod, c *v1.Container) ([]*runtimeapi.Mount, error) {
+func (o *ContainerOptions) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container) ([]*runtimeapi.Mount, error) {
 	volumes := map[string]*v1.Volume{}
 	for i := range pod.Spec.Volumes {
 		volumes[pod.Spec.Volumes[i].Name] = &pod.Spec.Volumes[i]
@@ -161,7 +169,7 @@ func (o *ContainerOptions) mounts(pod *v1.Pod, c *v1.Container) ([]*runtimeapi.M
 		if !ok {
 			return nil, fmt.Errorf("volume mount %q refers to no volume of the pod", m.Name)
 		}
-		host, err := o.volumePath(pod, vol)
+		host, err := o.volumePath(ctx, pod, vol)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +193,10 @@ func (o *ContainerOptions) mounts(pod *v1.Pod, c *v1.Container) ([]*runtimeapi.M
 }
 
 // volumePath returns (creating if needed) the host path of a volume.
-func (o *ContainerOptions) volumePath(pod *v1.Pod, vol *v1.Volume) (string, error) {
+func (o *ContainerOptions) volumePath(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (string, error) {
+	if sources, mode, ok := projections(vol); ok {
+		return o.projectedVolume(ctx, pod, vol, sources, mode)
+	}
 	switch {
 	case vol.HostPath != nil:
 		p := vol.HostPath.Path
@@ -203,7 +214,7 @@ func (o *ContainerOptions) volumePath(pod *v1.Pod, vol *v1.Volume) (string, erro
 		// Any user in the pod may write to an emptyDir, umask or not.
 		return p, os.Chmod(p, 0o777)
 	default:
-		return "", fmt.Errorf("volume %q: only hostPath and emptyDir volumes are supported so far", vol.Name)
+		return "", fmt.Errorf("volume %q: unsupported volume type (hostPath, emptyDir, configMap, secret, downwardAPI and projected are)", vol.Name)
 	}
 }
 

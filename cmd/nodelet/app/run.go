@@ -111,6 +111,7 @@ func Run(ctx context.Context, o *Options) error {
 	nodeFunc := func() *v1.Node { return node }
 	var core *kubelet.Kubelet
 	var reporter *nodestatus.Reporter
+	containerOptions := kubelet.NewContainerOptions(o.RootDir, nodeName, hostIPs)
 	var mirrors kubelet.MirrorPods
 	var secrets kubelet.SecretGetter
 	if client != nil {
@@ -127,6 +128,7 @@ func Run(ctx context.Context, o *Options) error {
 		nodeFunc = reporter.Node
 		api := kubelet.NewAPIClient(client, nodeName)
 		mirrors, secrets = api, api
+		containerOptions.UseAPI(api)
 	}
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	var cgroupParent func(*v1.Pod) string
@@ -138,7 +140,7 @@ func Run(ctx context.Context, o *Options) error {
 	runtime := kuberuntime.New(kuberuntime.Options{
 		Runtime:        runtimeService,
 		Images:         runtimeapi.NewImageServiceClient(conn),
-		Helper:         kubelet.NewContainerOptions(o.RootDir, nodeName, hostIPs),
+		Helper:         containerOptions,
 		Recorder:       recorder,
 		Clock:          clk,
 		RuntimeName:    version.RuntimeName,

@@ -108,8 +108,8 @@ func running(p *v1.Pod) (bool, string) {
 	return true, ""
 }
 
-// busyboxPod is a pod that sleeps, with no service account token (nodelet
-// does not mount projected volumes yet).
+// busyboxPod is a pod that sleeps. It asks for no service account token:
+// only TestServiceAccountTokenAndVolumes needs one.
 func busyboxPod(name, nodeName string, cmd ...string) *v1.Pod {
 	if len(cmd) == 0 {
 		cmd = []string{"sleep", "3600"}
