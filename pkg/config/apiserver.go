@@ -67,5 +67,7 @@ func (s *APISource) Run(ctx context.Context) {
 		s.out.Set(ctx, podutil.APISource, set)
 	}, cache.MetaNamespaceKeyFunc)
 	klog.InfoS("Watching pods bound to the node", "node", s.nodeName)
-	cache.NewReflectorWithOptions(lw, &v1.Pod{}, store, cache.ReflectorOptions{Name: "api pod source", Backoff: WatchBackoff()}).RunWithContext(ctx)
+	// The wrapper tells the reflector whether the client can stream the
+	// initial list (client-go's fake cannot).
+	cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.client), &v1.Pod{}, store, cache.ReflectorOptions{Name: "api pod source", Backoff: WatchBackoff()}).RunWithContext(ctx)
 }

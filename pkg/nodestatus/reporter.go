@@ -13,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -166,9 +168,19 @@ func (r *Reporter) register(ctx context.Context) bool {
 
 // watchNode keeps the store in step with the API's Node.
 func (r *Reporter) watchNode(ctx context.Context) {
-	lw := cache.NewListWatchFromClient(r.o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
-		fields.OneTermEqualSelector("metadata.name", r.o.Node.Name))
-	cache.NewReflectorWithOptions(lw, &v1.Node{}, r.store, cache.ReflectorOptions{Name: "node " + r.o.Node.Name, Backoff: r.o.WatchBackoff}).RunWithContext(ctx)
+	selector := fields.OneTermEqualSelector("metadata.name", r.o.Node.Name).String()
+	nodes := r.o.Client.CoreV1().Nodes()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return nodes.Watch(ctx, o)
+		},
+	}
+	cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, r.o.Client), &v1.Node{}, r.store, cache.ReflectorOptions{Name: "node " + r.o.Node.Name, Backoff: r.o.WatchBackoff}).RunWithContext(ctx)
 }
 
 // runStatus checks the status every StatusUpdateFrequency (more often
@@ -360,13 +372,19 @@ func (r *Reporter) RenewLease(ctx context.Context) error {
 	lease := r.lease
 	r.lease = nil
 	r.mu.Unlock()
+	// The lease last written is renewed without reading it again; after a
+	// failure it is read afresh.
+	exists := lease != nil
 	if lease == nil {
 		var err error
 		lease, err = leases.Get(ctx, r.o.Node.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: r.o.Node.Name, Namespace: LeaseNamespace}}
-		} else if err != nil {
+		case err != nil:
 			return fmt.Errorf("getting lease: %w", err)
+		default:
+			exists = true
 		}
 	}
 	holder, seconds, now := r.o.Node.Name, int32(r.o.LeaseDuration/time.Second), metav1.NewMicroTime(r.o.Clock.Now())
@@ -378,7 +396,7 @@ func (r *Reporter) RenewLease(ctx context.Context) error {
 	}
 	var out *coordinationv1.Lease
 	var err error
-	if lease.ResourceVersion == "" {
+	if !exists {
 		out, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	} else {
 		out, err = leases.Update(ctx, lease, metav1.UpdateOptions{})

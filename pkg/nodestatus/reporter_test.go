@@ -1,0 +1,166 @@
+package nodestatus
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+func newReporter(t *testing.T, ready *error) (*Reporter, *fake.Clientset, *testingclock.FakeClock) {
+	t.Helper()
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	client := fake.NewClientset()
+	node := Node(Config{NodeName: "n1", MaxPods: 10, HostIPs: []string{"10.0.0.1"}}, Machine{CPUs: 2, MemoryBytes: 1 << 30, EphemeralStorage: 1 << 34})
+	r := NewReporter(ReporterOptions{
+		Client: client, Node: node, Clock: clk, Recorder: record.NewFakeRecorder(100),
+		Ready: func() error { return *ready },
+	})
+	return r, client, clk
+}
+
+func getNode(t *testing.T, c *fake.Clientset) *v1.Node {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func statusUpdates(c *fake.Clientset) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "update" && a.GetSubresource() == "status" {
+			n++
+		}
+	}
+	return n
+}
+
+func readyCondition(n *v1.Node) v1.NodeCondition {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c
+		}
+	}
+	return v1.NodeCondition{}
+}
+
+// useAPINode feeds the reporter's node cache as its watch would.
+func useAPINode(t *testing.T, r *Reporter, c *fake.Clientset) {
+	t.Helper()
+	if err := r.store.Replace([]interface{}{getNode(t, c)}, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReporterRegistersAndReportsReadiness(t *testing.T) {
+	var notReady error = errors.New("container runtime network not ready: cni config uninitialized")
+	r, client, clk := newReporter(t, &notReady)
+	ctx := context.Background()
+	if !r.register(ctx) {
+		t.Fatal("registration failed")
+	}
+	n := getNode(t, client)
+	if n.Labels[LabelHostname] != "n1" || readyCondition(n).Reason != "KubeletNotReady" {
+		t.Fatalf("registered node %+v", n)
+	}
+	r.SyncStatus(ctx)
+	useAPINode(t, r, client)
+	if c := readyCondition(getNode(t, client)); c.Status != v1.ConditionFalse || c.Message != notReady.Error() {
+		t.Fatalf("ready condition %+v", c)
+	}
+
+	// Unchanged: nothing is written until the report frequency.
+	writes := statusUpdates(client)
+	clk.Step(10 * time.Second)
+	r.SyncStatus(ctx)
+	if statusUpdates(client) != writes {
+		t.Fatal("an unchanged status was written")
+	}
+	notReady = nil
+	clk.Step(10 * time.Second)
+	r.SyncStatus(ctx)
+	useAPINode(t, r, client)
+	if c := readyCondition(getNode(t, client)); c.Status != v1.ConditionTrue || c.Reason != "KubeletReady" || !c.LastTransitionTime.Time.Equal(clk.Now().Truncate(time.Second)) {
+		t.Fatalf("ready condition %+v", c)
+	}
+	writes = statusUpdates(client)
+	clk.Step(DefaultStatusReportFrequency)
+	r.SyncStatus(ctx)
+	if statusUpdates(client) != writes+1 {
+		t.Fatal("the status was not reported in full after the report frequency")
+	}
+
+	// Another component marks the node Unknown: nodelet corrects it.
+	useAPINode(t, r, client)
+	n = getNode(t, client)
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == v1.NodeReady {
+			n.Status.Conditions[i].Status, n.Status.Conditions[i].Reason = v1.ConditionUnknown, "NodeStatusUnknown"
+		}
+	}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useAPINode(t, r, client)
+	clk.Step(10 * time.Second)
+	r.SyncStatus(ctx)
+	if c := readyCondition(getNode(t, client)); c.Status != v1.ConditionTrue {
+		t.Fatalf("ready condition after the controller marked it Unknown: %+v", c)
+	}
+
+	// A restart finds the node and keeps it.
+	r2, _, _ := newReporter(t, &notReady)
+	r2.o.Client = client
+	if !r2.register(ctx) {
+		t.Fatal("re-registration failed")
+	}
+}
+
+func TestReporterLease(t *testing.T) {
+	var ok error
+	r, client, clk := newReporter(t, &ok)
+	ctx := context.Background()
+	if !r.register(ctx) {
+		t.Fatal("registration failed")
+	}
+	n := getNode(t, client)
+	n.UID = "node-uid" // the fake API server assigns none
+	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useAPINode(t, r, client)
+	if err := r.RenewLease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *l.Spec.HolderIdentity != "n1" || *l.Spec.LeaseDurationSeconds != 40 || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != "node-uid" {
+		t.Fatalf("lease %+v", l)
+	}
+	first := l.Spec.RenewTime.Time
+	clk.Step(10 * time.Second)
+	if err := r.RenewLease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, "n1", metav1.GetOptions{})
+	if !l.Spec.RenewTime.Time.After(first) {
+		t.Fatalf("lease not renewed: %v", l.Spec.RenewTime)
+	}
+	// Renewal after a failure reads the lease again and updates it.
+	r.lease = nil
+	clk.Step(10 * time.Second)
+	if err := r.RenewLease(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

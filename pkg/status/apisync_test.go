@@ -1,0 +1,184 @@
+package status
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// fakePods is the rest of nodelet as the syncer sees it.
+type fakePods struct {
+	desired map[types.UID]*v1.Pod
+	api     map[types.UID]*v1.Pod
+	running map[types.UID]bool
+}
+
+func (f *fakePods) PodByUID(uid types.UID) (*v1.Pod, bool) { p, ok := f.desired[uid]; return p, ok }
+func (f *fakePods) APIPod(uid types.UID) *v1.Pod           { return f.api[uid] }
+func (f *fakePods) CouldHaveRunningContainers(uid types.UID) bool {
+	return f.running[uid]
+}
+
+func newSyncer(t *testing.T, objs ...*v1.Pod) (*APISyncer, *Manager, *fake.Clientset, *fakePods) {
+	t.Helper()
+	client := fake.NewClientset()
+	for _, o := range objs {
+		if _, err := client.CoreV1().Pods(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	m := New(clk)
+	pods := &fakePods{desired: map[types.UID]*v1.Pod{}, api: map[types.UID]*v1.Pod{}, running: map[types.UID]bool{}}
+	for _, o := range objs {
+		pods.desired[o.UID] = o
+	}
+	return NewAPISyncer(client, m, pods, clk), m, client, pods
+}
+
+func apiPod(t *testing.T, c *fake.Clientset, name string) *v1.Pod {
+	t.Helper()
+	p, err := c.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func countActions(c *fake.Clientset, verb, sub string) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if a.GetVerb() == verb && a.GetSubresource() == sub {
+			n++
+		}
+	}
+	return n
+}
+
+func TestSyncerWritesChangedStatusesOnce(t *testing.T) {
+	pod := testPod("a")
+	pod.Status.Conditions = []v1.PodCondition{{Type: "example.com/gate", Status: v1.ConditionTrue}}
+	s, m, client, _ := newSyncer(t, pod)
+	ctx := context.Background()
+
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	if retry := s.SyncBatch(ctx); retry {
+		t.Fatal("a successful write asked for a retry")
+	}
+	got := apiPod(t, client, "a")
+	if got.Status.Phase != v1.PodRunning || len(got.Status.Conditions) != 2 {
+		t.Fatalf("API status %+v: want Running with our Ready and the gate kept", got.Status)
+	}
+	// Nothing changed: no more writes.
+	s.SyncBatch(ctx)
+	if n := countActions(client, "update", "status"); n != 1 {
+		t.Fatalf("%d status updates, want 1", n)
+	}
+	m.SetPodStatus(pod, ready(v1.ConditionFalse))
+	s.SyncBatch(ctx)
+	if n := countActions(client, "update", "status"); n != 2 {
+		t.Fatalf("%d status updates after a change, want 2", n)
+	}
+}
+
+func TestSyncerNeverRegressesATerminalPhase(t *testing.T) {
+	pod := testPod("a")
+	pod.Status.Phase = v1.PodFailed
+	s, m, client, _ := newSyncer(t, pod)
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	s.SyncBatch(context.Background())
+	if got := apiPod(t, client, "a"); got.Status.Phase != v1.PodFailed {
+		t.Fatalf("phase went from Failed to %s", got.Status.Phase)
+	}
+}
+
+func TestSyncerSkipsARecreatedPod(t *testing.T) {
+	pod := testPod("a")
+	s, m, client, _ := newSyncer(t, pod)
+	other := pod.DeepCopy()
+	other.UID = "a-new"
+	m.SetPodStatus(other, ready(v1.ConditionTrue))
+	s.SyncBatch(context.Background())
+	if n := countActions(client, "update", "status"); n != 0 {
+		t.Fatalf("wrote the status of another pod with the same name (%d updates)", n)
+	}
+}
+
+func TestSyncerDeletesTerminatedDeletedPods(t *testing.T) {
+	pod := testPod("a")
+	s, m, client, pods := newSyncer(t, pod)
+	ctx := context.Background()
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	s.SyncBatch(ctx)
+
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	pods.desired["a"] = deleting
+	pods.running["a"] = true
+	m.TerminatePod(deleting)
+	s.SyncBatch(ctx)
+	if n := countActions(client, "delete", ""); n != 0 {
+		t.Fatal("deleted a pod whose containers may still run")
+	}
+	pods.running["a"] = false
+	s.SyncBatch(ctx)
+	var del k8stesting.DeleteAction
+	for _, a := range client.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok {
+			del = d
+		}
+	}
+	if del == nil {
+		t.Fatal("the terminated, deleted pod was not deleted")
+	}
+	opts := del.GetDeleteOptions()
+	if opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds != 0 || opts.Preconditions == nil || *opts.Preconditions.UID != "a" {
+		t.Fatalf("delete options %+v: want grace 0 and a UID precondition", opts)
+	}
+	s.SyncBatch(ctx)
+	if n := countActions(client, "delete", ""); n != 1 {
+		t.Fatalf("%d deletes, want 1", n)
+	}
+}
+
+func TestSyncerWritesStaticPodStatusToItsMirror(t *testing.T) {
+	static := testPod("web")
+	static.Annotations = map[string]string{podutil.ConfigSourceAnnotationKey: "file", podutil.ConfigHashAnnotationKey: "h1"}
+	mirror := testPod("web")
+	mirror.UID = "mirror-1"
+	mirror.Annotations = map[string]string{podutil.ConfigMirrorAnnotationKey: "h1"}
+	s, m, client, pods := newSyncer(t, mirror)
+	pods.desired = map[types.UID]*v1.Pod{"web": static}
+	ctx := context.Background()
+	m.SetPodStatus(static, ready(v1.ConditionTrue))
+	s.SyncBatch(ctx)
+	if got := apiPod(t, client, "web"); got.Status.Phase != v1.PodRunning {
+		t.Fatalf("mirror status %+v", got.Status)
+	}
+
+	// The mirror is recreated (new UID, empty status): the unchanged
+	// status is written to it again.
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := mirror.DeepCopy()
+	fresh.UID = "mirror-2"
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, fresh, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods.api["web"] = fresh
+	s.SyncBatch(ctx)
+	if got := apiPod(t, client, "web"); got.Status.Phase != v1.PodRunning {
+		t.Fatalf("recreated mirror status %+v", got.Status)
+	}
+}
