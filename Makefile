@@ -4,7 +4,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all setup build run clean-pods test unit integration lint bench fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test unit integration lint bench fuzz clean
 
 all: build
 
@@ -17,6 +17,11 @@ build:
 # Run nodelet standalone on the example static pods.
 run:
 	bash hack/run-demo.sh
+
+# Run a one-node cluster: the upstream control plane with nodelet as its
+# node (kubectl: export KUBECONFIG=_output/admin.kubeconfig).
+cluster-up:
+	bash hack/cluster-up.sh
 
 # Remove every pod nodelet runs on this node (e.g. after the demo).
 clean-pods:
