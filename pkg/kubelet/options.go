@@ -171,7 +171,7 @@ func (o *ContainerOptions) mounts(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		}
 		host, err := o.volumePath(ctx, pod, vol)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", kuberuntime.ErrMountVolume, err)
 		}
 		if m.SubPath != "" {
 			if filepath.IsAbs(m.SubPath) || strings.Contains(filepath.Clean(m.SubPath), "..") {

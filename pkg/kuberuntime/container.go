@@ -81,6 +81,9 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		restartCount = last.RestartCount + 1
 	}
 	cfg, err := m.containerConfig(ctx, pod, c, restartCount, imageRef, podIPs)
+	if errors.Is(err, ErrMountVolume) {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", err)
+	}
 	if err != nil {
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return err.Error(), container.ErrCreateContainerConfig

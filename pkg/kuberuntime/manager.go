@@ -11,6 +11,7 @@ package kuberuntime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -27,6 +28,11 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/container"
 )
+
+// ErrMountVolume classifies a RunContainerOptions failure to set up a
+// volume: it is reported as a FailedMount event on the pod, as upstream
+// reports it.
+var ErrMountVolume = errors.New("MountVolume.SetUp failed")
 
 // RunContainerOptions is what the kubelet core decides about a container
 // beyond its spec: its environment, its mounts, where its pod's files live.

@@ -3,8 +3,10 @@ package kuberuntime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -412,5 +414,32 @@ func TestDefaultPullPolicyUsedForInvalidImage(t *testing.T) {
 	}
 	if len(calls(f.rt, "CreateContainer")) != 0 {
 		t.Fatal("created a container with an invalid image")
+	}
+}
+
+type failingMountHelper struct{ testHelper }
+
+func (failingMountHelper) RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (*RunContainerOptions, error) {
+	return nil, fmt.Errorf("%w: volume %q: configMap %q not found", ErrMountVolume, "cfg", "settings")
+}
+
+// A volume that cannot be set up fails the container with
+// CreateContainerConfigError and reports FailedMount on the pod.
+func TestVolumeFailureIsAFailedMountEvent(t *testing.T) {
+	f := newFixture(t)
+	f.m.helper = failingMountHelper{testHelper{t.TempDir()}}
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	result := f.sync(t, pod)
+	if !errors.Is(result.Error(), container.ErrCreateContainerConfig) {
+		t.Fatalf("sync error %v, want CreateContainerConfigError", result.Error())
+	}
+	var events []string
+	for len(f.recorder.Events) > 0 {
+		events = append(events, <-f.recorder.Events)
+	}
+	if !slices.ContainsFunc(events, func(e string) bool {
+		return strings.HasPrefix(e, "Warning FailedMount MountVolume.SetUp failed: volume \"cfg\"")
+	}) {
+		t.Fatalf("events %q: no FailedMount", events)
 	}
 }
