@@ -184,6 +184,10 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	})
 }
 
+// CAFile is the cluster CA, which signs every client certificate (the API
+// server's to kubelets included).
+func (c *Cluster) CAFile() string { return c.path("pki/ca.crt") }
+
 // StopAPIServer stops the API server (and leaves everything else running).
 func (c *Cluster) StopAPIServer() { c.stopProc("kube-apiserver") }
 

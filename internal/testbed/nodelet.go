@@ -60,6 +60,9 @@ type NodeletOptions struct {
 	// CgroupRoot overrides CgroupRoot(): nodes sharing the machine each
 	// need their own.
 	CgroupRoot string
+	// Address is where nodelet serves (default 127.0.0.1); the API server
+	// reaches a node at its InternalIP.
+	Address string
 }
 
 // Nodelet is a nodelet process under test.
@@ -72,8 +75,10 @@ type Nodelet struct {
 	LogsDir   string
 	Config    string
 	NodeName  string
-	Port      int
-	LogPath   string
+	// Port is the read-only port; APIPort the kubelet API's.
+	Port    int
+	APIPort int
+	LogPath string
 
 	opts NodeletOptions
 	cmd  *exec.Cmd
@@ -96,7 +101,10 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 	if err := os.MkdirAll(n.Manifests, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	n.Port = freePort(t)
+	n.Port, n.APIPort = freePort(t), freePort(t)
+	if opts.Address == "" {
+		opts.Address = "127.0.0.1"
+	}
 	if opts.CgroupRoot == "" {
 		opts.CgroupRoot = CgroupRoot()
 	}
@@ -109,9 +117,10 @@ staticPodPath: %s
 containerRuntimeEndpoint: %s
 podLogsDir: %s
 readOnlyPort: %d
-address: 127.0.0.1
+port: %d
+address: %s
 cgroupRoot: %s
-%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, opts.CgroupRoot, opts.ExtraConfig)
+%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, n.APIPort, opts.Address, opts.CgroupRoot, opts.ExtraConfig)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

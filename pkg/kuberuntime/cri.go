@@ -51,8 +51,17 @@ type RuntimeService interface {
 	SandboxService
 	ContainerService
 	EventService
+	StreamingService
 	Version(ctx context.Context, in *runtimeapi.VersionRequest, opts ...grpc.CallOption) (*runtimeapi.VersionResponse, error)
 	Status(ctx context.Context, in *runtimeapi.StatusRequest, opts ...grpc.CallOption) (*runtimeapi.StatusResponse, error)
+}
+
+// StreamingService hands out sessions on the runtime's streaming server,
+// which the kubelet API proxies for kubectl exec, attach and port-forward.
+type StreamingService interface {
+	Exec(ctx context.Context, in *runtimeapi.ExecRequest, opts ...grpc.CallOption) (*runtimeapi.ExecResponse, error)
+	Attach(ctx context.Context, in *runtimeapi.AttachRequest, opts ...grpc.CallOption) (*runtimeapi.AttachResponse, error)
+	PortForward(ctx context.Context, in *runtimeapi.PortForwardRequest, opts ...grpc.CallOption) (*runtimeapi.PortForwardResponse, error)
 }
 
 // ImageService pulls and inspects images.

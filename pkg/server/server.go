@@ -1,10 +1,13 @@
-// Package server is nodelet's HTTP face: the read-only port serving the
-// pods nodelet runs with their current status (/pods) and its health
-// (/healthz), at the end of the pipeline where the status lands.
+// Package server is nodelet's HTTP face, at the end of the pipeline where
+// the status lands: the read-only port serving the pods nodelet runs with
+// their current status (/pods) and its health (/healthz), and the kubelet
+// API on the node's port, which the API server calls for kubectl logs,
+// exec, attach and port-forward, behind authentication and authorization.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,9 +72,17 @@ func (s *ReadOnly) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // Serve listens on addr and serves h until ctx ends. The listener is
 // opened before Serve returns its first error, so a busy port fails start-up.
 func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, <-chan error, error) {
+	return ServeTLS(ctx, addr, h, nil)
+}
+
+// ServeTLS is Serve over TLS (plain HTTP when cfg is nil).
+func ServeTLS(ctx context.Context, addr string, h http.Handler, cfg *tls.Config) (net.Addr, <-chan error, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)

@@ -295,6 +295,26 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 	if c.NodeLeaseDurationSeconds == 0 {
 		c.NodeLeaseDurationSeconds = 40
 	}
+	// The kubelet API's security, with the v1beta1 defaults: no
+	// anonymous access, tokens and access checked with the API server.
+	if c.Authentication.Anonymous.Enabled == nil {
+		c.Authentication.Anonymous.Enabled = new(false)
+	}
+	if c.Authentication.Webhook.Enabled == nil {
+		c.Authentication.Webhook.Enabled = new(true)
+	}
+	if c.Authentication.Webhook.CacheTTL.Duration == 0 {
+		c.Authentication.Webhook.CacheTTL.Duration = 2 * time.Minute
+	}
+	if c.Authorization.Mode == "" {
+		c.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationModeWebhook
+	}
+	if c.Authorization.Webhook.CacheAuthorizedTTL.Duration == 0 {
+		c.Authorization.Webhook.CacheAuthorizedTTL.Duration = 5 * time.Minute
+	}
+	if c.Authorization.Webhook.CacheUnauthorizedTTL.Duration == 0 {
+		c.Authorization.Webhook.CacheUnauthorizedTTL.Duration = 30 * time.Second
+	}
 }
 
 func validate(c *kubeletv1beta1.KubeletConfiguration) error {
@@ -333,6 +353,14 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	}
 	if p := c.MaxParallelImagePulls; p != nil && *p < 1 {
 		errs = append(errs, fmt.Errorf("maxParallelImagePulls (%d) must be at least 1", *p))
+	}
+	switch c.Authorization.Mode {
+	case kubeletv1beta1.KubeletAuthorizationModeWebhook, kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow:
+	default:
+		errs = append(errs, fmt.Errorf("authorization.mode %q is not one of Webhook, AlwaysAllow", c.Authorization.Mode))
+	}
+	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("tlsCertFile and tlsPrivateKeyFile go together"))
 	}
 	switch c.CgroupDriver {
 	case "cgroupfs":

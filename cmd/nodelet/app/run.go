@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -206,14 +207,29 @@ func Run(ctx context.Context, o *Options) error {
 		klog.InfoS("Cluster mode", "kubeconfig", o.Kubeconfig)
 	}
 
-	var serverErr <-chan error
+	// A server that fails while running ends nodelet.
+	serverErr := make(chan error, 2)
+	forward := func(name string, errs <-chan error) {
+		go func() {
+			if err := <-errs; err != nil {
+				serverErr <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
 	if c.ReadOnlyPort > 0 {
 		addr, errs, err := server.Serve(ctx, net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core, core.Healthz))
 		if err != nil {
 			return fmt.Errorf("read-only server: %w", err)
 		}
 		klog.InfoS("Serving the read-only API", "address", addr.String())
-		serverErr = errs
+		forward("read-only server", errs)
+	}
+	if c.Port > 0 {
+		errs, err := serveKubeletAPI(ctx, o, nodeName, hostIPs, client, server.NewKubelet(core, core.Healthz, runtime))
+		if err != nil {
+			return err
+		}
+		forward("kubelet API", errs)
 	}
 
 	go gpleg.Run(ctx)
@@ -231,13 +247,34 @@ func Run(ctx context.Context, o *Options) error {
 	select {
 	case <-loopDone:
 	case err := <-serverErr:
-		if err != nil {
-			return fmt.Errorf("read-only server: %w", err)
-		}
+		return err
 	}
 	<-loopDone
 	klog.InfoS("nodelet stopped; pods keep running")
 	return nil
+}
+
+// serveKubeletAPI serves the kubelet API over HTTPS on the node's port,
+// behind the configured authentication and authorization.
+func serveKubeletAPI(ctx context.Context, o *Options, nodeName string, hostIPs []string, client kubernetes.Interface, h http.Handler) (<-chan error, error) {
+	c := &o.Config
+	tlsConfig, err := server.ServingTLS(c.TLSCertFile, c.TLSPrivateKeyFile, filepath.Join(o.RootDir, "pki"), nodeName, hostIPs, c.Authentication.X509.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet API: %w", err)
+	}
+	h = server.WithAuth(h, server.AuthOptions{
+		NodeName: nodeName, Anonymous: *c.Authentication.Anonymous.Enabled, Client: client,
+		TokenWebhook: *c.Authentication.Webhook.Enabled, TokenCacheTTL: c.Authentication.Webhook.CacheTTL.Duration,
+		AuthorizeWebhook: c.Authorization.Mode == kubeletv1beta1.KubeletAuthorizationModeWebhook,
+		AuthorizedTTL:    c.Authorization.Webhook.CacheAuthorizedTTL.Duration,
+		UnauthorizedTTL:  c.Authorization.Webhook.CacheUnauthorizedTTL.Duration,
+	})
+	addr, errs, err := server.ServeTLS(ctx, net.JoinHostPort(c.Address, strconv.Itoa(int(c.Port))), h, tlsConfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet API: %w", err)
+	}
+	klog.InfoS("Serving the kubelet API", "address", addr.String(), "authorization", c.Authorization.Mode)
+	return errs, nil
 }
 
 // apiPods is what the status syncer needs to know about pods: the core's

@@ -540,3 +540,33 @@ func (r *Runtime) Images() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Exec returns a fake streaming URL naming the container.
+func (r *Runtime) Exec(ctx context.Context, in *runtimeapi.ExecRequest, _ ...grpc.CallOption) (*runtimeapi.ExecResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("Exec", in.ContainerId); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ExecResponse{Url: "http://127.0.0.1:1/exec/" + in.ContainerId}, nil
+}
+
+// Attach returns a fake streaming URL naming the container.
+func (r *Runtime) Attach(ctx context.Context, in *runtimeapi.AttachRequest, _ ...grpc.CallOption) (*runtimeapi.AttachResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("Attach", in.ContainerId); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.AttachResponse{Url: "http://127.0.0.1:1/attach/" + in.ContainerId}, nil
+}
+
+// PortForward returns a fake streaming URL naming the sandbox.
+func (r *Runtime) PortForward(ctx context.Context, in *runtimeapi.PortForwardRequest, _ ...grpc.CallOption) (*runtimeapi.PortForwardResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("PortForward", in.PodSandboxId); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PortForwardResponse{Url: "http://127.0.0.1:1/portforward/" + in.PodSandboxId}, nil
+}

@@ -57,9 +57,12 @@ func startNode(t *testing.T, name string, c *testbed.Containerd, extraConfig str
 			t.Errorf("deleting node %s: %v", name, err)
 		}
 	})
+	// The API server reaches the kubelet API at the node's InternalIP
+	// with its client certificate, signed by the cluster CA.
+	extraConfig = fmt.Sprintf("authentication:\n  x509:\n    clientCAFile: %s\n%s", cl.CAFile(), extraConfig)
 	return testbed.StartNodelet(t, c, testbed.NodeletOptions{
 		NodeName: name, Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/" + name,
-		ExtraConfig: extraConfig,
+		ExtraConfig: extraConfig, Address: "0.0.0.0",
 	})
 }
 

@@ -73,7 +73,7 @@ func TestNodeRegistersReady(t *testing.T) {
 		info.KernelVersion == "" || info.OSImage == "" || info.OperatingSystem != "linux" {
 		t.Errorf("nodeInfo %+v", info)
 	}
-	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
+	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != int32(n.APIPort) {
 		t.Errorf("daemonEndpoints %+v", node.Status.DaemonEndpoints)
 	}
 	for typ, reason := range map[v1.NodeConditionType]string{

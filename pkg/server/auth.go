@@ -1,0 +1,278 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// User is who made a request.
+type User struct {
+	Name   string
+	UID    string
+	Groups []string
+}
+
+// Authenticator tells who made a request: ok false means the request
+// carried no credentials this authenticator understands.
+type Authenticator interface {
+	Authenticate(r *http.Request) (u User, ok bool, err error)
+}
+
+// Authorizer decides whether a user may act on the node's subresource.
+type Authorizer interface {
+	Authorize(ctx context.Context, u User, verb, subresource string) (allowed bool, reason string, err error)
+}
+
+// AuthOptions configure the kubelet API's authentication and
+// authorization, as the KubeletConfiguration's authentication and
+// authorization sections do.
+type AuthOptions struct {
+	NodeName string
+	// Anonymous lets requests without credentials through as
+	// system:anonymous.
+	Anonymous bool
+	// Client, when set, checks bearer tokens with TokenReview (Webhook
+	// authentication) and, with AuthorizeWebhook, access with
+	// SubjectAccessReview.
+	Client           kubernetes.Interface
+	TokenWebhook     bool
+	AuthorizeWebhook bool
+	TokenCacheTTL    time.Duration
+	AuthorizedTTL    time.Duration
+	UnauthorizedTTL  time.Duration
+	Clock            clock.PassiveClock
+}
+
+// certAuthenticator takes the user from a verified client certificate:
+// the common name is the user, the organisations its groups.
+type certAuthenticator struct{}
+
+func (certAuthenticator) Authenticate(r *http.Request) (User, bool, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return User{}, false, nil
+	}
+	cert := r.TLS.VerifiedChains[0][0]
+	return User{Name: cert.Subject.CommonName, Groups: cert.Subject.Organization}, true, nil
+}
+
+// tokenAuthenticator checks bearer tokens with the API server's
+// TokenReview, caching the answers.
+type tokenAuthenticator struct {
+	client kubernetes.Interface
+	cache  *ttlCache[tokenResult]
+}
+
+type tokenResult struct {
+	user User
+	ok   bool
+}
+
+func (a *tokenAuthenticator) Authenticate(r *http.Request) (User, bool, error) {
+	token, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !found || token == "" {
+		return User{}, false, nil
+	}
+	if res, hit := a.cache.get(token); hit {
+		return res.user, res.ok, nil
+	}
+	review, err := a.client.AuthenticationV1().TokenReviews().Create(r.Context(),
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil {
+		return User{}, false, fmt.Errorf("token review: %w", err)
+	}
+	res := tokenResult{ok: review.Status.Authenticated}
+	if res.ok {
+		u := review.Status.User
+		res.user = User{Name: u.Username, UID: u.UID, Groups: u.Groups}
+	}
+	a.cache.set(token, res, a.cache.ttl)
+	return res.user, res.ok, nil
+}
+
+// webhookAuthorizer asks the API server with SubjectAccessReview, caching
+// allowed answers longer than denied ones, as the kubelet does.
+type webhookAuthorizer struct {
+	client            kubernetes.Interface
+	nodeName          string
+	cache             *ttlCache[bool]
+	allowTTL, denyTTL time.Duration
+}
+
+func (a *webhookAuthorizer) Authorize(ctx context.Context, u User, verb, subresource string) (bool, string, error) {
+	key := strings.Join([]string{u.Name, u.UID, strings.Join(u.Groups, ","), verb, subresource}, "|")
+	if allowed, hit := a.cache.get(key); hit {
+		return allowed, "", nil
+	}
+	sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: u.Name, UID: u.UID, Groups: u.Groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: verb, Version: "v1", Resource: "nodes", Subresource: subresource, Name: a.nodeName,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("subject access review: %w", err)
+	}
+	ttl := a.denyTTL
+	if sar.Status.Allowed {
+		ttl = a.allowTTL
+	}
+	a.cache.set(key, sar.Status.Allowed, ttl)
+	return sar.Status.Allowed, sar.Status.Reason, nil
+}
+
+type alwaysAllow struct{}
+
+func (alwaysAllow) Authorize(context.Context, User, string, string) (bool, string, error) {
+	return true, "", nil
+}
+
+// denyAll is the webhook authorizer without an API server to ask.
+type denyAll struct{}
+
+func (denyAll) Authorize(context.Context, User, string, string) (bool, string, error) {
+	return false, "webhook authorization needs an API server", nil
+}
+
+// attributes maps a request to the verb and node subresource it is
+// authorized as, as upstream maps them.
+func attributes(r *http.Request) (verb, subresource string) {
+	switch r.Method {
+	case http.MethodPost:
+		verb = "create"
+	case http.MethodPut:
+		verb = "update"
+	case http.MethodPatch:
+		verb = "patch"
+	case http.MethodDelete:
+		verb = "delete"
+	default:
+		verb = "get"
+	}
+	first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	switch first {
+	case "stats":
+		subresource = "stats"
+	case "metrics":
+		subresource = "metrics"
+	case "logs":
+		subresource = "log"
+	case "spec":
+		subresource = "spec"
+	default:
+		subresource = "proxy"
+	}
+	return verb, subresource
+}
+
+// WithAuth wraps h with authentication (client certificate, then bearer
+// token, then anonymous if allowed: otherwise 401) and authorization
+// (403 when denied).
+func WithAuth(h http.Handler, o AuthOptions) http.Handler {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	authns := []Authenticator{certAuthenticator{}}
+	if o.TokenWebhook && o.Client != nil {
+		authns = append(authns, &tokenAuthenticator{client: o.Client, cache: newTTLCache[tokenResult](o.Clock, o.TokenCacheTTL)})
+	}
+	var authz Authorizer = alwaysAllow{}
+	if o.AuthorizeWebhook {
+		authz = denyAll{}
+		if o.Client != nil {
+			authz = &webhookAuthorizer{client: o.Client, nodeName: o.NodeName, cache: newTTLCache[bool](o.Clock, 0),
+				allowTTL: o.AuthorizedTTL, denyTTL: o.UnauthorizedTTL}
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok := User{}, false
+		for _, a := range authns {
+			u, found, err := a.Authenticate(r)
+			if err != nil {
+				klog.ErrorS(err, "Unable to authenticate the request", "path", r.URL.Path)
+				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+				return
+			}
+			if found {
+				user, ok = u, true
+				break
+			}
+		}
+		if !ok && o.Anonymous {
+			user, ok = User{Name: "system:anonymous", Groups: []string{"system:unauthenticated"}}, true
+		}
+		if !ok {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		verb, sub := attributes(r)
+		allowed, reason, err := authz.Authorize(r.Context(), user, verb, sub)
+		if err != nil {
+			klog.ErrorS(err, "Authorization error", "user", user.Name, "verb", verb, "resource", "nodes", "subresource", sub)
+			http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=nodes, subresource=%s)", user.Name, verb, sub), http.StatusInternalServerError)
+			return
+		}
+		if !allowed {
+			klog.V(2).InfoS("Forbidden", "user", user.Name, "verb", verb, "subresource", sub, "reason", reason)
+			http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=%s)", user.Name, verb, sub), http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ttlCache remembers answers for a while.
+type ttlCache[V any] struct {
+	clock clock.PassiveClock
+	ttl   time.Duration
+
+	mu sync.Mutex
+	m  map[string]ttlEntry[V]
+}
+
+type ttlEntry[V any] struct {
+	v       V
+	expires time.Time
+}
+
+func newTTLCache[V any](clk clock.PassiveClock, ttl time.Duration) *ttlCache[V] {
+	return &ttlCache[V]{clock: clk, ttl: ttl, m: map[string]ttlEntry[V]{}}
+}
+
+func (c *ttlCache[V]) get(k string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	if !ok || !c.clock.Now().Before(e.expires) {
+		var zero V
+		return zero, false
+	}
+	return e.v, true
+}
+
+func (c *ttlCache[V]) set(k string, v V, ttl time.Duration) {
+	if ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	for key, e := range c.m {
+		if !now.Before(e.expires) {
+			delete(c.m, key)
+		}
+	}
+	c.m[k] = ttlEntry[V]{v: v, expires: now.Add(ttl)}
+}

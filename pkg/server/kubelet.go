@@ -1,0 +1,254 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+)
+
+// Runtime is what the kubelet API asks of the container runtime.
+type Runtime interface {
+	ContainerLogs(ctx context.Context, namespace, pod, container string, opts kuberuntime.LogOptions, w io.Writer) error
+	GetExec(ctx context.Context, namespace, pod, uid, container string, cmd []string, stdin, stdout, stderr, tty bool) (*url.URL, error)
+	GetAttach(ctx context.Context, namespace, pod, uid, container string, stdin, stdout, stderr, tty bool) (*url.URL, error)
+	GetPortForward(ctx context.Context, namespace, pod, uid string, ports []int32) (*url.URL, error)
+	RunInContainer(ctx context.Context, namespace, pod, uid, container string, cmd []string) ([]byte, error)
+}
+
+// Kubelet is the kubelet API the API server talks to on the node's port
+// (10250): the read-only endpoints, container logs, and exec, attach and
+// port-forward sessions, which are proxied to the runtime's streaming
+// server. Authentication and authorization wrap it (WithAuth).
+type Kubelet struct {
+	*ReadOnly
+	runtime Runtime
+}
+
+// NewKubelet returns the kubelet API's handler.
+func NewKubelet(pods PodSource, healthz HealthChecker, runtime Runtime) *Kubelet {
+	s := &Kubelet{ReadOnly: NewReadOnly(pods, healthz), runtime: runtime}
+	s.mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", s.handleLogs)
+	for _, p := range []string{"/exec/{ns}/{pod}/{container}", "/exec/{ns}/{pod}/{uid}/{container}"} {
+		s.mux.HandleFunc(p, s.handleExec)
+	}
+	for _, p := range []string{"/attach/{ns}/{pod}/{container}", "/attach/{ns}/{pod}/{uid}/{container}"} {
+		s.mux.HandleFunc(p, s.handleAttach)
+	}
+	for _, p := range []string{"/portForward/{ns}/{pod}", "/portForward/{ns}/{pod}/{uid}"} {
+		s.mux.HandleFunc(p, s.handlePortForward)
+	}
+	for _, p := range []string{"POST /run/{ns}/{pod}/{container}", "POST /run/{ns}/{pod}/{uid}/{container}"} {
+		s.mux.HandleFunc(p, s.handleRun)
+	}
+	return s
+}
+
+func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := kuberuntime.LogOptions{
+		Follow: q.Get("follow") == "true", Previous: q.Get("previous") == "true", Timestamps: q.Get("timestamps") == "true",
+		TailLines: -1,
+	}
+	var err error
+	intParam := func(name string, dst *int64) {
+		if v := q.Get(name); v != "" && err == nil {
+			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil || *dst < 0 {
+				err = fmt.Errorf("%s=%q must be a non-negative integer", name, v)
+			}
+		}
+	}
+	var since int64
+	intParam("tailLines", &opts.TailLines)
+	intParam("limitBytes", &opts.LimitBytes)
+	intParam("sinceSeconds", &since)
+	if v := q.Get("sinceTime"); v != "" && err == nil {
+		var t time.Time
+		if t, err = time.Parse(time.RFC3339, v); err == nil {
+			opts.SinceTime = &t
+		}
+	}
+	if since > 0 {
+		t := time.Now().Add(-time.Duration(since) * time.Second)
+		opts.SinceTime = &t
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	err = s.runtime.ContainerLogs(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("container"), opts, w)
+	writeError(w, err)
+}
+
+// streamFlags reads the stream options the API server passes.
+func streamFlags(q url.Values) (stdin, stdout, stderr, tty bool) {
+	on := func(k string) bool { return q.Get(k) == "1" || q.Get(k) == "true" }
+	return on("input"), on("output"), on("error"), on("tty")
+}
+
+func (s *Kubelet) handleExec(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	stdin, stdout, stderr, tty := streamFlags(q)
+	target, err := s.runtime.GetExec(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"),
+		q["command"], stdin, stdout, stderr, tty)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	proxyStream(w, r, target)
+}
+
+func (s *Kubelet) handleAttach(w http.ResponseWriter, r *http.Request) {
+	stdin, stdout, stderr, tty := streamFlags(r.URL.Query())
+	target, err := s.runtime.GetAttach(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"),
+		stdin, stdout, stderr, tty)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	proxyStream(w, r, target)
+}
+
+func (s *Kubelet) handlePortForward(w http.ResponseWriter, r *http.Request) {
+	var ports []int32
+	for _, p := range r.URL.Query()["port"] {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			http.Error(w, fmt.Sprintf("invalid port %q", p), http.StatusBadRequest)
+			return
+		}
+		ports = append(ports, int32(n))
+	}
+	target, err := s.runtime.GetPortForward(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("uid"), ports)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	proxyStream(w, r, target)
+}
+
+func (s *Kubelet) handleRun(w http.ResponseWriter, r *http.Request) {
+	cmd := r.URL.Query()["cmd"]
+	if len(cmd) == 0 {
+		http.Error(w, "missing cmd", http.StatusBadRequest)
+		return
+	}
+	out, err := s.runtime.RunInContainer(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"), cmd)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	w.Write(out)
+}
+
+// writeError answers a failed request: 404 for what the runtime does not
+// have, 500 otherwise. Nothing is written when the request succeeded.
+func writeError(w http.ResponseWriter, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, kuberuntime.ErrNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	default:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// proxyStream hands a streaming request (an upgrade to SPDY or WebSocket)
+// to the runtime's streaming server, which speaks the protocols itself.
+func proxyStream(w http.ResponseWriter, r *http.Request, target *url.URL) {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = &url.URL{Scheme: target.Scheme, Host: target.Host, Path: target.Path, RawQuery: target.RawQuery}
+			pr.Out.Host = target.Host
+			pr.Out.Header.Del("Authorization")
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			klog.ErrorS(err, "Proxying a stream to the runtime failed", "path", r.URL.Path)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// ServingTLS returns the kubelet API's TLS configuration: the given
+// certificate, or a self-signed one kept in certDir (as the kubelet keeps
+// kubelet.crt); client certificates are verified against clientCAFile
+// when one is given.
+func ServingTLS(certFile, keyFile, certDir, hostname string, hostIPs []string, clientCAFile string) (*tls.Config, error) {
+	if certFile == "" {
+		certFile, keyFile = filepath.Join(certDir, "nodelet.crt"), filepath.Join(certDir, "nodelet.key")
+		if _, err := os.Stat(certFile); os.IsNotExist(err) {
+			if err := selfSigned(certFile, keyFile, hostname, hostIPs); err != nil {
+				return nil, fmt.Errorf("creating a self-signed serving certificate: %w", err)
+			}
+		}
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the serving certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCAFile != "" {
+		pemBytes, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("clientCAFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemBytes) {
+			return nil, fmt.Errorf("clientCAFile %s holds no PEM certificate", clientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	return cfg, nil
+}
+
+func selfSigned(certFile, keyFile, hostname string, hostIPs []string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(now.UnixNano()), Subject: pkix.Name{CommonName: hostname + "@" + strconv.FormatInt(now.Unix(), 10)},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{hostname},
+	}
+	for _, ip := range hostIPs {
+		if p := net.ParseIP(ip); p != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, p)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(certFile), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
