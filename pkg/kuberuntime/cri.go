@@ -80,7 +80,8 @@ var ErrRuntimeUnreachable = errors.New("container runtime is unreachable")
 // Dial connects to a CRI endpoint (unix:///path or a bare path) and checks
 // that a runtime answers there, so a wrong endpoint fails at start-up with
 // a message naming it rather than on the first pod.
-func Dial(ctx context.Context, endpoint string, timeout time.Duration) (*grpc.ClientConn, *runtimeapi.VersionResponse, error) {
+// Extra options (a metrics interceptor, say) are added to the defaults.
+func Dial(ctx context.Context, endpoint string, timeout time.Duration, extra ...grpc.DialOption) (*grpc.ClientConn, *runtimeapi.VersionResponse, error) {
 	path := strings.TrimPrefix(endpoint, "unix://")
 	if strings.Contains(path, "://") {
 		return nil, nil, fmt.Errorf("container runtime endpoint %q: only unix sockets are supported", endpoint)
@@ -92,9 +93,11 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration) (*grpc.Cl
 	if fi.Mode()&os.ModeSocket == 0 {
 		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q is not a socket", ErrRuntimeUnreachable, endpoint)
 	}
-	conn, err := grpc.NewClient("unix://"+path,
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16*1024*1024)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 * 1024 * 1024)),
+	}, extra...)
+	conn, err := grpc.NewClient("unix://"+path, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q: %v", ErrRuntimeUnreachable, endpoint, err)
 	}

@@ -68,7 +68,13 @@ type Generic struct {
 
 	// lastRelist is the start of the last successful relist (unix nanos).
 	lastRelist atomic.Int64
+	// observe, if set, is told each successful relist's start and length.
+	observe func(start time.Time, took time.Duration)
 }
+
+// ObserveRelists sets a function told each successful relist's start and
+// length (for metrics). Call it before Run.
+func (g *Generic) ObserveRelists(fn func(start time.Time, took time.Duration)) { g.observe = fn }
 
 // NewGeneric returns a PLEG relisting every period.
 func NewGeneric(rt Runtime, cache *Cache, period time.Duration, clk clock.WithTicker) *Generic {
@@ -138,6 +144,9 @@ func (g *Generic) Relist(ctx context.Context) {
 	if err != nil {
 		klog.ErrorS(err, "PLEG: cannot list pods from the runtime")
 		return
+	}
+	if g.observe != nil {
+		defer func() { g.observe(ts, g.clock.Since(ts)) }()
 	}
 	current := make(map[types.UID]*container.Pod, len(pods))
 	for _, p := range pods {

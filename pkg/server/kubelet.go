@@ -44,9 +44,13 @@ type Kubelet struct {
 	runtime Runtime
 }
 
-// NewKubelet returns the kubelet API's handler.
-func NewKubelet(pods PodSource, healthz HealthChecker, runtime Runtime) *Kubelet {
+// NewKubelet returns the kubelet API's handler; metrics (nil for none)
+// serves /metrics.
+func NewKubelet(pods PodSource, healthz HealthChecker, runtime Runtime, metrics http.Handler) *Kubelet {
 	s := &Kubelet{ReadOnly: NewReadOnly(pods, healthz), runtime: runtime}
+	if metrics != nil {
+		s.mux.Handle("GET /metrics", metrics)
+	}
 	s.mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", s.handleLogs)
 	for _, p := range []string{"/exec/{ns}/{pod}/{container}", "/exec/{ns}/{pod}/{uid}/{container}"} {
 		s.mux.HandleFunc(p, s.handleExec)

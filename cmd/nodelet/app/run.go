@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -23,8 +24,10 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -70,7 +73,11 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	conn, version, err := kuberuntime.Dial(ctx, c.ContainerRuntimeEndpoint, dialTimeout)
+	// The metrics' running gauges read the runtime manager, built below.
+	var runtime *kuberuntime.Manager
+	promMetrics := metrics.New(func(ctx context.Context) ([]*container.Pod, error) { return runtime.GetPods(ctx) })
+	conn, version, err := kuberuntime.Dial(ctx, c.ContainerRuntimeEndpoint, dialTimeout,
+		grpc.WithChainUnaryInterceptor(promMetrics.UnaryClientInterceptor()))
 	if err != nil {
 		return err
 	}
@@ -138,7 +145,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	runtimeService := runtimeapi.NewRuntimeServiceClient(conn)
 	probes := prober.New(prober.Options{Exec: runtimeService, Status: statusManager, Recorder: recorder, Clock: clk})
-	runtime := kuberuntime.New(kuberuntime.Options{
+	runtime = kuberuntime.New(kuberuntime.Options{
 		Runtime:        runtimeService,
 		Images:         runtimeapi.NewImageServiceClient(conn),
 		Helper:         containerOptions,
@@ -155,6 +162,7 @@ func Run(ctx context.Context, o *Options) error {
 		MaxParallelPulls: maxParallelPulls(c),
 	})
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
+	gpleg.ObserveRelists(promMetrics.ObserveRelist)
 	workQueue := podworkers.NewWorkQueue(clk)
 
 	syncerOptions := kubelet.SyncerOptions{
@@ -177,7 +185,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	syncer := kubelet.NewPodSyncer(syncerOptions)
 	workers := podworkers.New(podworkers.Options{
-		Syncer: syncer, Status: gpleg, WorkQueue: workQueue, Clock: clk,
+		Syncer: promMetrics.InstrumentSyncer(syncer, statusManager, clk), Status: gpleg, WorkQueue: workQueue, Clock: clk,
 		ResyncInterval: c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
 	})
 	runtime.SetPodState(workers)
@@ -225,7 +233,7 @@ func Run(ctx context.Context, o *Options) error {
 		forward("read-only server", errs)
 	}
 	if c.Port > 0 {
-		errs, err := serveKubeletAPI(ctx, o, nodeName, hostIPs, client, server.NewKubelet(core, core.Healthz, runtime))
+		errs, err := serveKubeletAPI(ctx, o, nodeName, hostIPs, client, server.NewKubelet(core, core.Healthz, runtime, promMetrics.Handler()))
 		if err != nil {
 			return err
 		}

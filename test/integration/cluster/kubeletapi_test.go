@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -233,5 +236,48 @@ func TestKubeletAPIAuth(t *testing.T) {
 	raw, err := cl.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.NodeName, "proxy", "pods").DoRaw(ctx)
 	if err != nil || !strings.Contains(string(raw), `"kind":"PodList"`) {
 		t.Errorf("through the API server's node proxy: %v %.200s", err, raw)
+	}
+}
+
+// /metrics, read through the API server's node proxy, parses as
+// Prometheus text and its pod start histogram moves when a pod starts.
+func TestMetricsEndpoint(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	n := startNode(t, "node-metrics", cd, "")
+	waitNodeReady(t, n.NodeName, 10*time.Second)
+	scrape := func() map[string]*dto.MetricFamily {
+		t.Helper()
+		raw, err := cl.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.NodeName, "proxy", "metrics").DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		f, err := parser.TextToMetricFamilies(strings.NewReader(string(raw)))
+		if err != nil {
+			t.Fatalf("metrics do not parse: %v", err)
+		}
+		return f
+	}
+	starts := func(f map[string]*dto.MetricFamily) uint64 {
+		if fam := f["kubelet_pod_start_duration_seconds"]; fam != nil && len(fam.Metric) > 0 {
+			return fam.Metric[0].GetHistogram().GetSampleCount()
+		}
+		return 0
+	}
+	before := starts(scrape())
+	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, busyboxPod("measured", n.NodeName), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, 30*time.Second, ns, "measured", running)
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		return starts(scrape()) == before+1, fmt.Sprintf("pod starts %d, before %d", starts(scrape()), before)
+	})
+	f := scrape()
+	for _, name := range []string{"kubelet_running_pods", "kubelet_running_containers", "kubelet_runtime_operations_total",
+		"kubelet_pleg_relist_duration_seconds", "kubelet_pod_worker_duration_seconds"} {
+		if f[name] == nil {
+			t.Errorf("no %s", name)
+		}
 	}
 }

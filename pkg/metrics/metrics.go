@@ -1,0 +1,245 @@
+// Package metrics is nodelet's Prometheus instrumentation, served by the
+// kubelet API at /metrics under the upstream kubelet's metric names, so
+// existing dashboards and alerts keep working. Each pipeline stage is
+// measured from the outside: the pod workers' Syncer and the CRI client
+// are wrapped, and the PLEG reports its relist times; nothing in the
+// pipeline knows about Prometheus.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+)
+
+const subsystem = "kubelet"
+
+// Buckets as upstream's, so histograms compare across kubelets.
+var (
+	podStartBuckets = []float64{0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600}
+	durationBuckets = prometheus.ExponentialBuckets(0.005, 2.5, 14)
+)
+
+// Metrics holds nodelet's metrics and their registry.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	podStart          prometheus.Histogram
+	podWorker         *prometheus.HistogramVec
+	plegRelist        prometheus.Histogram
+	plegRelistPeriod  prometheus.Histogram
+	runtimeOps        *prometheus.CounterVec
+	runtimeOpsErrors  *prometheus.CounterVec
+	runtimeOpsSeconds *prometheus.HistogramVec
+
+	mu         sync.Mutex
+	lastRelist time.Time
+}
+
+// RuntimePods lists the pods the runtime has, for the running gauges.
+type RuntimePods func(ctx context.Context) ([]*container.Pod, error)
+
+// New registers nodelet's metrics.
+func New(pods RuntimePods) *Metrics {
+	m := &Metrics{registry: prometheus.NewRegistry()}
+	m.podStart = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: subsystem, Name: "pod_start_duration_seconds", Buckets: podStartBuckets,
+		Help: "Duration in seconds from nodelet seeing a pod for the first time to the pod starting to run",
+	})
+	m.podWorker = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: subsystem, Name: "pod_worker_duration_seconds", Buckets: durationBuckets,
+		Help: "Duration in seconds to sync a single pod. Broken down by operation type: create, update, sync or kill.",
+	}, []string{"operation_type"})
+	m.plegRelist = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: subsystem, Name: "pleg_relist_duration_seconds", Buckets: durationBuckets,
+		Help: "Duration in seconds for relisting pods in PLEG.",
+	})
+	m.plegRelistPeriod = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: subsystem, Name: "pleg_relist_interval_seconds", Buckets: durationBuckets,
+		Help: "Interval in seconds between relisting in PLEG.",
+	})
+	m.runtimeOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: subsystem, Name: "runtime_operations_total", Help: "Cumulative number of runtime operations by operation type.",
+	}, []string{"operation_type"})
+	m.runtimeOpsErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: subsystem, Name: "runtime_operations_errors_total", Help: "Cumulative number of runtime operation errors by operation type.",
+	}, []string{"operation_type"})
+	m.runtimeOpsSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: subsystem, Name: "runtime_operations_duration_seconds", Buckets: durationBuckets,
+		Help: "Duration in seconds of runtime operations. Broken down by operation type.",
+	}, []string{"operation_type"})
+	m.registry.MustRegister(m.podStart, m.podWorker, m.plegRelist, m.plegRelistPeriod,
+		m.runtimeOps, m.runtimeOpsErrors, m.runtimeOpsSeconds, &runningCollector{pods: pods},
+		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), prometheus.NewGoCollector())
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// ObserveRelist records one PLEG relist that started at start.
+func (m *Metrics) ObserveRelist(start time.Time, took time.Duration) {
+	m.plegRelist.Observe(took.Seconds())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.lastRelist.IsZero() {
+		m.plegRelistPeriod.Observe(start.Sub(m.lastRelist).Seconds())
+	}
+	m.lastRelist = start
+}
+
+// UnaryClientInterceptor counts and times every CRI call, named as
+// upstream names runtime operations (ListContainers → list_containers).
+func (m *Metrics) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		op := operationName(method)
+		start := time.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		m.runtimeOps.WithLabelValues(op).Inc()
+		m.runtimeOpsSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+		if err != nil {
+			m.runtimeOpsErrors.WithLabelValues(op).Inc()
+		}
+		return err
+	}
+}
+
+// operationName turns "/runtime.v1.RuntimeService/ListContainers" into
+// "list_containers".
+func operationName(method string) string {
+	name := method[strings.LastIndex(method, "/")+1:]
+	var b strings.Builder
+	for i, r := range name {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// runningCollector reports kubelet_running_pods and
+// kubelet_running_containers from the runtime at scrape time.
+type runningCollector struct{ pods RuntimePods }
+
+var (
+	runningPodsDesc = prometheus.NewDesc(subsystem+"_running_pods", "Number of pods that have a running pod sandbox", nil, nil)
+	containersDesc  = prometheus.NewDesc(subsystem+"_running_containers", "Number of containers currently running", []string{"container_state"}, nil)
+)
+
+func (c *runningCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- runningPodsDesc
+	ch <- containersDesc
+}
+
+func (c *runningCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := c.pods(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(runningPodsDesc, err)
+		return
+	}
+	running := 0
+	states := map[string]int{}
+	for _, p := range pods {
+		for _, s := range p.Sandboxes {
+			if s.Ready {
+				running++
+				break
+			}
+		}
+		for _, ctr := range p.Containers {
+			states[string(ctr.State)]++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(runningPodsDesc, prometheus.GaugeValue, float64(running))
+	for state, n := range states {
+		ch <- prometheus.MustNewConstMetric(containersDesc, prometheus.GaugeValue, float64(n), state)
+	}
+}
+
+// StatusGetter reads a pod's API status.
+type StatusGetter interface {
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+}
+
+// InstrumentSyncer times the pod workers' calls into s and records each
+// pod's start duration the first time it is seen running.
+func (m *Metrics) InstrumentSyncer(s podworkers.Syncer, status StatusGetter, clk clock.PassiveClock) podworkers.Syncer {
+	return &syncer{Syncer: s, m: m, status: status, clock: clk, started: map[types.UID]bool{}}
+}
+
+type syncer struct {
+	podworkers.Syncer
+	m      *Metrics
+	status StatusGetter
+	clock  clock.PassiveClock
+
+	mu      sync.Mutex
+	started map[types.UID]bool
+}
+
+func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, st *container.PodStatus) (bool, error) {
+	start := s.clock.Now()
+	terminal, err := s.Syncer.SyncPod(ctx, updateType, pod, mirrorPod, st)
+	s.m.podWorker.WithLabelValues(updateType.String()).Observe(s.clock.Since(start).Seconds())
+	s.observeStart(pod)
+	return terminal, err
+}
+
+func (s *syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus, grace *int64, fn podworkers.PodStatusFunc) error {
+	start := s.clock.Now()
+	err := s.Syncer.SyncTerminatingPod(ctx, pod, st, grace, fn)
+	s.m.podWorker.WithLabelValues(podworkers.UpdateKill.String()).Observe(s.clock.Since(start).Seconds())
+	return err
+}
+
+func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus) error {
+	err := s.Syncer.SyncTerminatedPod(ctx, pod, st)
+	if err == nil {
+		s.mu.Lock()
+		delete(s.started, pod.UID)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// observeStart records the time from the pod's first sighting (the
+// merge's config.seen annotation) to its first Running status.
+func (s *syncer) observeStart(pod *v1.Pod) {
+	st, ok := s.status.GetPodStatus(pod.UID)
+	if !ok || st.Phase != v1.PodRunning {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started[pod.UID] {
+		return
+	}
+	s.started[pod.UID] = true
+	seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podutil.ConfigFirstSeenAnnotationKey])
+	if err != nil {
+		return
+	}
+	s.m.podStart.Observe(s.clock.Since(seen).Seconds())
+}

@@ -1,0 +1,113 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+)
+
+// scrape fetches and parses the metrics as Prometheus would.
+func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(rec.Body)
+	if err != nil {
+		t.Fatalf("metrics do not parse: %v", err)
+	}
+	return families
+}
+
+type fakeSyncer struct{ podworkers.Syncer }
+
+func (fakeSyncer) SyncPod(context.Context, podworkers.UpdateType, *v1.Pod, *v1.Pod, *container.PodStatus) (bool, error) {
+	return false, nil
+}
+func (fakeSyncer) SyncTerminatedPod(context.Context, *v1.Pod, *container.PodStatus) error { return nil }
+
+type statuses map[types.UID]v1.PodStatus
+
+func (s statuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) { st, ok := s[uid]; return st, ok }
+
+func TestMetrics(t *testing.T) {
+	pods := []*container.Pod{{ID: "a", Sandboxes: []*container.Sandbox{{Ready: true}},
+		Containers: []*container.Container{{State: container.StateRunning}, {State: container.StateExited}}}}
+	m := New(func(context.Context) ([]*container.Pod, error) { return pods, nil })
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	st := statuses{}
+	s := m.InstrumentSyncer(fakeSyncer{}, st, clk)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "a", Annotations: map[string]string{
+		podutil.ConfigFirstSeenAnnotationKey: clk.Now().Format(time.RFC3339Nano)}}}
+
+	ctx := context.Background()
+	s.SyncPod(ctx, podworkers.UpdateCreate, pod, nil, nil) // pending: no start yet
+	clk.Step(3 * time.Second)
+	st["a"] = v1.PodStatus{Phase: v1.PodRunning}
+	s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil)
+	s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil) // observed once only
+
+	invoke := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		if method == "/runtime.v1.RuntimeService/StopContainer" {
+			return errors.New("boom")
+		}
+		return nil
+	}
+	icpt := m.UnaryClientInterceptor()
+	icpt(ctx, "/runtime.v1.RuntimeService/ListContainers", nil, nil, nil, invoke)
+	icpt(ctx, "/runtime.v1.RuntimeService/StopContainer", nil, nil, nil, invoke)
+	m.ObserveRelist(time.Unix(1000, 0), 20*time.Millisecond)
+	m.ObserveRelist(time.Unix(1001, 0), 30*time.Millisecond)
+
+	f := scrape(t, m)
+	if h := f["kubelet_pod_start_duration_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 3 {
+		t.Errorf("pod start histogram: count %d sum %v, want one 3 s start", h.GetSampleCount(), h.GetSampleSum())
+	}
+	byLabel := func(name, label string) map[string]float64 {
+		out := map[string]float64{}
+		for _, mt := range f[name].GetMetric() {
+			v := mt.GetCounter().GetValue() + mt.GetGauge().GetValue() + float64(mt.GetHistogram().GetSampleCount())
+			key := ""
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == label {
+					key = l.GetValue()
+				}
+			}
+			out[key] = v
+		}
+		return out
+	}
+	if got := byLabel("kubelet_pod_worker_duration_seconds", "operation_type"); got["create"] != 1 || got["sync"] != 2 {
+		t.Errorf("pod worker durations by operation: %v", got)
+	}
+	if got := byLabel("kubelet_runtime_operations_total", "operation_type"); got["list_containers"] != 1 || got["stop_container"] != 1 {
+		t.Errorf("runtime operations: %v", got)
+	}
+	if got := byLabel("kubelet_runtime_operations_errors_total", "operation_type"); got["stop_container"] != 1 || got["list_containers"] != 0 {
+		t.Errorf("runtime operation errors: %v", got)
+	}
+	if got := byLabel("kubelet_pleg_relist_interval_seconds", ""); got[""] != 1 {
+		t.Errorf("relist intervals: %v", got)
+	}
+	if got := byLabel("kubelet_running_pods", ""); got[""] != 1 {
+		t.Errorf("running pods: %v", got)
+	}
+	if got := byLabel("kubelet_running_containers", "container_state"); got[string(container.StateRunning)] != 1 || got[string(container.StateExited)] != 1 {
+		t.Errorf("running containers: %v", got)
+	}
+}
