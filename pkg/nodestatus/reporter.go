@@ -244,14 +244,33 @@ func (r *Reporter) SyncStatus(ctx context.Context) {
 	r.mu.Lock()
 	due := r.lastReported == nil || now.Sub(r.lastReportTime) >= r.o.StatusReportFrequency
 	r.mu.Unlock()
-	if !due {
-		api := r.Node()
-		want := r.desiredStatus(api.Status.Conditions, now)
-		due = !apiequality.Semantic.DeepEqual(withoutHeartbeats(api.Status), withoutHeartbeats(r.applyStatus(api, want).Status))
+	if due || r.differs(r.Node(), now) {
+		r.write(ctx, now)
 	}
-	if !due {
+}
+
+// differs tells whether node's status is not what nodelet would write.
+func (r *Reporter) differs(node *v1.Node, now time.Time) bool {
+	want := r.desiredStatus(node.Status.Conditions, now)
+	return !apiequality.Semantic.DeepEqual(withoutHeartbeats(node.Status), withoutHeartbeats(r.applyStatus(node, want).Status))
+}
+
+// resync compares the status with the node read afresh, rather than the
+// watched copy: after an outage the watch may still be backing off while
+// the node lifecycle controller has already marked the node Unknown.
+func (r *Reporter) resync(ctx context.Context) {
+	node, err := r.o.Client.CoreV1().Nodes().Get(ctx, r.o.Node.Name, metav1.GetOptions{})
+	if err != nil {
+		klog.ErrorS(err, "Unable to read the node", "node", r.o.Node.Name)
 		return
 	}
+	if now := r.o.Clock.Now(); r.differs(node, now) {
+		r.write(ctx, now)
+	}
+}
+
+// write writes the status, retrying a conflict or a failure a few times.
+func (r *Reporter) write(ctx context.Context, now time.Time) {
 	var err error
 	for range updateRetries {
 		if err = r.writeStatus(ctx, now); err == nil {
@@ -354,6 +373,11 @@ func (r *Reporter) runLease(ctx context.Context) {
 			klog.ErrorS(err, "Failed to renew the node lease", "node", r.o.Node.Name)
 			wait, backOff = backOff, min(2*backOff, retryMax)
 		} else {
+			if backOff != retryMin {
+				// The API server is back: put right at once whatever was
+				// said about the node while nodelet could not answer.
+				r.resync(ctx)
+			}
 			backOff = retryMin
 		}
 		select {

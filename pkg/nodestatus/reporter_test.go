@@ -3,12 +3,15 @@ package nodestatus
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -162,5 +165,69 @@ func TestReporterLease(t *testing.T) {
 	clk.Step(10 * time.Second)
 	if err := r.RenewLease(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// When the lease can be renewed again after an outage, the reporter reads
+// the node afresh and puts right the Unknown the node lifecycle
+// controller wrote meanwhile, even though its watched copy still says
+// Ready.
+func TestReporterCorrectsStatusWhenAPIServerReturns(t *testing.T) {
+	var ok error
+	r, client, clk := newReporter(t, &ok)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !r.register(ctx) {
+		t.Fatal("registration failed")
+	}
+	r.SyncStatus(ctx)
+	useAPINode(t, r, client)
+
+	var down atomic.Bool
+	down.Store(true)
+	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.runLease(ctx)
+	}()
+	waitFor(t, clk.HasWaiters, "the lease loop to back off")
+
+	n := getNode(t, client)
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == v1.NodeReady {
+			n.Status.Conditions[i].Status, n.Status.Conditions[i].Reason = v1.ConditionUnknown, "NodeStatusUnknown"
+		}
+	}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The watched copy is stale: a regular check sees nothing to do.
+	before := statusUpdates(client)
+	r.SyncStatus(ctx)
+	if statusUpdates(client) != before {
+		t.Fatal("the regular check wrote although its copy says Ready")
+	}
+
+	down.Store(false)
+	clk.Step(retryMin)
+	waitFor(t, func() bool { return readyCondition(getNode(t, client)).Status == v1.ConditionTrue }, "Ready to be written back")
+	cancel()
+	<-done
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

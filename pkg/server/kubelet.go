@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 )
@@ -35,6 +36,21 @@ type Runtime interface {
 	RunInContainer(ctx context.Context, namespace, pod, uid, container string, cmd []string) ([]byte, error)
 }
 
+// Stats summarizes the node's and its pods' resource usage.
+type Stats interface {
+	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error)
+}
+
+// KubeletSources are what the kubelet API serves from.
+type KubeletSources struct {
+	Pods    PodSource
+	Healthz HealthChecker
+	Runtime Runtime
+	// Stats serves /stats/summary; Metrics serves /metrics. Either may be nil.
+	Stats   Stats
+	Metrics http.Handler
+}
+
 // Kubelet is the kubelet API the API server talks to on the node's port
 // (10250): the read-only endpoints, container logs, and exec, attach and
 // port-forward sessions, which are proxied to the runtime's streaming
@@ -42,14 +58,17 @@ type Runtime interface {
 type Kubelet struct {
 	*ReadOnly
 	runtime Runtime
+	stats   Stats
 }
 
-// NewKubelet returns the kubelet API's handler; metrics (nil for none)
-// serves /metrics.
-func NewKubelet(pods PodSource, healthz HealthChecker, runtime Runtime, metrics http.Handler) *Kubelet {
-	s := &Kubelet{ReadOnly: NewReadOnly(pods, healthz), runtime: runtime}
-	if metrics != nil {
-		s.mux.Handle("GET /metrics", metrics)
+// NewKubelet returns the kubelet API's handler.
+func NewKubelet(src KubeletSources) *Kubelet {
+	s := &Kubelet{ReadOnly: NewReadOnly(src.Pods, src.Healthz), runtime: src.Runtime, stats: src.Stats}
+	if src.Metrics != nil {
+		s.mux.Handle("GET /metrics", src.Metrics)
+	}
+	if src.Stats != nil {
+		s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
 	}
 	s.mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", s.handleLogs)
 	for _, p := range []string{"/exec/{ns}/{pod}/{container}", "/exec/{ns}/{pod}/{uid}/{container}"} {
@@ -102,6 +121,18 @@ func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	err = s.runtime.ContainerLogs(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("container"), opts, w)
 	writeError(w, err)
+}
+
+// handleSummary serves the stats summary; only_cpu_and_memory=true is
+// metrics-server's cheaper request.
+func (s *Kubelet) handleSummary(w http.ResponseWriter, r *http.Request) {
+	sum, err := s.stats.Summary(r.Context(), r.URL.Query().Get("only_cpu_and_memory") == "true")
+	if err != nil {
+		klog.ErrorS(err, "Summarizing node and pod stats failed")
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, sum)
 }
 
 // streamFlags reads the stream options the API server passes.

@@ -54,9 +54,13 @@ func (s *ReadOnly) handlePods(w http.ResponseWriter, r *http.Request) {
 	if list.Items == nil {
 		list.Items = []v1.Pod{}
 	}
+	writeJSON(w, &list)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(&list); err != nil {
-		klog.ErrorS(err, "Writing /pods response failed")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		klog.ErrorS(err, "Writing a JSON response failed")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 type pods []*v1.Pod
@@ -82,5 +83,40 @@ func TestServeFailsOnABusyPort(t *testing.T) {
 	}
 	if _, _, err := Serve(ctx, addr.String(), http.NotFoundHandler()); err == nil {
 		t.Fatal("second listener on the same port succeeded")
+	}
+}
+
+type stubStats struct{ onlyCPUAndMemory *bool }
+
+func (s stubStats) Summary(_ context.Context, only bool) (*statsapi.Summary, error) {
+	*s.onlyCPUAndMemory = only
+	if only {
+		return nil, errors.New("runtime unavailable")
+	}
+	return &statsapi.Summary{Node: statsapi.NodeStats{NodeName: "n1"}}, nil
+}
+
+func TestStatsSummary(t *testing.T) {
+	var only bool
+	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Stats: stubStats{&only}}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/stats/summary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s statsapi.Summary
+	err = json.NewDecoder(resp.Body).Decode(&s)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || s.Node.NodeName != "n1" || only {
+		t.Fatalf("status %d, summary %+v, err %v, only %v", resp.StatusCode, s, err, only)
+	}
+	resp, err = http.Get(srv.URL + "/stats/summary?only_cpu_and_memory=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || !only || !strings.Contains(string(body), "runtime unavailable") {
+		t.Fatalf("status %d %q, only %v", resp.StatusCode, body, only)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
 	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/stats"
 	"github.com/nodelet/nodelet/pkg/status"
 )
 
@@ -144,10 +145,11 @@ func Run(ctx context.Context, o *Options) error {
 		cgroupParent = cgroups.PodCgroup
 	}
 	runtimeService := runtimeapi.NewRuntimeServiceClient(conn)
+	imageService := runtimeapi.NewImageServiceClient(conn)
 	probes := prober.New(prober.Options{Exec: runtimeService, Status: statusManager, Recorder: recorder, Clock: clk})
 	runtime = kuberuntime.New(kuberuntime.Options{
 		Runtime:        runtimeService,
-		Images:         runtimeapi.NewImageServiceClient(conn),
+		Images:         imageService,
 		Helper:         containerOptions,
 		Recorder:       recorder,
 		Clock:          clk,
@@ -233,7 +235,16 @@ func Run(ctx context.Context, o *Options) error {
 		forward("read-only server", errs)
 	}
 	if c.Port > 0 {
-		errs, err := serveKubeletAPI(ctx, o, nodeName, hostIPs, client, server.NewKubelet(core, core.Healthz, runtime, promMetrics.Handler()))
+		errs, err := serveKubeletAPI(ctx, o, nodeName, hostIPs, client, server.NewKubelet(server.KubeletSources{
+			Pods: core, Healthz: core.Healthz, Runtime: runtime, Metrics: promMetrics.Handler(),
+			Stats: stats.NewProvider(stats.Options{
+				NodeName: nodeName, RootDir: o.RootDir, PodLogsDir: c.PodLogsDir, Clock: clk,
+				Runtime: struct {
+					runtimeapi.RuntimeServiceClient
+					runtimeapi.ImageServiceClient
+				}{runtimeService, imageService},
+			}),
+		}))
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,9 @@ type Runtime struct {
 	ExecResult func(id string, cmd []string) (*runtimeapi.ExecSyncResponse, error)
 	events     chan *runtimeapi.ContainerEventResponse
 	imageFs    string
+	// usage holds what ListPodSandboxStats reports per sandbox or
+	// container id: cumulative CPU nanoseconds and working set bytes.
+	usage map[string][2]uint64
 }
 
 type sandbox struct {
@@ -63,7 +66,7 @@ type ctr struct {
 func New(clk clock.PassiveClock, images ...string) *Runtime {
 	r := &Runtime{
 		clock: clk, sandboxes: map[string]*sandbox{}, containers: map[string]*ctr{},
-		images: map[string]string{}, errors: map[string]error{}, NetworkReady: true,
+		images: map[string]string{}, errors: map[string]error{}, NetworkReady: true, usage: map[string][2]uint64{},
 	}
 	for _, img := range images {
 		r.images[img] = "sha256:" + img
@@ -261,7 +264,7 @@ func (r *Runtime) ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSand
 	}
 	out := &runtimeapi.ListPodSandboxResponse{}
 	for id, s := range r.sandboxes {
-		if f := in.GetFilter(); f != nil && !labelsMatch(s.cfg.Labels, f.LabelSelector) {
+		if f := in.GetFilter(); f != nil && (!labelsMatch(s.cfg.Labels, f.LabelSelector) || (f.State != nil && f.State.State != s.state)) {
 			continue
 		}
 		out.Items = append(out.Items, &runtimeapi.PodSandbox{
@@ -569,4 +572,54 @@ func (r *Runtime) PortForward(ctx context.Context, in *runtimeapi.PortForwardReq
 		return nil, err
 	}
 	return &runtimeapi.PortForwardResponse{Url: "http://127.0.0.1:1/portforward/" + in.PodSandboxId}, nil
+}
+
+// SetUsage sets the cumulative CPU time (ns) and the working set (bytes)
+// ListPodSandboxStats reports for a sandbox or container.
+func (r *Runtime) SetUsage(id string, cpuNanos, workingSet uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.usage[id] = [2]uint64{cpuNanos, workingSet}
+}
+
+// ListPodSandboxStats reports the usage set by SetUsage for ready
+// sandboxes and their running containers, stamped with the clock.
+func (r *Runtime) ListPodSandboxStats(ctx context.Context, in *runtimeapi.ListPodSandboxStatsRequest, _ ...grpc.CallOption) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("ListPodSandboxStats", ""); err != nil {
+		return nil, err
+	}
+	now := r.clock.Now().UnixNano()
+	cpu := func(id string) *runtimeapi.CpuUsage {
+		return &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: r.usage[id][0]}}
+	}
+	mem := func(id string) *runtimeapi.MemoryUsage {
+		return &runtimeapi.MemoryUsage{Timestamp: now, WorkingSetBytes: &runtimeapi.UInt64Value{Value: r.usage[id][1]}}
+	}
+	out := &runtimeapi.ListPodSandboxStatsResponse{}
+	for id, s := range r.sandboxes {
+		if s.state != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		st := &runtimeapi.PodSandboxStats{
+			Attributes: &runtimeapi.PodSandboxAttributes{Id: id, Metadata: s.cfg.Metadata, Labels: s.cfg.Labels},
+			Linux:      &runtimeapi.LinuxPodSandboxStats{Cpu: cpu(id), Memory: mem(id)},
+		}
+		for cid, c := range r.containers {
+			if c.sandboxID != id || c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				continue
+			}
+			st.Linux.Containers = append(st.Linux.Containers, &runtimeapi.ContainerStats{
+				Attributes: &runtimeapi.ContainerAttributes{Id: cid, Metadata: c.cfg.Metadata, Labels: c.cfg.Labels},
+				Cpu:        cpu(cid), Memory: mem(cid),
+			})
+		}
+		sort.Slice(st.Linux.Containers, func(i, j int) bool {
+			return st.Linux.Containers[i].Attributes.Id < st.Linux.Containers[j].Attributes.Id
+		})
+		out.Stats = append(out.Stats, st)
+	}
+	sort.Slice(out.Stats, func(i, j int) bool { return out.Stats[i].Attributes.Id < out.Stats[j].Attributes.Id })
+	return out, nil
 }

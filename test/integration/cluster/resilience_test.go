@@ -76,7 +76,10 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 		return l.Spec.RenewTime.After(outage) && l.Spec.RenewTime.After(lease.Spec.RenewTime.Time), fmt.Sprintf("lease renewed at %v", l.Spec.RenewTime)
 	})
-	waitNodeReady(t, n.NodeName, 5*time.Second)
+	// The node lifecycle controller may mark the node Unknown just as the
+	// API server returns; nodelet puts it right on its next status check
+	// (every 10 s), or at once when it notices the API server is back.
+	waitNodeReady(t, n.NodeName, 15*time.Second)
 	// The API source resumed: a new pod runs.
 	if _, err := pods.Create(ctx, busyboxPod("after", n.NodeName), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

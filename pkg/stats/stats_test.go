@@ -1,0 +1,183 @@
+package stats
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
+)
+
+type fixture struct {
+	rt       *fakecri.Runtime
+	clock    *clocktesting.FakeClock
+	p        *Provider
+	root     string
+	logs     string
+	sandbox  string
+	running  string
+	exited   string
+	podLogFn string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	f := &fixture{clock: clocktesting.NewFakeClock(time.Unix(1795000100, 0)), root: t.TempDir(), logs: t.TempDir()}
+	f.rt = fakecri.New(f.clock, "busybox")
+	f.rt.SetImageFs(t.TempDir())
+	sb, err := f.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "u1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sandbox = sb.PodSandboxId
+	start := func(name string) string {
+		c, err := f.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: f.sandbox, Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
+			t.Fatal(err)
+		}
+		return c.ContainerId
+	}
+	f.running, f.exited = start("app"), start("init")
+	f.rt.Exit(f.exited, 0)
+	f.rt.SetUsage(f.sandbox, 2e9, 3<<20)
+	f.rt.SetUsage(f.running, 1e9, 2<<20)
+
+	f.podLogFn = filepath.Join(f.logs, "default_web_u1", "app", "0.log")
+	write(t, f.podLogFn, 8192)
+	write(t, filepath.Join(f.root, "pods", "u1", "volumes", "kubernetes.io~empty-dir", "scratch", "data"), 16384)
+	f.p = NewProvider(Options{NodeName: "n1", Runtime: f.rt, RootDir: f.root, PodLogsDir: f.logs, ProcDir: "testdata/proc", Clock: f.clock})
+	return f
+}
+
+func write(t *testing.T, path string, n int) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, make([]byte, n), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func u(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func TestSummaryNode(t *testing.T) {
+	f := newFixture(t)
+	s, err := f.p.Summary(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.Node
+	if n.NodeName != "n1" || !n.StartTime.Time.Equal(time.Unix(1795000000, 0)) {
+		t.Errorf("node %q started %v", n.NodeName, n.StartTime)
+	}
+	// user+nice+system+irq+softirq+steal ticks, at 10 ms each.
+	if got := u(n.CPU.UsageCoreNanoSeconds); got != 1335*uint64(10*time.Millisecond) {
+		t.Errorf("node CPU usage = %d", got)
+	}
+	if n.CPU.UsageNanoCores != nil {
+		t.Errorf("first sample has a rate: %d", *n.CPU.UsageNanoCores)
+	}
+	if ws, avail := u(n.Memory.WorkingSetBytes), u(n.Memory.AvailableBytes); ws != 500000*1024 || avail != 500000*1024 {
+		t.Errorf("node working set %d, available %d", ws, avail)
+	}
+	if u(n.Memory.UsageBytes) != 600000*1024 || u(n.Memory.MajorPageFaults) != 7 {
+		t.Errorf("node memory %+v", n.Memory)
+	}
+	if n.Network.Name != "eth0" || u(n.Network.RxBytes) != 123456 || u(n.Network.TxErrors) != 2 || len(n.Network.Interfaces) != 2 {
+		t.Errorf("node network %+v", n.Network)
+	}
+	if n.Fs == nil || u(n.Fs.CapacityBytes) == 0 || n.Runtime == nil || n.Runtime.ImageFs == nil {
+		t.Errorf("node filesystems %+v %+v", n.Fs, n.Runtime)
+	}
+	if n.Rlimit == nil || *n.Rlimit.MaxPID != 4194304 || *n.Rlimit.NumOfRunningProcesses != 2 {
+		t.Errorf("rlimit %+v", n.Rlimit)
+	}
+}
+
+func TestSummaryPods(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.p.Summary(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	// Ten seconds later the pod has used five more CPU seconds: half a core.
+	f.clock.Step(10 * time.Second)
+	f.rt.SetUsage(f.sandbox, 7e9, 3<<20)
+	f.rt.SetUsage(f.running, 3e9, 2<<20)
+	s, err := f.p.Summary(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Pods) != 1 {
+		t.Fatalf("pods: %+v", s.Pods)
+	}
+	p := s.Pods[0]
+	if p.PodRef != (statsapi.PodReference{Name: "web", Namespace: "default", UID: "u1"}) {
+		t.Errorf("podRef %+v", p.PodRef)
+	}
+	if got := u(p.CPU.UsageNanoCores); got != 5e8 {
+		t.Errorf("pod usageNanoCores = %d, want half a core", got)
+	}
+	if u(p.Memory.WorkingSetBytes) != 3<<20 {
+		t.Errorf("pod memory %+v", p.Memory)
+	}
+	if len(p.Containers) != 1 || p.Containers[0].Name != "app" {
+		t.Fatalf("containers (the exited one must not count): %+v", p.Containers)
+	}
+	c := p.Containers[0]
+	if u(c.CPU.UsageNanoCores) != 2e8 || u(c.CPU.UsageCoreNanoSeconds) != 3e9 {
+		t.Errorf("container CPU %+v", c.CPU)
+	}
+	if c.Logs == nil || u(c.Logs.UsedBytes) < 8192 || c.Rootfs == nil {
+		t.Errorf("container logs %+v rootfs %+v", c.Logs, c.Rootfs)
+	}
+	if len(p.VolumeStats) != 1 || p.VolumeStats[0].Name != "scratch" || u(p.VolumeStats[0].UsedBytes) < 16384 {
+		t.Errorf("volumes %+v", p.VolumeStats)
+	}
+	if e := p.EphemeralStorage; e == nil || u(e.UsedBytes) < 8192+16384 {
+		t.Errorf("ephemeral storage %+v", e)
+	}
+}
+
+func TestSummaryOnlyCPUAndMemory(t *testing.T) {
+	f := newFixture(t)
+	s, err := f.p.Summary(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Node.Fs != nil || s.Node.Network != nil || s.Node.Runtime != nil {
+		t.Errorf("node has more than CPU and memory: %+v", s.Node)
+	}
+	c := s.Pods[0].Containers[0]
+	if c.CPU == nil || c.Memory == nil || c.Logs != nil || c.Rootfs != nil || s.Pods[0].VolumeStats != nil {
+		t.Errorf("container %+v", c)
+	}
+}
+
+func TestSummaryRuntimeError(t *testing.T) {
+	f := newFixture(t)
+	f.rt.FailNext("ListPodSandboxStats", os.ErrDeadlineExceeded)
+	if _, err := f.p.Summary(context.Background(), false); err == nil {
+		t.Fatal("no error when the runtime fails")
+	}
+}
