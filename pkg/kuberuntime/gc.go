@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/logs"
 )
 
 // GCPolicy bounds what garbage collection keeps.
@@ -131,11 +132,23 @@ func (m *Manager) pruneOldSandboxes(ctx context.Context, p *container.Pod) error
 	return errors.Join(errs...)
 }
 
+// removeContainer removes a container and its log files, rotated ones
+// included: the runtime does not own them.
 func (m *Manager) removeContainer(ctx context.Context, id string) error {
 	ctx, cancel := m.call(ctx)
 	defer cancel()
+	st, err := m.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if _, err := m.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !isNotFound(err) {
 		return fmt.Errorf("removing container %s: %w", id, err)
+	}
+	if path := st.GetStatus().GetLogPath(); err == nil && path != "" {
+		rmErr := os.Remove(path)
+		if os.IsNotExist(rmErr) {
+			rmErr = nil
+		}
+		if err := errors.Join(logs.RemoveRotated(path), rmErr); err != nil {
+			return fmt.Errorf("removing the logs of container %s: %w", id, err)
+		}
 	}
 	return nil
 }

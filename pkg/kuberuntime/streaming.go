@@ -77,11 +77,18 @@ func (m *Manager) ContainerLogs(ctx context.Context, namespace, pod, name string
 	if err != nil {
 		return fmt.Errorf("container status: %w", err)
 	}
-	f, err := os.Open(st.GetStatus().GetLogPath())
+	path := st.GetStatus().GetLogPath()
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("opening the log of container %q: %w", name, err)
 	}
-	defer f.Close()
+	var next *os.File
+	defer func() {
+		f.Close()
+		if next != nil {
+			next.Close()
+		}
+	}()
 	lw := &limitWriter{w: w, left: opts.LimitBytes}
 	if opts.TailLines >= 0 {
 		if err := seekTail(f, opts.TailLines); err != nil {
@@ -110,7 +117,22 @@ func (m *Manager) ContainerLogs(ctx context.Context, namespace, pod, name string
 		if !errors.Is(err, io.EOF) {
 			return err
 		}
-		if !opts.Follow || !running() {
+		if !opts.Follow {
+			return nil
+		}
+		// Rotated: the runtime now writes to a fresh file under the old
+		// name. The old one is read to its end once more, for what was
+		// written to it before the runtime reopened, then left.
+		if next != nil {
+			f.Close()
+			f, r, next = next, bufio.NewReader(next), nil
+			continue
+		}
+		if n, ok := reopened(f, path); ok {
+			next = n
+			continue
+		}
+		if !running() {
 			return nil
 		}
 		if fl, ok := w.(interface{ Flush() }); ok {
@@ -122,6 +144,24 @@ func (m *Manager) ContainerLogs(ctx context.Context, namespace, pod, name string
 		case <-m.clock.After(logFollowPoll):
 		}
 	}
+}
+
+// reopened opens path when it names another file than f, as it does
+// once the log has been rotated.
+func reopened(f *os.File, path string) (*os.File, bool) {
+	cur, err := f.Stat()
+	if err != nil {
+		return nil, false
+	}
+	now, err := os.Stat(path)
+	if err != nil || os.SameFile(cur, now) {
+		return nil, false
+	}
+	next, err := os.Open(path)
+	if err != nil {
+		return nil, false
+	}
+	return next, true
 }
 
 // errLimit ends a log read at limitBytes.

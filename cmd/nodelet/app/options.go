@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -252,6 +253,19 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 	if c.PodLogsDir == "" {
 		c.PodLogsDir = DefaultPodLogsDir
 	}
+	// Container log rotation, as upstream's defaults.
+	if c.ContainerLogMaxSize == "" {
+		c.ContainerLogMaxSize = "10Mi"
+	}
+	if c.ContainerLogMaxFiles == nil {
+		c.ContainerLogMaxFiles = new(int32(5))
+	}
+	if c.ContainerLogMaxWorkers == nil {
+		c.ContainerLogMaxWorkers = new(int32(1))
+	}
+	if c.ContainerLogMonitorInterval == nil {
+		c.ContainerLogMonitorInterval = &metav1.Duration{Duration: 10 * time.Second}
+	}
 	if c.RuntimeRequestTimeout.Duration == 0 {
 		c.RuntimeRequestTimeout.Duration = 2 * time.Minute
 	}
@@ -353,6 +367,18 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	}
 	if p := c.MaxParallelImagePulls; p != nil && *p < 1 {
 		errs = append(errs, fmt.Errorf("maxParallelImagePulls (%d) must be at least 1", *p))
+	}
+	if q, err := resource.ParseQuantity(c.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
+		errs = append(errs, fmt.Errorf("containerLogMaxSize %q must be a positive quantity such as 10Mi", c.ContainerLogMaxSize))
+	}
+	if *c.ContainerLogMaxFiles < 2 {
+		errs = append(errs, fmt.Errorf("containerLogMaxFiles (%d) must be at least 2", *c.ContainerLogMaxFiles))
+	}
+	if *c.ContainerLogMaxWorkers < 1 {
+		errs = append(errs, fmt.Errorf("containerLogMaxWorkers (%d) must be at least 1", *c.ContainerLogMaxWorkers))
+	}
+	if c.ContainerLogMonitorInterval.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("containerLogMonitorInterval (%v) must be positive", c.ContainerLogMonitorInterval.Duration))
 	}
 	switch c.Authorization.Mode {
 	case kubeletv1beta1.KubeletAuthorizationModeWebhook, kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow:

@@ -85,6 +85,10 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 		{"bad cgroup driver", func(t *testing.T) []string { return []string{"--cgroup-driver=weird"} }, "cgroupDriver"},
 		{"bad port", func(t *testing.T) []string { return []string{"--read-only-port=70000"} }, "readOnlyPort"},
 		{"unknown flag", func(t *testing.T) []string { return []string{"--no-such-flag"} }, "no-such-flag"},
+		{"bad log size", func(t *testing.T) []string {
+			return []string{"--config", writeConfig(t, "containerLogMaxSize: lots\n")}
+		}, "containerLogMaxSize"},
+		{"one log file", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "containerLogMaxFiles: 1\n")} }, "containerLogMaxFiles"},
 		{"bad manifest URL", func(t *testing.T) []string { return []string{"--manifest-url=ftp://x/pods"} }, "staticPodURL"},
 		{"bad manifest URL header", func(t *testing.T) []string {
 			return []string{"--manifest-url=http://x/", "--manifest-url-header=novalue"}

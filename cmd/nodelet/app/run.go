@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/logs"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/pleg"
@@ -252,6 +254,11 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	go gpleg.Run(ctx)
+	maxLogSize := resource.MustParse(c.ContainerLogMaxSize) // validated
+	go logs.NewRotator(runtimeService, logs.Policy{
+		MaxSize: maxLogSize.Value(), MaxFiles: int(*c.ContainerLogMaxFiles),
+		Workers: int(*c.ContainerLogMaxWorkers), Interval: c.ContainerLogMonitorInterval.Duration,
+	}, clk, c.RuntimeRequestTimeout.Duration).Run(ctx)
 	go runtime.RunImageGC(ctx, kuberuntime.ImageGCPolicy{
 		HighThresholdPercent: int(*c.ImageGCHighThresholdPercent), LowThresholdPercent: int(*c.ImageGCLowThresholdPercent),
 		MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{o.PodInfraContainerImage},

@@ -7,6 +7,8 @@ package fakecri
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -399,6 +401,9 @@ func (r *Runtime) ContainerStatus(ctx context.Context, in *runtimeapi.ContainerS
 		Image: &runtimeapi.ImageSpec{Image: c.image}, ImageRef: "sha256:" + c.image, ExitCode: c.exitCode,
 		Reason: c.reason, Labels: c.cfg.Labels, Annotations: c.cfg.Annotations, Mounts: c.cfg.Mounts,
 	}
+	if sb := r.sandboxes[c.sandboxID]; sb != nil && c.cfg.LogPath != "" {
+		st.LogPath = filepath.Join(sb.cfg.LogDirectory, c.cfg.LogPath)
+	}
 	if !c.started.IsZero() {
 		st.StartedAt = c.started.UnixNano()
 	}
@@ -622,4 +627,27 @@ func (r *Runtime) ListPodSandboxStats(ctx context.Context, in *runtimeapi.ListPo
 	}
 	sort.Slice(out.Stats, func(i, j int) bool { return out.Stats[i].Attributes.Id < out.Stats[j].Attributes.Id })
 	return out, nil
+}
+
+// ReopenContainerLog creates the running container's log file afresh, as
+// a runtime does after the file was renamed.
+func (r *Runtime) ReopenContainerLog(ctx context.Context, in *runtimeapi.ReopenContainerLogRequest, _ ...grpc.CallOption) (*runtimeapi.ReopenContainerLogResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.record("ReopenContainerLog", in.ContainerId); err != nil {
+		return nil, err
+	}
+	c, ok := r.containers[in.ContainerId]
+	if !ok {
+		return nil, notFound("container", in.ContainerId)
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %q is not running", in.ContainerId)
+	}
+	sb := r.sandboxes[c.sandboxID]
+	f, err := os.OpenFile(filepath.Join(sb.cfg.LogDirectory, c.cfg.LogPath), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o640)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &runtimeapi.ReopenContainerLogResponse{}, f.Close()
 }
