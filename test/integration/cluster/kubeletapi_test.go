@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -101,6 +102,28 @@ func TestKubectlLogsExecAttachPortForward(t *testing.T) {
 	out, code := kubectl(ctx, "from stdin", "exec", "-i", "-n", ns, "talk", "--", "sh", "-c", "cat; echo; exit 3")
 	if code != 3 || !strings.Contains(out, "from stdin") {
 		t.Errorf("kubectl exec: exit %d, output %q; want exit 3 and the input echoed", code, out)
+	}
+
+	// exec with a tty. kubectl only asks for one when its own stdin is a
+	// terminal, which script(1) gives it; the shell then runs on a
+	// pseudo-terminal in the container (an interactive shell, whose
+	// tty says /dev/pts/N).
+	tctx, cancelTTY := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelTTY()
+	line := fmt.Sprintf("%s --kubeconfig %s exec -it -n %s talk -- sh", filepath.Join(cl.BinDir, "kubectl"), cl.AdminKubeconfig, ns)
+	tty := exec.CommandContext(tctx, "script", "-qec", line, "/dev/null")
+	tty.Stdin = strings.NewReader("tty; exit 4\n")
+	// Killing script on timeout leaves kubectl holding the output pipe.
+	tty.WaitDelay = 5 * time.Second
+	var ttyOut bytes.Buffer
+	tty.Stdout, tty.Stderr = &ttyOut, &ttyOut
+	if err := tty.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err := tty.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 4 || !strings.Contains(ttyOut.String(), "/dev/pts/") {
+		t.Errorf("kubectl exec -it: %v, output %q; want exit 4 and a /dev/pts terminal", err, ttyOut.String())
 	}
 
 	// attach: the container runs cat on its stdin, so what is sent comes
