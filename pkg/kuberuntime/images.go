@@ -35,6 +35,8 @@ type imagePuller struct {
 	// slots caps concurrent pulls (serializeImagePulls, maxParallelImagePulls);
 	// nil means no cap.
 	slots chan struct{}
+	// observer, if set, learns of each pull.
+	observer PullObserver
 
 	mu       sync.Mutex
 	inflight map[string]*pull
@@ -102,6 +104,9 @@ func (p *imagePuller) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	p.recorder.Eventf(ref, v1.EventTypeNormal, "Pulling", "Pulling image %q", image)
 	start := p.clock.Now()
 	imageRef, err := p.pull(ctx, image, auth, sandbox)
+	if p.observer != nil {
+		p.observer.ObservePull(pod.UID, start, p.clock.Now())
+	}
 	if err != nil {
 		p.backOff.Next(backOffKey, p.clock.Now())
 		p.mu.Lock()

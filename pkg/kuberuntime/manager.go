@@ -84,6 +84,14 @@ type Options struct {
 	MaxParallelPulls int
 	// MemoryCapacity is the node's memory, for OOM score adjustments.
 	MemoryCapacity int64
+	// Pulls, when set, learns of every image pull a pod waited for.
+	Pulls PullObserver
+}
+
+// PullObserver learns when a pod's image pulls started and ended, so the
+// pod start SLI can leave out the time spent pulling.
+type PullObserver interface {
+	ObservePull(pod types.UID, start, end time.Time)
 }
 
 // Manager is the CRI runtime manager.
@@ -151,6 +159,7 @@ func New(o Options) *Manager {
 	}
 	m.crashBackOff.Clock = o.Clock
 	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout, o.MaxParallelPulls)
+	m.images.observer = o.Pulls
 	return m
 }
 

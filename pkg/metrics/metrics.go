@@ -39,6 +39,7 @@ type Metrics struct {
 	registry *prometheus.Registry
 
 	podStart          prometheus.Histogram
+	podStartSLI       prometheus.Histogram
 	podWorker         *prometheus.HistogramVec
 	plegRelist        prometheus.Histogram
 	plegRelistPeriod  prometheus.Histogram
@@ -48,17 +49,26 @@ type Metrics struct {
 
 	mu         sync.Mutex
 	lastRelist time.Time
+	// pulls is, per pod not yet seen running, when its first image pull
+	// started and its last ended.
+	pulls map[types.UID]pullWindow
 }
+
+type pullWindow struct{ first, last time.Time }
 
 // RuntimePods lists the pods the runtime has, for the running gauges.
 type RuntimePods func(ctx context.Context) ([]*container.Pod, error)
 
 // New registers nodelet's metrics.
 func New(pods RuntimePods) *Metrics {
-	m := &Metrics{registry: prometheus.NewRegistry()}
+	m := &Metrics{registry: prometheus.NewRegistry(), pulls: map[types.UID]pullWindow{}}
 	m.podStart = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Subsystem: subsystem, Name: "pod_start_duration_seconds", Buckets: podStartBuckets,
 		Help: "Duration in seconds from nodelet seeing a pod for the first time to the pod starting to run",
+	})
+	m.podStartSLI = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: subsystem, Name: "pod_start_sli_duration_seconds", Buckets: podStartBuckets,
+		Help: "Duration in seconds to start a pod, excluding time to pull images, measured from nodelet seeing the pod to the pod starting to run",
 	})
 	m.podWorker = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Subsystem: subsystem, Name: "pod_worker_duration_seconds", Buckets: durationBuckets,
@@ -82,7 +92,7 @@ func New(pods RuntimePods) *Metrics {
 		Subsystem: subsystem, Name: "runtime_operations_duration_seconds", Buckets: durationBuckets,
 		Help: "Duration in seconds of runtime operations. Broken down by operation type.",
 	}, []string{"operation_type"})
-	m.registry.MustRegister(m.podStart, m.podWorker, m.plegRelist, m.plegRelistPeriod,
+	m.registry.MustRegister(m.podStart, m.podStartSLI, m.podWorker, m.plegRelist, m.plegRelistPeriod,
 		m.runtimeOps, m.runtimeOpsErrors, m.runtimeOpsSeconds, &runningCollector{pods: pods},
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), prometheus.NewGoCollector())
 	return m
@@ -102,6 +112,33 @@ func (m *Metrics) ObserveRelist(start time.Time, took time.Duration) {
 		m.plegRelistPeriod.Observe(start.Sub(m.lastRelist).Seconds())
 	}
 	m.lastRelist = start
+}
+
+// ObservePull notes that one of pod's image pulls ran from start to end.
+func (m *Metrics) ObservePull(pod types.UID, start, end time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.pulls[pod]
+	if !ok || start.Before(w.first) {
+		w.first = start
+	}
+	if end.After(w.last) {
+		w.last = end
+	}
+	m.pulls[pod] = w
+}
+
+// pullTime is how long pod waited for its images: from its first pull's
+// start to its last one's end, as upstream measures it. It forgets the pod.
+func (m *Metrics) pullTime(pod types.UID) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.pulls[pod]
+	delete(m.pulls, pod)
+	if !ok {
+		return 0
+	}
+	return w.last.Sub(w.first)
 }
 
 // UnaryClientInterceptor counts and times every CRI call, named as
@@ -220,12 +257,14 @@ func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *contain
 		s.mu.Lock()
 		delete(s.started, pod.UID)
 		s.mu.Unlock()
+		s.m.pullTime(pod.UID)
 	}
 	return err
 }
 
 // observeStart records the time from the pod's first sighting (the
-// merge's config.seen annotation) to its first Running status.
+// merge's config.seen annotation) to its first Running status, and the
+// same less the time spent pulling images (the SLI).
 func (s *syncer) observeStart(pod *v1.Pod) {
 	st, ok := s.status.GetPodStatus(pod.UID)
 	if !ok || st.Phase != v1.PodRunning {
@@ -237,9 +276,12 @@ func (s *syncer) observeStart(pod *v1.Pod) {
 		return
 	}
 	s.started[pod.UID] = true
+	pulling := s.m.pullTime(pod.UID)
 	seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podutil.ConfigFirstSeenAnnotationKey])
 	if err != nil {
 		return
 	}
-	s.m.podStart.Observe(s.clock.Since(seen).Seconds())
+	took := s.clock.Since(seen)
+	s.m.podStart.Observe(took.Seconds())
+	s.m.podStartSLI.Observe(max(took-pulling, 0).Seconds())
 }

@@ -57,6 +57,10 @@ func TestMetrics(t *testing.T) {
 
 	ctx := context.Background()
 	s.SyncPod(ctx, podworkers.UpdateCreate, pod, nil, nil) // pending: no start yet
+	// Two overlapping pulls, 0.5 s to 1.5 s and 1 s to 2 s: 1.5 s pulling.
+	m.ObservePull("a", time.Unix(1000, 5e8), time.Unix(1001, 5e8))
+	m.ObservePull("a", time.Unix(1001, 0), time.Unix(1002, 0))
+	m.ObservePull("other", time.Unix(900, 0), time.Unix(1000, 0))
 	clk.Step(3 * time.Second)
 	st["a"] = v1.PodStatus{Phase: v1.PodRunning}
 	s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil)
@@ -77,6 +81,9 @@ func TestMetrics(t *testing.T) {
 	f := scrape(t, m)
 	if h := f["kubelet_pod_start_duration_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 3 {
 		t.Errorf("pod start histogram: count %d sum %v, want one 3 s start", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if h := f["kubelet_pod_start_sli_duration_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 1.5 {
+		t.Errorf("pod start SLI histogram: count %d sum %v, want one 1.5 s start (3 s less 1.5 s pulling)", h.GetSampleCount(), h.GetSampleSum())
 	}
 	byLabel := func(name, label string) map[string]float64 {
 		out := map[string]float64{}

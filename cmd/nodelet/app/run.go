@@ -164,6 +164,7 @@ func Run(ctx context.Context, o *Options) error {
 		MemoryCapacity: memoryCapacity(node),
 		// Pulls are serialised unless told otherwise, as upstream does.
 		MaxParallelPulls: maxParallelPulls(c),
+		Pulls:            promMetrics,
 	})
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	gpleg.ObserveRelists(promMetrics.ObserveRelist)

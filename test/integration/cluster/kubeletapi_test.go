@@ -282,13 +282,15 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 		return f
 	}
-	starts := func(f map[string]*dto.MetricFamily) uint64 {
-		if fam := f["kubelet_pod_start_duration_seconds"]; fam != nil && len(fam.Metric) > 0 {
+	count := func(f map[string]*dto.MetricFamily, name string) uint64 {
+		if fam := f[name]; fam != nil && len(fam.Metric) > 0 {
 			return fam.Metric[0].GetHistogram().GetSampleCount()
 		}
 		return 0
 	}
-	before := starts(scrape())
+	starts := func(f map[string]*dto.MetricFamily) uint64 { return count(f, "kubelet_pod_start_duration_seconds") }
+	first := scrape()
+	before, beforeSLI := starts(first), count(first, "kubelet_pod_start_sli_duration_seconds")
 	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, busyboxPod("measured", n.NodeName), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +299,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		return starts(scrape()) == before+1, fmt.Sprintf("pod starts %d, before %d", starts(scrape()), before)
 	})
 	f := scrape()
+	if got := count(f, "kubelet_pod_start_sli_duration_seconds"); got != beforeSLI+1 {
+		t.Errorf("pod start SLI count %d, before %d", got, beforeSLI)
+	}
 	for _, name := range []string{"kubelet_running_pods", "kubelet_running_containers", "kubelet_runtime_operations_total",
 		"kubelet_pleg_relist_duration_seconds", "kubelet_pod_worker_duration_seconds"} {
 		if f[name] == nil {
