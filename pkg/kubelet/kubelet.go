@@ -39,6 +39,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
+	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // PodWorkers is what the core asks of the pod workers.
@@ -111,6 +112,14 @@ type Deps struct {
 	Probes Probes
 	// Mirrors is nil without an API server.
 	Mirrors MirrorPods
+	// Volumes tears down the volumes of pods nodelet forgot (after a
+	// restart, say) before their directories go; nil for none.
+	Volumes VolumeTearDown
+}
+
+// VolumeTearDown unmounts and removes a pod's volumes by UID.
+type VolumeTearDown interface {
+	TearDown(uid types.UID) error
 }
 
 const (
@@ -139,6 +148,7 @@ type Kubelet struct {
 	clock     clock.WithTicker
 	probes    Probes
 	mirrors   MirrorPods
+	volumes   VolumeTearDown
 	health    runtimeHealth
 
 	// syncLoopMonitor is when the sync loop last completed an iteration.
@@ -161,7 +171,7 @@ func New(cfg Config, d Deps) *Kubelet {
 	return &Kubelet{
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
-		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, deadContainers: make(chan types.UID, deadContainersBuffer),
+		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, volumes: d.Volumes, deadContainers: make(chan types.UID, deadContainersBuffer),
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls},
 	}
 }
@@ -717,10 +727,6 @@ func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
 		}
 		return err
 	}
-	mounted, err := mountPoints()
-	if err != nil {
-		return err
-	}
 	var errs []string
 	for _, e := range entries {
 		uid := types.UID(e.Name())
@@ -728,6 +734,16 @@ func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
+		if kl.volumes != nil {
+			if err := kl.volumes.TearDown(uid); err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+		}
+		mounted, err := volume.MountPoints()
+		if err != nil {
+			return err
+		}
 		if hasMountUnder(mounted, path) {
 			klog.V(3).InfoS("Orphaned pod directory still has mounts, leaving it", "podUID", uid, "path", path)
 			continue
@@ -742,6 +758,15 @@ func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
 		return fmt.Errorf("removing orphaned pod directories: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+func hasMountUnder(mounts []string, dir string) bool {
+	for _, m := range mounts {
+		if m == dir || strings.HasPrefix(m, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Pods returns every desired pod with its current status.

@@ -2,17 +2,22 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"k8s.io/utils/clock"
+	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // podDirs lays out a pod's data under the root directory:
@@ -24,59 +29,145 @@ func (d podDirs) container(uid types.UID, name string) string {
 	return filepath.Join(d.pod(uid), "containers", name)
 }
 
-// volume is where a volume's files live: volumes/<plugin>/<name>, with the
-// plugin named as upstream names it (kubernetes.io~empty-dir).
-func (d podDirs) volume(uid types.UID, plugin, name string) string {
-	return filepath.Join(d.pod(uid), "volumes", "kubernetes.io~"+plugin, name)
+// ClusterObjects are what containers get from the API server: the
+// configMaps and secrets of their environment, and the services whose
+// addresses go into it.
+type ClusterObjects interface {
+	volume.Objects
+	Services(namespace string) []*v1.Service
 }
 
 // ContainerOptions answers the runtime manager's questions about a
 // container that depend on the node and the pod rather than the container
-// spec: its environment and its mounts.
+// spec: its environment, its mounts, and the pod's DNS and hostname.
 type ContainerOptions struct {
 	dirs     podDirs
 	nodeName string
 	hostIPs  []string
-	// api is nil without an API server.
-	api    APIObjects
-	tokens *tokenCache
+	volumes  *volume.Manager
+	dns      DNS
+	// objects is nil without an API server.
+	objects     ClusterObjects
+	allocatable func() v1.ResourceList
+	// hostsFile is the node's /etc/hosts, the base of host-network pods'.
+	hostsFile string
 }
 
 var _ kuberuntime.Helper = (*ContainerOptions)(nil)
 
-// NewContainerOptions returns the options provider for a node.
+// NewContainerOptions returns the options provider for a node, with a
+// volume manager of its own and no API server.
 func NewContainerOptions(rootDir, nodeName string, hostIPs []string) *ContainerOptions {
-	return &ContainerOptions{dirs: podDirs(rootDir), nodeName: nodeName, hostIPs: hostIPs, tokens: newTokenCache(clock.RealClock{})}
+	return &ContainerOptions{
+		dirs: podDirs(rootDir), nodeName: nodeName, hostIPs: hostIPs, hostsFile: "/etc/hosts",
+		volumes: volume.NewManager(volume.Options{RootDir: rootDir, NodeName: nodeName, HostIPs: hostIPs}),
+	}
 }
 
-// UseAPI lets volumes read configMaps and secrets and request service
-// account tokens. Call it before any pod starts.
-func (o *ContainerOptions) UseAPI(api APIObjects) { o.api = api }
+// ContainerOptionsConfig is what a node in a cluster adds.
+type ContainerOptionsConfig struct {
+	Volumes     *volume.Manager
+	Objects     ClusterObjects // nil without an API server
+	DNS         DNS
+	Allocatable func() v1.ResourceList
+}
+
+// Configure sets the volume manager, the API objects and the DNS
+// settings. Call it before any pod starts.
+func (o *ContainerOptions) Configure(c ContainerOptionsConfig) {
+	if c.Volumes != nil {
+		o.volumes = c.Volumes
+	}
+	o.objects, o.dns, o.allocatable = c.Objects, c.DNS, c.Allocatable
+}
+
+// Volumes is the volume manager container mounts resolve against.
+func (o *ContainerOptions) Volumes() *volume.Manager { return o.volumes }
 
 // PodContainerDir is where per-container files of a pod live.
 func (o *ContainerOptions) PodContainerDir(uid types.UID, name string) string {
 	return o.dirs.container(uid, name)
 }
 
+// PodDNS is the pod's resolver configuration and hostname.
+func (o *ContainerOptions) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error) {
+	cfg, err := o.dns.PodDNS(pod)
+	if err != nil {
+		return nil, "", err
+	}
+	hostname, fqdn, err := o.dns.Hostname(pod)
+	if err != nil {
+		return nil, "", err
+	}
+	if pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN && fqdn != "" {
+		if len(fqdn) > 64 {
+			return nil, "", fmt.Errorf("pod %s/%s: setHostnameAsFQDN: the FQDN %q is longer than 64 characters", pod.Namespace, pod.Name, fqdn)
+		}
+		hostname = fqdn
+	}
+	return cfg, hostname, nil
+}
+
 // RunContainerOptions computes a container's environment and mounts.
 func (o *ContainerOptions) RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (*kuberuntime.RunContainerOptions, error) {
-	envs, err := o.env(pod, c, podIPs)
+	envs, values, err := o.env(ctx, pod, c, podIPs)
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := o.mounts(ctx, pod, c)
+	mounts, err := o.mounts(ctx, pod, c, values)
 	if err != nil {
 		return nil, err
+	}
+	if hosts, err := o.hostsMount(pod, c, podIPs); err != nil {
+		return nil, err
+	} else if hosts != nil {
+		mounts = append(mounts, hosts)
 	}
 	return &kuberuntime.RunContainerOptions{Envs: envs, Mounts: mounts}, nil
 }
 
-// env builds the environment in spec order; a value may refer to
-// variables defined before it with $(NAME).
-func (o *ContainerOptions) env(pod *v1.Pod, c *v1.Container, podIPs []string) ([]*runtimeapi.KeyValue, error) {
-	if len(c.EnvFrom) > 0 {
-		return nil, fmt.Errorf("envFrom is not supported without an API server (container %q)", c.Name)
+// hostsMount writes the pod's /etc/hosts and mounts it, unless the
+// container mounts its own or the pod has no IP yet.
+func (o *ContainerOptions) hostsMount(pod *v1.Pod, c *v1.Container, podIPs []string) (*runtimeapi.Mount, error) {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/etc/hosts" {
+			return nil, nil
+		}
 	}
+	if !pod.Spec.HostNetwork && len(podIPs) == 0 {
+		return nil, nil
+	}
+	content, err := o.dns.hostsFile(pod, podIPs, o.hostsFile)
+	if err != nil {
+		return nil, fmt.Errorf("writing /etc/hosts: %w", err)
+	}
+	path := filepath.Join(o.dirs.pod(pod.UID), "etc-hosts")
+	if err := writeFileAtomic(path, content, 0o644); err != nil {
+		return nil, fmt.Errorf("writing /etc/hosts: %w", err)
+	}
+	return &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: path}, nil
+}
+
+// writeFileAtomic replaces a file by renaming a complete copy over it.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// env builds the environment as upstream does: the service variables,
+// then envFrom, then env in spec order (a value may refer to variables
+// defined before it with $(NAME)). It also returns the variables as a
+// map, for subPathExpr.
+func (o *ContainerOptions) env(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) ([]*runtimeapi.KeyValue, map[string]string, error) {
 	values := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -85,100 +176,145 @@ func (o *ContainerOptions) env(pod *v1.Pod, c *v1.Container, podIPs []string) ([
 		}
 		values[k] = v
 	}
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom == nil:
-			set(e.Name, kuberuntime.Expand(e.Value, kuberuntime.EnvMapping(values)))
-		case e.ValueFrom.FieldRef != nil:
-			v, err := o.fieldRef(pod, e.ValueFrom.FieldRef.FieldPath, podIPs)
-			if err != nil {
-				return nil, fmt.Errorf("env %q: %w", e.Name, err)
+	// Service variables come last in precedence but are visible to
+	// $(VAR) references, so they are kept aside and added at the end.
+	services := o.serviceEnv(pod)
+	mapping := func(name string) (string, bool) {
+		if v, ok := values[name]; ok {
+			return v, true
+		}
+		v, ok := services[name]
+		return v, ok
+	}
+	for _, from := range c.EnvFrom {
+		kind, name, optional := envFromSource(from)
+		data, err := o.objectData(ctx, pod, kind, name)
+		if err != nil {
+			if apierrors.IsNotFound(err) && optional {
+				continue
 			}
+			return nil, nil, fmt.Errorf("envFrom: %w", err)
+		}
+		for k, v := range data {
+			name := from.Prefix + k
+			if errs := validation.IsEnvVarName(name); len(errs) > 0 {
+				klog.V(2).InfoS("Skipping an invalid environment variable name", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "name", name)
+				continue
+			}
+			set(name, string(v))
+		}
+	}
+	fieldEnv := podutil.FieldEnv{NodeName: o.nodeName, HostIPs: o.hostIPs, PodIPs: podIPs}
+	for _, e := range c.Env {
+		v, ok, err := o.envValue(ctx, pod, c, e, fieldEnv, mapping)
+		if err != nil {
+			return nil, nil, fmt.Errorf("env %q: %w", e.Name, err)
+		}
+		if ok {
 			set(e.Name, v)
-		default:
-			return nil, fmt.Errorf("env %q: only value and fieldRef are supported without an API server", e.Name)
+		}
+	}
+	for k, v := range services {
+		if _, ok := values[k]; !ok {
+			set(k, v)
 		}
 	}
 	out := make([]*runtimeapi.KeyValue, 0, len(order))
 	for _, k := range order {
 		out = append(out, &runtimeapi.KeyValue{Key: k, Value: []byte(values[k])})
 	}
-	return out, nil
+	return out, values, nil
 }
 
-// fieldRef resolves a downward API field path.
-func (o *ContainerOptions) fieldRef(pod *v1.Pod, path string, podIPs []string) (string, error) {
-	if k, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[k], nil
+// envValue resolves one env entry; ok is false for an optional reference
+// to something missing.
+func (o *ContainerOptions) envValue(ctx context.Context, pod *v1.Pod, c *v1.Container, e v1.EnvVar, fieldEnv podutil.FieldEnv, mapping func(string) (string, bool)) (string, bool, error) {
+	from := e.ValueFrom
+	switch {
+	case from == nil:
+		return kuberuntime.Expand(e.Value, mapping), true, nil
+	case from.FieldRef != nil:
+		v, err := podutil.FieldRef(pod, from.FieldRef.FieldPath, fieldEnv)
+		return v, err == nil, err
+	case from.ResourceFieldRef != nil:
+		var alloc v1.ResourceList
+		if o.allocatable != nil {
+			alloc = o.allocatable()
+		}
+		v, err := podutil.ResourceFieldRef(pod, c.Name, from.ResourceFieldRef, alloc)
+		return v, err == nil, err
+	case from.ConfigMapKeyRef != nil, from.SecretKeyRef != nil:
+		kind, name, k, optional := "configmap", "", "", false
+		if r := from.ConfigMapKeyRef; r != nil {
+			name, k, optional = r.Name, r.Key, r.Optional != nil && *r.Optional
+		} else {
+			r := from.SecretKeyRef
+			kind, name, k, optional = "secret", r.Name, r.Key, r.Optional != nil && *r.Optional
+		}
+		data, err := o.objectData(ctx, pod, kind, name)
+		if err != nil {
+			if apierrors.IsNotFound(err) && optional {
+				return "", false, nil
+			}
+			return "", false, err
+		}
+		v, ok := data[k]
+		if !ok {
+			if optional {
+				return "", false, nil
+			}
+			return "", false, fmt.Errorf("couldn't find key %s in %s %s/%s", k, kind, pod.Namespace, name)
+		}
+		return string(v), true, nil
 	}
-	if k, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[k], nil
-	}
-	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "spec.nodeName":
-		return o.nodeName, nil
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP":
-		if len(o.hostIPs) > 0 {
-			return o.hostIPs[0], nil
-		}
-		return "", nil
-	case "status.hostIPs":
-		return strings.Join(o.hostIPs, ","), nil
-	case "status.podIP":
-		if pod.Spec.HostNetwork {
-			return o.fieldRef(pod, "status.hostIP", podIPs)
-		}
-		if len(podIPs) > 0 {
-			return podIPs[0], nil
-		}
-		return "", nil
-	case "status.podIPs":
-		if pod.Spec.HostNetwork {
-			return strings.Join(o.hostIPs, ","), nil
-		}
-		return strings.Join(podIPs, ","), nil
-	}
-	return "", fmt.Errorf("unsupported field path %q", path)
+	return "", false, fmt.Errorf("unsupported valueFrom")
 }
 
-// subscript parses prefix['key'].
-func subscript(path, prefix string) (string, bool) {
-	if !strings.HasPrefix(path, prefix+"['") || !strings.HasSuffix(path, "']") {
-		return "", false
+func envFromSource(from v1.EnvFromSource) (kind, name string, optional bool) {
+	if r := from.ConfigMapRef; r != nil {
+		return "configmap", r.Name, r.Optional != nil && *r.Optional
 	}
-	return path[len(prefix)+2 : len(path)-2], true
+	r := from.SecretRef
+	return "secret", r.Name, r.Optional != nil && *r.Optional
 }
 
-// mounts resolves a container's volume mounts to host paths.
-func (o *ContainerOptions) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container) ([]*runtimeapi.Mount, error) {
-	volumes := map[string]*v1.Volume{}
-	for i := range pod.Spec.Volumes {
-		volumes[pod.Spec.Volumes[i].Name] = &pod.Spec.Volumes[i]
+// objectData reads a configMap's or secret's keys for the environment.
+func (o *ContainerOptions) objectData(ctx context.Context, pod *v1.Pod, kind, name string) (map[string][]byte, error) {
+	if podutil.IsStatic(pod) {
+		return nil, fmt.Errorf("%w (%s %q)", volume.ErrStaticPodAPIObject, kind, name)
 	}
+	if o.objects == nil {
+		return nil, fmt.Errorf("%s %q: a %s needs an API server", kind, name, kind)
+	}
+	return volume.ObjectData(ctx, o.objects, pod.Namespace, kind, name)
+}
+
+// mounts resolves a container's volume mounts to the host paths the
+// volume manager set up.
+func (o *ContainerOptions) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	for _, m := range c.VolumeMounts {
-		vol, ok := volumes[m.Name]
+		host, ok := o.volumes.HostPath(pod.UID, m.Name)
 		if !ok {
-			return nil, fmt.Errorf("volume mount %q refers to no volume of the pod", m.Name)
-		}
-		host, err := o.volumePath(ctx, pod, vol)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", kuberuntime.ErrMountVolume, err)
-		}
-		if m.SubPath != "" {
-			if filepath.IsAbs(m.SubPath) || strings.Contains(filepath.Clean(m.SubPath), "..") {
-				return nil, fmt.Errorf("volume mount %q: subPath %q must be a relative path inside the volume", m.Name, m.SubPath)
+			// Callers that skip the pod sync (the runtime tests) set the
+			// volumes up here.
+			if err := o.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
+				return nil, fmt.Errorf("%w: %w", kuberuntime.ErrMountVolume, err)
 			}
-			host = filepath.Join(host, m.SubPath)
-			if _, err := os.Stat(host); os.IsNotExist(err) {
+			if host, ok = o.volumes.HostPath(pod.UID, m.Name); !ok {
+				return nil, fmt.Errorf("volume mount %q refers to no volume of the pod", m.Name)
+			}
+		}
+		sub := m.SubPath
+		if m.SubPathExpr != "" {
+			sub = kuberuntime.Expand(m.SubPathExpr, kuberuntime.EnvMapping(env))
+		}
+		if sub != "" {
+			if filepath.IsAbs(sub) || filepath.Clean(sub) == ".." || strings.HasPrefix(filepath.Clean(sub), "../") {
+				return nil, fmt.Errorf("volume mount %q: subPath %q must be a relative path inside the volume", m.Name, sub)
+			}
+			host = filepath.Join(host, sub)
+			if _, err := os.Lstat(host); errors.Is(err, os.ErrNotExist) {
 				if err := os.MkdirAll(host, 0o750); err != nil {
 					return nil, fmt.Errorf("volume mount %q: creating subPath: %w", m.Name, err)
 				}
@@ -190,32 +326,6 @@ func (o *ContainerOptions) mounts(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		})
 	}
 	return out, nil
-}
-
-// volumePath returns (creating if needed) the host path of a volume.
-func (o *ContainerOptions) volumePath(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (string, error) {
-	if sources, mode, ok := projections(vol); ok {
-		return o.projectedVolume(ctx, pod, vol, sources, mode)
-	}
-	switch {
-	case vol.HostPath != nil:
-		p := vol.HostPath.Path
-		if vol.HostPath.Type != nil && *vol.HostPath.Type == v1.HostPathDirectoryOrCreate {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return "", fmt.Errorf("volume %q: creating %s: %w", vol.Name, p, err)
-			}
-		}
-		return p, nil
-	case vol.EmptyDir != nil:
-		p := o.dirs.volume(pod.UID, "empty-dir", vol.Name)
-		if err := os.MkdirAll(p, 0o777); err != nil {
-			return "", fmt.Errorf("volume %q: %w", vol.Name, err)
-		}
-		// Any user in the pod may write to an emptyDir, umask or not.
-		return p, os.Chmod(p, 0o777)
-	default:
-		return "", fmt.Errorf("volume %q: unsupported volume type (hostPath, emptyDir, configMap, secret, downwardAPI and projected are)", vol.Name)
-	}
 }
 
 func propagation(p *v1.MountPropagationMode) runtimeapi.MountPropagation {

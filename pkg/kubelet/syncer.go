@@ -50,8 +50,25 @@ type probes interface {
 	Started(c *v1.Container, containerID string) bool
 }
 
+// podVolumes is the volume manager as the sync scripts use it.
+type podVolumes interface {
+	WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error
+	WaitForUnmount(ctx context.Context, pod *v1.Pod) error
+}
+
+// podObjects watches the API objects pods refer to.
+type podObjects interface {
+	RegisterPod(pod *v1.Pod)
+	UnregisterPod(pod *v1.Pod)
+}
+
 // SyncerOptions configure the PodSyncer.
 type SyncerOptions struct {
+	// Volumes sets up and tears down the pods' volumes; nil leaves it to
+	// the runtime manager's helper.
+	Volumes podVolumes
+	// Objects watches what pods refer to; nil without an API server.
+	Objects podObjects
 	// Probes runs the pods' probes; nil when nothing is probed.
 	Probes probes
 	// Cgroups manages pod cgroups; nil when cgroupsPerQOS is off.
@@ -87,6 +104,8 @@ type PodSyncer struct {
 	probes   probes
 	mirrors  MirrorPods
 	secrets  SecretGetter
+	volumes  podVolumes
+	objects  podObjects
 	dirs     podDirs
 	hostIPs  []string
 	recorder record.EventRecorder
@@ -102,7 +121,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 		o.Network = func() error { return nil }
 	}
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, mirrors: o.Mirrors, secrets: o.Secrets, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
 	}
 }
@@ -180,6 +199,17 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 	if err := s.makePodDirs(pod.UID); err != nil {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "error making pod data directories: %v", err)
 		return false, err
+	}
+	if s.objects != nil {
+		s.objects.RegisterPod(pod)
+	}
+	if s.volumes != nil {
+		// Set up, or refreshed: configMaps, secrets, tokens and the
+		// downward API follow their sources while the pod runs.
+		if err := s.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
+			klog.ErrorS(err, "Unable to attach or mount volumes for pod; skipping pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+			return false, fmt.Errorf("unable to attach or mount volumes: %w", err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		// Cancelled: the pod workers want it torn down, start nothing new.
@@ -363,6 +393,16 @@ func (s *PodSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, rs *cont
 	klog.V(4).InfoS("SyncTerminatedPod enter", "pod", klog.KObj(pod), "podUID", pod.UID)
 	defer klog.V(4).InfoS("SyncTerminatedPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
 	s.status.SetPodStatus(pod, s.apiStatus(pod, rs, true))
+	if s.volumes != nil {
+		if err := s.volumes.WaitForUnmount(ctx, pod); err != nil {
+			return err
+		}
+		klog.V(4).InfoS("Pod termination unmounted volumes", "pod", klog.KObj(pod), "podUID", pod.UID)
+	}
+	// The volumes are gone: the pod needs its objects no more.
+	if s.objects != nil {
+		s.objects.UnregisterPod(pod)
+	}
 	if s.cgroups != nil {
 		if err := s.cgroups.Destroy(s.cgroups.PodCgroup(pod)); err != nil {
 			return err

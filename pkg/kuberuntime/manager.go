@@ -49,6 +49,8 @@ type RunContainerOptions struct {
 type Helper interface {
 	RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (*RunContainerOptions, error)
 	PodContainerDir(uid types.UID, containerName string) string
+	// PodDNS is the pod's resolver configuration and hostname.
+	PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error)
 }
 
 // PodState tells the runtime manager what the pod workers decided, so a

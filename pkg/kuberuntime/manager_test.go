@@ -29,6 +29,9 @@ func (h testHelper) RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.
 func (h testHelper) PodContainerDir(uid types.UID, name string) string {
 	return filepath.Join(h.dir, string(uid), name)
 }
+func (h testHelper) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error) {
+	return &runtimeapi.DNSConfig{Servers: []string{"10.0.0.10"}}, pod.Name, nil
+}
 
 type podState struct{ removable map[types.UID]bool }
 

@@ -61,11 +61,12 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 			},
 		},
 	}
+	dns, hostname, err := m.helper.PodDNS(pod)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DnsConfig = dns
 	if !pod.Spec.HostNetwork {
-		hostname, err := podHostname(pod)
-		if err != nil {
-			return nil, err
-		}
 		cfg.Hostname = hostname
 	}
 	if sc := pod.Spec.SecurityContext; sc != nil {
@@ -101,22 +102,6 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 		}
 	}
 	return cfg, nil
-}
-
-// podHostname is the hostname a pod's containers see: spec.hostname or the
-// pod name, cut to a DNS label.
-func podHostname(pod *v1.Pod) (string, error) {
-	h := pod.Name
-	if pod.Spec.Hostname != "" {
-		h = pod.Spec.Hostname
-	}
-	if len(h) > 63 {
-		h = strings.TrimRight(h[:63], "-.")
-	}
-	if h == "" {
-		return "", fmt.Errorf("pod %q has no usable hostname", podutil.Ref(pod))
-	}
-	return h, nil
 }
 
 func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {

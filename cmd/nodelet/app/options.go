@@ -250,6 +250,9 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 	if c.CgroupDriver == "" {
 		c.CgroupDriver = "cgroupfs"
 	}
+	if c.ResolverConfig == nil {
+		c.ResolverConfig = new("/etc/resolv.conf")
+	}
 	if c.PodLogsDir == "" {
 		c.PodLogsDir = DefaultPodLogsDir
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -31,6 +32,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/logs"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -38,6 +40,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/server"
 	"github.com/nodelet/nodelet/pkg/stats"
 	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 const (
@@ -122,9 +125,19 @@ func Run(ctx context.Context, o *Options) error {
 	nodeFunc := func() *v1.Node { return node }
 	var core *kubelet.Kubelet
 	var reporter *nodestatus.Reporter
+	workQueue := podworkers.NewWorkQueue(clk)
 	containerOptions := kubelet.NewContainerOptions(o.RootDir, nodeName, hostIPs)
+	volumeOptions := volume.Options{
+		RootDir: o.RootDir, NodeName: nodeName, HostIPs: hostIPs, Recorder: recorder, Clock: clk,
+		Allocatable: func() v1.ResourceList { return node.Status.Allocatable },
+	}
+	optionsConfig := kubelet.ContainerOptionsConfig{
+		Allocatable: volumeOptions.Allocatable,
+		DNS:         kubelet.DNS{ClusterDNS: c.ClusterDNS, ClusterDomain: c.ClusterDomain, ResolvConf: *c.ResolverConfig},
+	}
 	var mirrors kubelet.MirrorPods
 	var secrets kubelet.SecretGetter
+	var objs *objects.Manager
 	if client != nil {
 		reporter = nodestatus.NewReporter(nodestatus.ReporterOptions{
 			Client: client, Node: node, Recorder: recorder, Clock: clk,
@@ -138,9 +151,18 @@ func Run(ctx context.Context, o *Options) error {
 		// Admission sees the labels an administrator put on the Node.
 		nodeFunc = reporter.Node
 		api := kubelet.NewAPIClient(client, nodeName)
-		mirrors, secrets = api, api
-		containerOptions.UseAPI(api)
+		// A change to an object a pod refers to syncs the pod at once.
+		objs = objects.NewManager(ctx, client, func(uids []types.UID) {
+			for _, uid := range uids {
+				workQueue.Enqueue(uid, 0)
+			}
+		})
+		mirrors, secrets = api, objs
+		volumeOptions.Objects, volumeOptions.Tokens, optionsConfig.Objects = objs, api, objs
 	}
+	volumes := volume.NewManager(volumeOptions)
+	optionsConfig.Volumes = volumes
+	containerOptions.Configure(optionsConfig)
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	var cgroupParent func(*v1.Pod) string
 	if cgroups != nil {
@@ -168,14 +190,16 @@ func Run(ctx context.Context, o *Options) error {
 	})
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	gpleg.ObserveRelists(promMetrics.ObserveRelist)
-	workQueue := podworkers.NewWorkQueue(clk)
 
 	syncerOptions := kubelet.SyncerOptions{
 		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,
 		Recorder: recorder, Clock: clk, CanRun: kubelet.SoftAdmissionChecks(), Probes: probes,
 		// The core is built below; no sync runs before it exists.
 		Network: func() error { return core.NetworkError() },
-		Mirrors: mirrors, Secrets: secrets,
+		Mirrors: mirrors, Secrets: secrets, Volumes: volumes,
+	}
+	if objs != nil {
+		syncerOptions.Objects = objs
 	}
 	coreConfig := kubelet.Config{
 		NodeName: nodeName, RootDir: o.RootDir, HostIPs: hostIPs,
@@ -199,7 +223,7 @@ func Run(ctx context.Context, o *Options) error {
 	core = kubelet.New(coreConfig, kubelet.Deps{
 		Workers: workers, WorkQueue: workQueue, Runtime: runtime, PLEG: gpleg, Status: statusManager,
 		Sources: config.NewSourcesReady(podConfig.Sources), Recorder: recorder, Clock: clk,
-		Probes: probes, Mirrors: mirrors,
+		Probes: probes, Mirrors: mirrors, Volumes: volumes,
 	})
 
 	if c.StaticPodPath != "" {

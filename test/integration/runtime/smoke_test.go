@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/container"
@@ -21,6 +22,9 @@ func (h helper) RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Cont
 }
 func (h helper) PodContainerDir(uid types.UID, name string) string {
 	return h.dir + "/" + string(uid) + "/" + name
+}
+func (h helper) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error) {
+	return nil, pod.Name, nil
 }
 
 type allGone struct{}

@@ -1,0 +1,161 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/volume"
+	"github.com/nodelet/nodelet/pkg/volume/volumetest"
+)
+
+func clusterOptions(t *testing.T) (*ContainerOptions, *volumetest.Objects) {
+	t.Helper()
+	api := volumetest.New(testingclock.NewFakeClock(time.Unix(1000, 0)))
+	o := NewContainerOptions(t.TempDir(), "n1", []string{"192.0.2.1"})
+	o.Configure(ContainerOptionsConfig{Objects: api, DNS: DNS{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local"},
+		Allocatable: func() v1.ResourceList { return v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")} }})
+	return o, api
+}
+
+func envMap(kvs []*runtimeapi.KeyValue) map[string]string {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		out[kv.Key] = string(kv.Value)
+	}
+	return out
+}
+
+func TestEnvironment(t *testing.T) {
+	o, api := clusterOptions(t)
+	api.SetConfigMap("cfg", map[string]string{"MODE": "fast", "LEVEL": "3", "bad-name=": "x"})
+	api.SetSecret("creds", map[string][]byte{"password": []byte("hunter2")})
+	api.Svcs = []*v1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: v1.ServiceSpec{ClusterIP: "10.96.0.1", Ports: []v1.ServicePort{{Name: "https", Port: 443, Protocol: v1.ProtocolTCP}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "redis-main", Namespace: "ns"}, Spec: v1.ServiceSpec{ClusterIP: "10.96.0.7", Ports: []v1.ServicePort{{Port: 6379}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "headless", Namespace: "ns"}, Spec: v1.ServiceSpec{ClusterIP: "None", Ports: []v1.ServicePort{{Port: 80}}}},
+	}
+	c := v1.Container{Name: "main",
+		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}},
+		EnvFrom:   []v1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}},
+		Env: []v1.EnvVar{
+			{Name: "PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "creds"}, Key: "password"}}},
+			{Name: "MODE", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}, Key: "MODE"}}},
+			{Name: "MAYBE", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "absent"}, Key: "x", Optional: new(true)}}},
+			{Name: "POD_IP", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "CPU_LIMIT", ValueFrom: &v1.EnvVarSource{ResourceFieldRef: &v1.ResourceFieldSelector{Resource: "limits.cpu"}}},
+			{Name: "MEM_REQUEST_MI", ValueFrom: &v1.EnvVarSource{ResourceFieldRef: &v1.ResourceFieldSelector{Resource: "requests.memory", Divisor: resource.MustParse("1Mi")}}},
+			{Name: "URL", Value: "redis://$(REDIS_MAIN_SERVICE_HOST):$(REDIS_MAIN_SERVICE_PORT)/$(CFG_LEVEL)"},
+		},
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{Containers: []v1.Container{c}}}
+	kvs, _, err := o.env(context.Background(), pod, &pod.Spec.Containers[0], []string{"10.1.0.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := envMap(kvs)
+	for k, want := range map[string]string{
+		"CFG_MODE": "fast", "CFG_LEVEL": "3", "PASSWORD": "hunter2", "MODE": "fast", "POD_IP": "10.1.0.5",
+		"CPU_LIMIT": "2", "MEM_REQUEST_MI": "64", "URL": "redis://10.96.0.7:6379/3",
+		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
+		"KUBERNETES_PORT": "tcp://10.96.0.1:443", "KUBERNETES_PORT_443_TCP_ADDR": "10.96.0.1",
+		"REDIS_MAIN_SERVICE_HOST": "10.96.0.7", "REDIS_MAIN_PORT_6379_TCP": "tcp://10.96.0.7:6379", "REDIS_MAIN_PORT_6379_TCP_PROTO": "tcp",
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %q, want %q", k, got[k], want)
+		}
+	}
+	for _, k := range []string{"MAYBE", "CFG_bad-name=", "HEADLESS_SERVICE_HOST"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s is set", k)
+		}
+	}
+
+	// Without service links only the kubernetes service remains.
+	pod.Spec.EnableServiceLinks = new(false)
+	kvs, _, _ = o.env(context.Background(), pod, &pod.Spec.Containers[0], nil)
+	if got := envMap(kvs); got["REDIS_MAIN_SERVICE_HOST"] != "" || got["KUBERNETES_SERVICE_HOST"] == "" {
+		t.Errorf("enableServiceLinks=false: %v", got)
+	}
+
+	// A missing non-optional key is an error naming it.
+	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "X", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "creds"}, Key: "nope"}}}}
+	if _, _, err := o.env(context.Background(), pod, &pod.Spec.Containers[0], nil); err == nil || !strings.Contains(err.Error(), "couldn't find key nope in secret ns/creds") {
+		t.Errorf("error %v", err)
+	}
+	// Static pods may not use API objects at all.
+	pod.Annotations = map[string]string{podutil.ConfigSourceAnnotationKey: podutil.FileSource}
+	if _, _, err := o.env(context.Background(), pod, &pod.Spec.Containers[0], nil); !errors.Is(err, volume.ErrStaticPodAPIObject) {
+		t.Errorf("static pod error %v", err)
+	}
+}
+
+func TestPodDNS(t *testing.T) {
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(resolv, []byte("# host\nnameserver 192.0.2.53\nsearch corp.example\noptions edns0\n"), 0o644)
+	d := DNS{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", ResolvConf: resolv}
+	pod := func(policy v1.DNSPolicy, hostNet bool, cfg *v1.PodDNSConfig) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: v1.PodSpec{DNSPolicy: policy, HostNetwork: hostNet, DNSConfig: cfg}}
+	}
+	two := "2"
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want *runtimeapi.DNSConfig
+	}{
+		{"ClusterFirst", pod(v1.DNSClusterFirst, false, nil), &runtimeapi.DNSConfig{Servers: []string{"10.96.0.10"},
+			Searches: []string{"ns.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"}, Options: []string{"ndots:5"}}},
+		{"ClusterFirst on the host network is Default", pod(v1.DNSClusterFirst, true, nil), &runtimeapi.DNSConfig{Servers: []string{"192.0.2.53"},
+			Searches: []string{"corp.example"}, Options: []string{"edns0"}}},
+		{"ClusterFirstWithHostNet", pod(v1.DNSClusterFirstWithHostNet, true, nil), &runtimeapi.DNSConfig{Servers: []string{"10.96.0.10"},
+			Searches: []string{"ns.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"}, Options: []string{"ndots:5"}}},
+		{"None with dnsConfig", pod(v1.DNSNone, false, &v1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}, Searches: []string{"a.example"},
+			Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: &two}}}), &runtimeapi.DNSConfig{Servers: []string{"1.1.1.1"}, Searches: []string{"a.example"}, Options: []string{"ndots:2"}}},
+		{"dnsConfig options override", pod(v1.DNSClusterFirst, false, &v1.PodDNSConfig{Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: &two}, {Name: "rotate"}}}),
+			&runtimeapi.DNSConfig{Servers: []string{"10.96.0.10"}, Searches: []string{"ns.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"}, Options: []string{"ndots:2", "rotate"}}},
+	} {
+		got, err := d.PodDNS(tc.pod)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %v (%v), want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestHostsFileAndHostname(t *testing.T) {
+	o, _ := clusterOptions(t)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{
+		Hostname: "web-0", Subdomain: "web", SetHostnameAsFQDN: new(true),
+		HostAliases: []v1.HostAlias{{IP: "192.0.2.9", Hostnames: []string{"foo.local", "bar.local"}}},
+	}}
+	c := &v1.Container{Name: "main"}
+	m, err := o.hostsMount(pod, c, []string{"10.1.0.5"})
+	if err != nil || m == nil || m.ContainerPath != "/etc/hosts" {
+		t.Fatalf("mount %v (%v)", m, err)
+	}
+	b, _ := os.ReadFile(m.HostPath)
+	for _, want := range []string{"127.0.0.1\tlocalhost", "10.1.0.5\tweb-0.web.ns.svc.cluster.local\tweb-0", "192.0.2.9\tfoo.local\tbar.local"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("hosts file lacks %q:\n%s", want, b)
+		}
+	}
+	if _, hostname, err := o.PodDNS(pod); err != nil || hostname != "web-0.web.ns.svc.cluster.local" {
+		t.Errorf("hostname %q (%v)", hostname, err)
+	}
+	// A container mounting its own /etc/hosts keeps it.
+	c.VolumeMounts = []v1.VolumeMount{{Name: "h", MountPath: "/etc/hosts"}}
+	if m, _ := o.hostsMount(pod, c, []string{"10.1.0.5"}); m != nil {
+		t.Errorf("mounted over the container's own /etc/hosts")
+	}
+}

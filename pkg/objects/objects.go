@@ -1,0 +1,318 @@
+// Package objects is nodelet's view of the API objects its pods refer to:
+// the configMaps and secrets named in their volumes, environment and
+// image pull secrets (upstream's watch-based secret and configMap
+// managers), and the services whose addresses go into containers'
+// environment.
+//
+// A configMap or secret is watched only while a pod on the node refers
+// to it, one watch per object with a metadata.name field selector, which
+// is what the node authorizer lets a node do. RegisterPod starts the
+// watches a pod needs and UnregisterPod (once the pod is terminated)
+// stops those nobody else needs. When a watched object changes, or
+// appears, the pods that refer to it are handed to OnChange so they are
+// synced at once: their volumes are refreshed, and a pod waiting for a
+// missing object starts.
+package objects
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// syncWait bounds how long a read waits for a new watch's first list
+// before asking the API server directly.
+const syncWait = 5 * time.Second
+
+// Kinds of objects watched.
+const (
+	KindSecret    = "secret"
+	KindConfigMap = "configmap"
+)
+
+type key struct{ kind, namespace, name string }
+
+func (k key) String() string { return fmt.Sprintf("%s %s/%s", k.kind, k.namespace, k.name) }
+
+type watched struct {
+	store  cache.Store
+	synced cache.InformerSynced
+	stop   context.CancelFunc
+	pods   map[types.UID]bool
+}
+
+// Manager caches the objects pods refer to.
+type Manager struct {
+	client kubernetes.Interface
+	// OnChange receives the pods referring to an object that changed.
+	onChange func([]types.UID)
+	ctx      context.Context
+
+	mu      sync.Mutex
+	objects map[key]*watched
+	refs    map[types.UID][]key
+
+	services       cache.Store
+	servicesSynced cache.InformerSynced
+}
+
+// NewManager returns a manager; its watches run until ctx ends. onChange
+// may be nil.
+func NewManager(ctx context.Context, client kubernetes.Interface, onChange func([]types.UID)) *Manager {
+	if onChange == nil {
+		onChange = func([]types.UID) {}
+	}
+	m := &Manager{client: client, onChange: onChange, ctx: ctx, objects: map[key]*watched{}, refs: map[types.UID][]key{}}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Services("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Services("").Watch(ctx, o)
+		},
+	}
+	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &v1.Service{}, Handler: cache.ResourceEventHandlerFuncs{}})
+	m.services, m.servicesSynced = store, ctrl.HasSynced
+	go ctrl.RunWithContext(ctx)
+	return m
+}
+
+// references lists the configMaps and secrets a pod refers to.
+func references(pod *v1.Pod) []key {
+	set := map[key]bool{}
+	add := func(kind, name string) {
+		if name != "" {
+			set[key{kind, pod.Namespace, name}] = true
+		}
+	}
+	for _, s := range pod.Spec.ImagePullSecrets {
+		add(KindSecret, s.Name)
+	}
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.ConfigMap != nil:
+			add(KindConfigMap, v.ConfigMap.Name)
+		case v.Secret != nil:
+			add(KindSecret, v.Secret.SecretName)
+		case v.Projected != nil:
+			for _, s := range v.Projected.Sources {
+				if s.ConfigMap != nil {
+					add(KindConfigMap, s.ConfigMap.Name)
+				}
+				if s.Secret != nil {
+					add(KindSecret, s.Secret.Name)
+				}
+			}
+		}
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			for _, e := range c.EnvFrom {
+				if e.ConfigMapRef != nil {
+					add(KindConfigMap, e.ConfigMapRef.Name)
+				}
+				if e.SecretRef != nil {
+					add(KindSecret, e.SecretRef.Name)
+				}
+			}
+			for _, e := range c.Env {
+				if f := e.ValueFrom; f != nil && f.ConfigMapKeyRef != nil {
+					add(KindConfigMap, f.ConfigMapKeyRef.Name)
+				}
+				if f := e.ValueFrom; f != nil && f.SecretKeyRef != nil {
+					add(KindSecret, f.SecretKeyRef.Name)
+				}
+			}
+		}
+	}
+	out := make([]key, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// RegisterPod watches the objects the pod refers to (and stops watching
+// those it no longer refers to after an update).
+func (m *Manager) RegisterPod(pod *v1.Pod) {
+	refs := references(pod)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.release(pod.UID)
+	m.refs[pod.UID] = refs
+	for _, k := range refs {
+		w, ok := m.objects[k]
+		if !ok {
+			w = m.watch(k)
+			m.objects[k] = w
+		}
+		w.pods[pod.UID] = true
+	}
+}
+
+// UnregisterPod stops the watches only this pod needed.
+func (m *Manager) UnregisterPod(pod *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.release(pod.UID)
+	delete(m.refs, pod.UID)
+}
+
+// release drops uid's references. Call with mu held.
+func (m *Manager) release(uid types.UID) {
+	for _, k := range m.refs[uid] {
+		w := m.objects[k]
+		if w == nil {
+			continue
+		}
+		delete(w.pods, uid)
+		if len(w.pods) == 0 {
+			w.stop()
+			delete(m.objects, k)
+		}
+	}
+}
+
+// watch starts a single-object watch. Call with mu held.
+func (m *Manager) watch(k key) *watched {
+	ctx, cancel := context.WithCancel(m.ctx)
+	sel := fields.OneTermEqualSelector("metadata.name", k.name).String()
+	var lw *cache.ListWatch
+	var obj runtime.Object
+	if k.kind == KindSecret {
+		obj = &v1.Secret{}
+		lw = &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = sel
+				return m.client.CoreV1().Secrets(k.namespace).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = sel
+				return m.client.CoreV1().Secrets(k.namespace).Watch(ctx, o)
+			},
+		}
+	} else {
+		obj = &v1.ConfigMap{}
+		lw = &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = sel
+				return m.client.CoreV1().ConfigMaps(k.namespace).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = sel
+				return m.client.CoreV1().ConfigMaps(k.namespace).Watch(ctx, o)
+			},
+		}
+	}
+	changed := func() { m.changed(k) }
+	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw, ObjectType: obj,
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { changed() },
+			UpdateFunc: func(any, any) { changed() },
+			DeleteFunc: func(any) { changed() },
+		},
+	})
+	go ctrl.RunWithContext(ctx)
+	klog.V(4).InfoS("Watching an object pods refer to", "object", k.String())
+	return &watched{store: store, synced: ctrl.HasSynced, stop: cancel, pods: map[types.UID]bool{}}
+}
+
+func (m *Manager) changed(k key) {
+	m.mu.Lock()
+	w := m.objects[k]
+	var uids []types.UID
+	if w != nil {
+		for uid := range w.pods {
+			uids = append(uids, uid)
+		}
+	}
+	m.mu.Unlock()
+	if len(uids) > 0 {
+		klog.V(3).InfoS("An object pods refer to changed", "object", k.String(), "pods", len(uids))
+		m.onChange(uids)
+	}
+}
+
+// get reads an object from its watch, or from the API server when no pod
+// registered it or its watch has not listed yet.
+func (m *Manager) get(ctx context.Context, k key, direct func() (runtime.Object, error)) (runtime.Object, error) {
+	m.mu.Lock()
+	w := m.objects[k]
+	m.mu.Unlock()
+	if w != nil {
+		wctx, cancel := context.WithTimeout(ctx, syncWait)
+		synced := cache.WaitForCacheSync(wctx.Done(), w.synced)
+		cancel()
+		if synced {
+			obj, ok, err := w.store.GetByKey(k.namespace + "/" + k.name)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, apierrors.NewNotFound(v1.Resource(k.kind+"s"), k.name)
+			}
+			return obj.(runtime.Object), nil
+		}
+	}
+	return direct()
+}
+
+// GetSecret returns a secret.
+func (m *Manager) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	obj, err := m.get(ctx, key{KindSecret, namespace, name}, func() (runtime.Object, error) {
+		return m.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.Secret), nil
+}
+
+// GetConfigMap returns a configMap.
+func (m *Manager) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+	obj, err := m.get(ctx, key{KindConfigMap, namespace, name}, func() (runtime.Object, error) {
+		return m.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.ConfigMap), nil
+}
+
+// Services lists the services of a namespace ("" for all), once the
+// service watch has listed; before that, none.
+func (m *Manager) Services(namespace string) []*v1.Service {
+	if !m.servicesSynced() {
+		return nil
+	}
+	var out []*v1.Service
+	for _, obj := range m.services.List() {
+		s := obj.(*v1.Service)
+		if namespace == "" || s.Namespace == namespace {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Watching tells how many objects are watched, for tests.
+func (m *Manager) Watching() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.objects)
+}

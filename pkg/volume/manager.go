@@ -1,0 +1,298 @@
+// Package volume is nodelet's volume manager: it sets up a pod's volumes
+// before its containers are created (SyncPod's WaitForAttachAndMount) and
+// tears them down once nothing of the pod runs (SyncTerminatedPod's
+// WaitForUnmount).
+//
+// Each volume lives under <root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>,
+// the layout upstream uses, so tools that look there find them. The
+// desired state of a pod is its spec's volumes; the actual state is
+// what the manager has set up, kept per pod so container mounts resolve
+// only to volumes that are ready. Volumes whose content nodelet writes
+// (configMap, secret, downwardAPI, projected) are rewritten at every
+// sync of the pod, through an atomic ..data symlink swap, so a running
+// pod sees its configMaps, secrets, labels and tokens change without a
+// restart and never a half-written set of files. Secrets and projected
+// volumes sit on a tmpfs, so their content never touches the disk;
+// emptyDir with medium Memory is a tmpfs of sizeLimit.
+//
+//	spec.volumes ──WaitForAttachAndMount──▶ set up (actual state) ──HostPath──▶ container mounts
+//	                       ▲ every sync: content refreshed
+//	pod terminated ──WaitForUnmount──▶ tmpfs unmounted, directories removed, state forgotten
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// Objects reads the configMaps and secrets pods refer to.
+type Objects interface {
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
+}
+
+// Tokens issues service account tokens bound to pods.
+type Tokens interface {
+	CreateToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	RootDir  string
+	NodeName string
+	HostIPs  []string
+	// Objects and Tokens are nil without an API server; volumes that need
+	// them then fail with a clear error.
+	Objects Objects
+	Tokens  Tokens
+	// Allocatable is the node's allocatable resources, the value of a
+	// resourceFieldRef to a limit the container does not set.
+	Allocatable func() v1.ResourceList
+	Recorder    record.EventRecorder
+	Clock       clock.PassiveClock
+}
+
+// ErrStaticPodAPIObject is returned for a static pod that refers to API
+// objects: it exists before, and without, any API server.
+var ErrStaticPodAPIObject = errors.New("static pods may not refer to API objects")
+
+// Manager sets up and tears down pods' volumes.
+type Manager struct {
+	o      Options
+	tokens *tokenCache
+
+	mu sync.Mutex
+	// mounted is the actual state: per pod, each set-up volume's host path.
+	mounted map[types.UID]map[string]string
+}
+
+// NewManager returns a volume manager.
+func NewManager(o Options) *Manager {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Recorder == nil {
+		o.Recorder = &record.FakeRecorder{}
+	}
+	return &Manager{o: o, tokens: newTokenCache(o.Clock), mounted: map[types.UID]map[string]string{}}
+}
+
+// podDir is <root>/pods/<uid>.
+func (m *Manager) podDir(uid types.UID) string {
+	return filepath.Join(m.o.RootDir, "pods", string(uid))
+}
+
+// Dir is where a volume's files live: volumes/kubernetes.io~<plugin>/<name>.
+func (m *Manager) Dir(uid types.UID, plugin, name string) string {
+	return filepath.Join(m.podDir(uid), "volumes", "kubernetes.io~"+plugin, name)
+}
+
+// WaitForAttachAndMount sets up every volume of the pod, or refreshes its
+// content if it is set up already. Each volume that fails gets a
+// FailedMount event naming it; the error names them all, and the pod
+// worker retries the sync.
+func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
+	var failed []string
+	var errs []error
+	ready := map[string]string{}
+	m.mu.Lock()
+	before := m.mounted[pod.UID]
+	m.mu.Unlock()
+	for i := range pod.Spec.Volumes {
+		vol := &pod.Spec.Volumes[i]
+		path, err := m.setUp(ctx, pod, vol)
+		if err == nil {
+			ready[vol.Name] = path
+			continue
+		}
+		m.o.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed for volume %q : %v", vol.Name, err)
+		klog.V(2).InfoS("Volume set-up failed", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name, "err", err)
+		if old, ok := before[vol.Name]; ok {
+			// Set up before: only the refresh failed (its configMap was
+			// deleted, say). The pod keeps the last content, as upstream's.
+			ready[vol.Name] = old
+			continue
+		}
+		failed = append(failed, vol.Name)
+		errs = append(errs, fmt.Errorf("volume %q: %w", vol.Name, err))
+	}
+	m.mu.Lock()
+	m.mounted[pod.UID] = ready
+	m.mu.Unlock()
+	if len(errs) > 0 {
+		sort.Strings(failed)
+		return fmt.Errorf("unmounted volumes=[%s]: %w", strings.Join(failed, " "), errors.Join(errs...))
+	}
+	return nil
+}
+
+// HostPath returns the host directory (or file) of a volume that is set
+// up, for a container mount.
+func (m *Manager) HostPath(uid types.UID, name string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.mounted[uid][name]
+	return p, ok
+}
+
+// WaitForUnmount tears down the pod's volumes: tmpfs mounts are
+// unmounted and the volume directories removed. Host paths are the
+// node's and are left alone.
+func (m *Manager) WaitForUnmount(ctx context.Context, pod *v1.Pod) error {
+	if err := m.TearDown(pod.UID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.mounted, pod.UID)
+	m.mu.Unlock()
+	return nil
+}
+
+// TearDown unmounts and removes the volumes of a pod by UID, knowing
+// nothing of its spec: housekeeping uses it for pods nodelet has
+// forgotten (after a restart, say).
+func (m *Manager) TearDown(uid types.UID) error {
+	dir := filepath.Join(m.podDir(uid), "volumes")
+	if err := unmountUnder(dir); err != nil {
+		return fmt.Errorf("tearing down the volumes of pod %s: %w", uid, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("tearing down the volumes of pod %s: %w", uid, err)
+	}
+	return nil
+}
+
+func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (string, error) {
+	if sources, mode, ok := projections(vol); ok {
+		if podutil.IsStatic(pod) {
+			if ref := apiReference(sources); ref != "" {
+				return "", fmt.Errorf("%w (%s)", ErrStaticPodAPIObject, ref)
+			}
+		}
+		plugin, onTmpfs := "projected", true
+		switch {
+		case vol.ConfigMap != nil:
+			plugin, onTmpfs = "configmap", false
+		case vol.Secret != nil:
+			plugin = "secret"
+		case vol.DownwardAPI != nil:
+			plugin, onTmpfs = "downward-api", false
+		}
+		files, err := m.payload(ctx, pod, sources, mode)
+		if err != nil {
+			return "", err
+		}
+		dir := m.Dir(pod.UID, plugin, vol.Name)
+		if onTmpfs {
+			if err := mountTmpfs(dir, nil); err != nil {
+				return "", err
+			}
+		}
+		changed, err := writeFiles(dir, files)
+		if err != nil {
+			return "", fmt.Errorf("writing the volume's files: %w", err)
+		}
+		if changed {
+			klog.V(3).InfoS("Volume content written", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name, "files", len(files))
+		}
+		return dir, nil
+	}
+	switch {
+	case vol.HostPath != nil:
+		return vol.HostPath.Path, checkHostPath(vol.HostPath)
+	case vol.EmptyDir != nil:
+		dir := m.Dir(pod.UID, "empty-dir", vol.Name)
+		if vol.EmptyDir.Medium == v1.StorageMediumMemory {
+			if err := mountTmpfs(dir, vol.EmptyDir.SizeLimit); err != nil {
+				return "", err
+			}
+		} else if err := os.MkdirAll(dir, 0o777); err != nil {
+			return "", err
+		}
+		// Any user in the pod may write to an emptyDir, umask or not.
+		return dir, os.Chmod(dir, 0o777)
+	}
+	return "", fmt.Errorf("unsupported volume type (hostPath, emptyDir, configMap, secret, downwardAPI and projected are)")
+}
+
+// apiReference names the first API object among sources, "" for none.
+func apiReference(sources []v1.VolumeProjection) string {
+	for _, s := range sources {
+		switch {
+		case s.ConfigMap != nil:
+			return fmt.Sprintf("configMap %q", s.ConfigMap.Name)
+		case s.Secret != nil:
+			return fmt.Sprintf("secret %q", s.Secret.Name)
+		case s.ServiceAccountToken != nil:
+			return "a service account token"
+		}
+	}
+	return ""
+}
+
+// checkHostPath enforces a hostPath volume's type, creating what the
+// *OrCreate types allow.
+func checkHostPath(h *v1.HostPathVolumeSource) error {
+	t := v1.HostPathUnset
+	if h.Type != nil {
+		t = *h.Type
+	}
+	fi, err := os.Stat(h.Path)
+	exists := err == nil
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("hostPath type check failed: %w", err)
+	}
+	want := func(ok bool, what string) error {
+		if !exists {
+			return fmt.Errorf("hostPath type check failed: %s does not exist", h.Path)
+		}
+		if !ok {
+			return fmt.Errorf("hostPath type check failed: %s is not a %s", h.Path, what)
+		}
+		return nil
+	}
+	switch t {
+	case v1.HostPathUnset:
+		return nil
+	case v1.HostPathDirectoryOrCreate:
+		if !exists {
+			return os.MkdirAll(h.Path, 0o755)
+		}
+		return want(fi.IsDir(), "directory")
+	case v1.HostPathDirectory:
+		return want(exists && fi.IsDir(), "directory")
+	case v1.HostPathFileOrCreate:
+		if !exists {
+			f, err := os.OpenFile(h.Path, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("hostPath type check failed: creating %s: %w", h.Path, err)
+			}
+			return f.Close()
+		}
+		return want(fi.Mode().IsRegular(), "file")
+	case v1.HostPathFile:
+		return want(exists && fi.Mode().IsRegular(), "file")
+	case v1.HostPathSocket:
+		return want(exists && fi.Mode()&os.ModeSocket != 0, "socket")
+	case v1.HostPathCharDev:
+		return want(exists && fi.Mode()&os.ModeCharDevice != 0, "character device")
+	case v1.HostPathBlockDev:
+		return want(exists && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0, "block device")
+	}
+	return fmt.Errorf("hostPath type %q is not supported", t)
+}

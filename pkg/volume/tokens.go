@@ -1,0 +1,83 @@
+package volume
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+)
+
+// defaultTokenExpiration is a projected token's lifetime when the pod
+// does not say (upstream's default, 1 h plus 7 s).
+const defaultTokenExpiration = 3607
+
+// tokenCache keeps the service account tokens issued for pods, and asks
+// for a new one once 80% of a token's lifetime has passed (as upstream's
+// token manager does). Volumes are rewritten at every pod sync, so a
+// running pod's token file is renewed before it expires.
+type tokenCache struct {
+	clock clock.PassiveClock
+
+	mu     sync.Mutex
+	tokens map[string]cachedToken
+}
+
+type cachedToken struct {
+	token   string
+	refresh time.Time
+	expires time.Time
+}
+
+func newTokenCache(clk clock.PassiveClock) *tokenCache {
+	return &tokenCache{clock: clk, tokens: map[string]cachedToken{}}
+}
+
+func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.ServiceAccountTokenProjection) (string, error) {
+	if api == nil {
+		return "", fmt.Errorf("a service account token needs an API server")
+	}
+	seconds := int64(defaultTokenExpiration)
+	if src.ExpirationSeconds != nil {
+		seconds = *src.ExpirationSeconds
+	}
+	key := fmt.Sprintf("%s/%s/%d", pod.UID, src.Audience, seconds)
+	now := c.clock.Now()
+	c.mu.Lock()
+	t, ok := c.tokens[key]
+	c.mu.Unlock()
+	if ok && now.Before(t.refresh) {
+		return t.token, nil
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: &seconds,
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
+	}}
+	if src.Audience != "" {
+		req.Spec.Audiences = []string{src.Audience}
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	resp, err := api.CreateToken(ctx, pod.Namespace, sa, req)
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for service account %s/%s: %w", pod.Namespace, sa, err)
+	}
+	expires := resp.Status.ExpirationTimestamp.Time
+	t = cachedToken{token: resp.Status.Token, expires: expires, refresh: now.Add(expires.Sub(now) * 8 / 10)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Tokens of pods long gone expire: drop them here rather than track
+	// every pod's end.
+	for k, old := range c.tokens {
+		if now.After(old.expires) {
+			delete(c.tokens, k)
+		}
+	}
+	c.tokens[key] = t
+	return t.token, nil
+}
