@@ -132,6 +132,11 @@ cgroupRoot: %s
 		if err := cd.RemoveAll(ctx); err != nil {
 			t.Errorf("removing pods: %v", err)
 		}
+		// A stopped nodelet leaves its pods' volumes mounted (stopping
+		// never tears pods down); the test's directory goes with them.
+		if err := unmountUnder(dir); err != nil {
+			t.Errorf("unmounting volumes: %v", err)
+		}
 		if strings.Contains(n.Log(), "WARNING: DATA RACE") {
 			t.Errorf("the race detector found a data race in nodelet; see %s", n.LogPath)
 			t.Log(n.Log())

@@ -71,10 +71,12 @@ func (s *FileSource) Run(ctx context.Context) {
 	klog.InfoS("Watching static pod manifests", "path", s.path)
 	w := newWatch(s.path)
 	defer w.close()
-	w.ensure()
-	s.relist(ctx)
+	// The ticker exists before the first delivery, so whoever sees that
+	// delivery can rely on the period having started.
 	t := s.clock.NewTicker(s.period)
 	defer t.Stop()
+	w.ensure()
+	s.relist(ctx)
 	for {
 		select {
 		case <-ctx.Done():

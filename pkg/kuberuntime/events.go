@@ -58,22 +58,25 @@ func (m *Manager) streamEvents(ctx context.Context, notify func()) error {
 
 // pollRunning notifies whenever the set of running containers changes.
 func (m *Manager) pollRunning(ctx context.Context, poll time.Duration, notify func()) {
-	var last map[string]bool
+	// The baseline is taken before the ticker starts, so a change made
+	// after the first tick can be waited for is never in the baseline.
+	last, _ := m.runningContainers(ctx)
 	t := m.clock.NewTicker(poll)
 	defer t.Stop()
 	for {
-		cur, err := m.runningContainers(ctx)
-		if err == nil {
-			if last != nil && !sameSet(last, cur) {
-				notify()
-			}
-			last = cur
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 		}
+		cur, err := m.runningContainers(ctx)
+		if err != nil {
+			continue
+		}
+		if last != nil && !sameSet(last, cur) {
+			notify()
+		}
+		last = cur
 	}
 }
 
