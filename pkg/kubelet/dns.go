@@ -67,6 +67,27 @@ func (d DNS) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, error) {
 	return cfg, nil
 }
 
+// The resolver reads at most this many nameservers and search domains
+// (glibc's MAXNS; upstream's MaxDNSSearchPaths).
+const (
+	maxDNSNameservers = 3
+	maxDNSSearches    = 32
+)
+
+// limitDNS cuts cfg to what the resolver reads, returning what it omitted.
+func limitDNS(cfg *runtimeapi.DNSConfig) []string {
+	var msgs []string
+	if len(cfg.Servers) > maxDNSNameservers {
+		cfg.Servers = cfg.Servers[:maxDNSNameservers]
+		msgs = append(msgs, fmt.Sprintf("Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: %s", strings.Join(cfg.Servers, " ")))
+	}
+	if len(cfg.Searches) > maxDNSSearches {
+		cfg.Searches = cfg.Searches[:maxDNSSearches]
+		msgs = append(msgs, fmt.Sprintf("Search Line limits were exceeded, some search paths have been omitted, the applied search line is: %s", strings.Join(cfg.Searches, " ")))
+	}
+	return msgs
+}
+
 func (d DNS) hostResolvConf() (*runtimeapi.DNSConfig, error) {
 	cfg := &runtimeapi.DNSConfig{}
 	if d.ResolvConf == "" {

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
@@ -51,6 +53,8 @@ type ContainerOptions struct {
 	allocatable func() v1.ResourceList
 	// hostsFile is the node's /etc/hosts, the base of host-network pods'.
 	hostsFile string
+	// recorder is nil until Configure; warnings are then only logged.
+	recorder record.EventRecorder
 }
 
 var _ kuberuntime.Helper = (*ContainerOptions)(nil)
@@ -70,6 +74,9 @@ type ContainerOptionsConfig struct {
 	Objects     ClusterObjects // nil without an API server
 	DNS         DNS
 	Allocatable func() v1.ResourceList
+	// Recorder receives warnings about what a pod asked for and did not
+	// get (skipped variable names, DNS settings over the limits).
+	Recorder record.EventRecorder
 }
 
 // Configure sets the volume manager, the API objects and the DNS
@@ -78,7 +85,15 @@ func (o *ContainerOptions) Configure(c ContainerOptionsConfig) {
 	if c.Volumes != nil {
 		o.volumes = c.Volumes
 	}
-	o.objects, o.dns, o.allocatable = c.Objects, c.DNS, c.Allocatable
+	o.objects, o.dns, o.allocatable, o.recorder = c.Objects, c.DNS, c.Allocatable, c.Recorder
+}
+
+// warn logs a problem with what a pod asked for and records it as an event.
+func (o *ContainerOptions) warn(pod *v1.Pod, reason, msg string) {
+	klog.InfoS("Pod configuration adjusted", "pod", klog.KObj(pod), "podUID", pod.UID, "reason", reason, "message", msg)
+	if o.recorder != nil {
+		o.recorder.Event(pod, v1.EventTypeWarning, reason, msg)
+	}
 }
 
 // Volumes is the volume manager container mounts resolve against.
@@ -94,6 +109,9 @@ func (o *ContainerOptions) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, e
 	cfg, err := o.dns.PodDNS(pod)
 	if err != nil {
 		return nil, "", err
+	}
+	for _, msg := range limitDNS(cfg) {
+		o.warn(pod, "DNSConfigForming", msg)
 	}
 	hostname, fqdn, err := o.dns.Hostname(pod)
 	if err != nil {
@@ -195,13 +213,19 @@ func (o *ContainerOptions) env(ctx context.Context, pod *v1.Pod, c *v1.Container
 			}
 			return nil, nil, fmt.Errorf("envFrom: %w", err)
 		}
+		var invalid []string
 		for k, v := range data {
 			name := from.Prefix + k
 			if errs := validation.IsEnvVarName(name); len(errs) > 0 {
-				klog.V(2).InfoS("Skipping an invalid environment variable name", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "name", name)
+				invalid = append(invalid, name)
 				continue
 			}
 			set(name, string(v))
+		}
+		if len(invalid) > 0 {
+			sort.Strings(invalid)
+			o.warn(pod, "InvalidEnvironmentVariableNames", fmt.Sprintf("Keys [%s] from the EnvFrom %s %s/%s were skipped since they are considered invalid environment variable names.",
+				strings.Join(invalid, ", "), kind, pod.Namespace, name))
 		}
 	}
 	fieldEnv := podutil.FieldEnv{NodeName: o.nodeName, HostIPs: o.hostIPs, PodIPs: podIPs}

@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -26,8 +28,19 @@ func clusterOptions(t *testing.T) (*ContainerOptions, *volumetest.Objects) {
 	api := volumetest.New(testingclock.NewFakeClock(time.Unix(1000, 0)))
 	o := NewContainerOptions(t.TempDir(), "n1", []string{"192.0.2.1"})
 	o.Configure(ContainerOptionsConfig{Objects: api, DNS: DNS{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local"},
-		Allocatable: func() v1.ResourceList { return v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")} }})
+		Allocatable: func() v1.ResourceList { return v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")} },
+		Recorder:    record.NewFakeRecorder(10)})
 	return o, api
+}
+
+// events drains what o recorded.
+func events(o *ContainerOptions) []string {
+	var out []string
+	r := o.recorder.(*record.FakeRecorder)
+	for len(r.Events) > 0 {
+		out = append(out, <-r.Events)
+	}
+	return out
 }
 
 func envMap(kvs []*runtimeapi.KeyValue) map[string]string {
@@ -82,6 +95,9 @@ func TestEnvironment(t *testing.T) {
 			t.Errorf("%s is set", k)
 		}
 	}
+	if ev := events(o); len(ev) != 1 || !strings.Contains(ev[0], "Warning InvalidEnvironmentVariableNames Keys [CFG_bad-name=] from the EnvFrom configmap ns/cfg were skipped") {
+		t.Errorf("events %q, want one InvalidEnvironmentVariableNames warning", ev)
+	}
 
 	// Without service links only the kubernetes service remains.
 	pod.Spec.EnableServiceLinks = new(false)
@@ -129,6 +145,31 @@ func TestPodDNS(t *testing.T) {
 		got, err := d.PodDNS(tc.pod)
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %v (%v), want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// More nameservers or search domains than the resolver reads are cut,
+// with a warning event saying what was applied.
+func TestPodDNSLimits(t *testing.T) {
+	o, _ := clusterOptions(t)
+	var searches []string
+	for i := range 40 {
+		searches = append(searches, fmt.Sprintf("d%d.example", i))
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{DNSPolicy: v1.DNSNone,
+		DNSConfig: &v1.PodDNSConfig{Nameservers: []string{"1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"}, Searches: searches}}}
+	cfg, _, err := o.PodDNS(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Servers) != 3 || cfg.Servers[2] != "8.8.8.8" || len(cfg.Searches) != 32 || cfg.Searches[31] != "d31.example" {
+		t.Errorf("servers %v, %d searches: not cut to 3 and 32", cfg.Servers, len(cfg.Searches))
+	}
+	ev := strings.Join(events(o), "\n")
+	for _, want := range []string{"DNSConfigForming Nameserver limits were exceeded", "the applied nameserver line is: 1.1.1.1 1.0.0.1 8.8.8.8", "DNSConfigForming Search Line limits were exceeded"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("events %q lack %q", ev, want)
 		}
 	}
 }

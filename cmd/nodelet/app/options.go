@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -70,6 +72,9 @@ type flagValues struct {
 	manifestURL        string
 	manifestURLHeaders []string
 	httpCheckFrequency time.Duration
+	clusterDNS         []string
+	clusterDomain      string
+	resolvConf         string
 }
 
 // Parse reads the command line (without the program name) and the config
@@ -99,6 +104,9 @@ func Parse(args []string) (*Options, error) {
 	fs.StringVar(&f.manifestURL, "manifest-url", "", "URL serving static pods (staticPodURL)")
 	fs.StringArrayVar(&f.manifestURLHeaders, "manifest-url-header", nil, "headers for --manifest-url, as 'name:value,name:value'; repeatable (staticPodURLHeader)")
 	fs.DurationVar(&f.httpCheckFrequency, "http-check-frequency", 0, "poll period of --manifest-url (httpCheckFrequency)")
+	fs.StringSliceVar(&f.clusterDNS, "cluster-dns", nil, "DNS server IPs for ClusterFirst pods, comma-separated (clusterDNS)")
+	fs.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS domain, searched by ClusterFirst pods (clusterDomain)")
+	fs.StringVar(&f.resolvConf, "resolv-conf", "", "resolver file that dnsPolicy Default pods get, \"\" for none (resolvConf)")
 	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(gofs)
 	for _, name := range []string{"v", "vmodule"} {
@@ -153,6 +161,15 @@ func Parse(args []string) (*Options, error) {
 	}
 	if fs.Changed("http-check-frequency") {
 		c.HTTPCheckFrequency = metav1.Duration{Duration: f.httpCheckFrequency}
+	}
+	if fs.Changed("cluster-dns") {
+		c.ClusterDNS = f.clusterDNS
+	}
+	if fs.Changed("cluster-domain") {
+		c.ClusterDomain = f.clusterDomain
+	}
+	if fs.Changed("resolv-conf") {
+		c.ResolverConfig = &f.resolvConf
 	}
 	if fs.Changed("manifest-url-header") {
 		h, err := parseHeaders(f.manifestURLHeaders)
@@ -341,6 +358,16 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	}
 	if c.HTTPCheckFrequency.Duration < 0 {
 		errs = append(errs, fmt.Errorf("httpCheckFrequency (%v) must not be negative", c.HTTPCheckFrequency.Duration))
+	}
+	for _, ip := range c.ClusterDNS {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, fmt.Errorf("clusterDNS: %q is not an IP address", ip))
+		}
+	}
+	if c.ClusterDomain != "" {
+		if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(c.ClusterDomain, ".")); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("clusterDomain %q: %s", c.ClusterDomain, strings.Join(msgs, "; ")))
+		}
 	}
 	if c.StaticPodURL != "" {
 		if u, err := url.Parse(c.StaticPodURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -53,13 +53,14 @@ cgroupDriver: cgroupfs
 	// Flags override the file.
 	o, err = Parse([]string{"--config", path, "--pod-manifest-path=/other", "--max-pods", "3", "--read-only-port=10300",
 		"--container-runtime-endpoint", "unix:///flag.sock", "--root-dir=/tmp/r", "--hostname-override=Node-A", "-v=4",
-		"--kubeconfig=/etc/kubeconfig"})
+		"--kubeconfig=/etc/kubeconfig", "--cluster-dns=10.0.0.10,fd00::a", "--cluster-domain=cluster.local", "--resolv-conf="})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Config.StaticPodPath != "/other" || o.Config.MaxPods != 3 || o.Config.ReadOnlyPort != 10300 ||
 		o.Config.ContainerRuntimeEndpoint != "unix:///flag.sock" || o.RootDir != "/tmp/r" ||
-		o.HostnameOverride != "Node-A" || o.Kubeconfig != "/etc/kubeconfig" {
+		o.HostnameOverride != "Node-A" || o.Kubeconfig != "/etc/kubeconfig" ||
+		strings.Join(o.Config.ClusterDNS, ",") != "10.0.0.10,fd00::a" || o.Config.ClusterDomain != "cluster.local" || *o.Config.ResolverConfig != "" {
 		t.Fatalf("flags: %+v", o)
 	}
 	if name, _ := NodeName(o.HostnameOverride); name != "node-a" {
@@ -76,6 +77,10 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 		{"missing file", func(t *testing.T) []string { return []string{"--config", "/nonexistent/config.yaml"} }, "/nonexistent/config.yaml"},
 		{"unknown field", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "staticPodPth: /x\n")} }, `unknown field "staticPodPth"`},
 		{"invalid YAML", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "maxPods: [\n")} }, "not valid YAML"},
+		{"cluster DNS not an IP", func(t *testing.T) []string {
+			return []string{"--config", writeConfig(t, "clusterDNS: [dns.example]\n")}
+		}, `clusterDNS: "dns.example" is not an IP address`},
+		{"bad cluster domain", func(t *testing.T) []string { return []string{"--cluster-domain", "Cluster_Local"} }, `clusterDomain "Cluster_Local"`},
 		{"wrong type", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "maxPods: lots\n")} }, "maxPods"},
 		{"wrong kind", func(t *testing.T) []string {
 			p := filepath.Join(t.TempDir(), "c.yaml")

@@ -133,6 +133,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	optionsConfig := kubelet.ContainerOptionsConfig{
 		Allocatable: volumeOptions.Allocatable,
+		Recorder:    recorder,
 		DNS:         kubelet.DNS{ClusterDNS: c.ClusterDNS, ClusterDomain: c.ClusterDomain, ResolvConf: *c.ResolverConfig},
 	}
 	var mirrors kubelet.MirrorPods
