@@ -50,7 +50,12 @@ func TestConfigMapsSecretsEnvAndDNS(t *testing.T) {
 		{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "app-creds"}, Key: "password"}}},
 		{Name: "GREETING", Value: "$(CFG_greeting) from $(POD_NAME)"},
+		{Name: "MODE", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "app-config"}, Key: "mode"}}},
+		{Name: "MEM_LIMIT_MI", ValueFrom: &v1.EnvVarSource{ResourceFieldRef: &v1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
+		{Name: "NODE", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 	}
+	main.EnvFrom = append(main.EnvFrom, v1.EnvFromSource{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "app-creds"}}})
+	main.Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
 	created, err := cl.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +117,7 @@ func TestConfigMapsSecretsEnvAndDNS(t *testing.T) {
 	for k, want := range map[string]string{
 		"CFG_greeting": "hello", "CFG_mode": "fast", "PASSWORD": "hunter2", "GREETING": "hello from env",
 		"KUBERNETES_SERVICE_HOST": kube.Spec.ClusterIP, "KUBERNETES_SERVICE_PORT": "443",
-		"HOSTNAME": "env-0",
+		"HOSTNAME": "env-0", "MODE": "fast", "MEM_LIMIT_MI": "64", "NODE": n.NodeName, "password": "hunter2",
 	} {
 		if env[k] != want {
 			t.Errorf("env %s = %q, want %q", k, env[k], want)
