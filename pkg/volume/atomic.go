@@ -15,7 +15,13 @@ import (
 type File struct {
 	Data []byte
 	Mode os.FileMode
+	// UID and GID own the file; -1 leaves root's. GID is the pod's
+	// fsGroup, which also owns the directories.
+	UID, GID int
 }
+
+// file is a root-owned File.
+func file(data []byte, mode os.FileMode) File { return File{Data: data, Mode: mode, UID: -1, GID: -1} }
 
 // dataDir is the symlink through which a volume's files are reached; it
 // is swapped in one rename, so a reader sees the old set of files or the
@@ -49,16 +55,33 @@ func writeFiles(dir string, files map[string]File) (bool, error) {
 	if err := os.Chmod(ts, 0o755); err != nil {
 		return false, err
 	}
+	gid := -1
+	for _, f := range files {
+		gid = max(gid, f.GID)
+	}
+	for _, d := range []string{dir, ts} {
+		if err := ownedBy(d, -1, gid, groupRead); err != nil {
+			return false, err
+		}
+	}
 	for p, f := range files {
 		full := filepath.Join(ts, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return false, err
+		for d := filepath.Dir(full); d != ts; d = filepath.Dir(d) {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return false, err
+			}
+			if err := ownedBy(d, -1, gid, groupRead); err != nil {
+				return false, err
+			}
 		}
 		if err := os.WriteFile(full, f.Data, f.Mode); err != nil {
 			return false, err
 		}
 		// WriteFile's mode is subject to the umask.
 		if err := os.Chmod(full, f.Mode); err != nil {
+			return false, err
+		}
+		if err := ownedBy(full, f.UID, f.GID, 0); err != nil {
 			return false, err
 		}
 	}
@@ -117,6 +140,9 @@ func sameContent(dir string, files map[string]File) bool {
 		}
 		info, err := d.Info()
 		if err != nil || info.Mode().Perm() != f.Mode.Perm() {
+			return errStop
+		}
+		if uid, gid := owner(info); uid != max(f.UID, 0) || gid != max(f.GID, 0) {
 			return errStop
 		}
 		b, err := os.ReadFile(path)

@@ -224,10 +224,33 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		} else if err := os.MkdirAll(dir, 0o777); err != nil {
 			return "", err
 		}
-		// Any user in the pod may write to an emptyDir, umask or not.
-		return dir, os.Chmod(dir, 0o777)
+		return dir, emptyDirOwnership(dir, fsGroup(pod))
 	}
 	return "", fmt.Errorf("unsupported volume type (hostPath, emptyDir, configMap, secret, downwardAPI and projected are)")
+}
+
+// emptyDirOwnership lets any user of the pod write to an emptyDir, umask
+// or not; with an fsGroup the directory is the group's and setgid, so
+// what containers create there is the group's too. Only the root is
+// checked and changed (upstream's OnRootMismatch): what containers wrote
+// is theirs.
+func emptyDirOwnership(dir string, group *int64) error {
+	info, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	want := os.ModeDir | 0o777
+	if group != nil {
+		want |= os.ModeSetgid
+	}
+	_, gid := owner(info)
+	if info.Mode() == want && (group == nil || gid == int(*group)) {
+		return nil
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return err
+	}
+	return ownedBy(dir, -1, id(group), groupReadWrite)
 }
 
 // apiReference names the first API object among sources, "" for none.

@@ -319,3 +319,70 @@ type statfs struct{ syscall.Statfs_t }
 func (s *statfs) size() int64 { return int64(s.Blocks) * s.Bsize }
 
 func statFs(path string, s *statfs) error { return syscall.Statfs(path, &s.Statfs_t) }
+
+// With an fsGroup, volume files are the group's and group-readable (a
+// 0400 secret becomes 0440), directories setgid, an emptyDir the group's;
+// the token belongs to the user all containers run as, mode 0600 plus the
+// group's read.
+func TestFSGroupOwnership(t *testing.T) {
+	f := newFixture(t)
+	f.api.SetSecret("creds", map[string][]byte{"password": []byte("hunter2")})
+	pod := testPod(
+		v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "creds", DefaultMode: new(int32(0o400)),
+			Items: []v1.KeyToPath{{Key: "password", Path: "db/password"}}}}},
+		v1.Volume{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}}}}},
+		v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	)
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: new(int64(1000)), FSGroup: new(int64(2000))}
+	if err := f.mountUp(t, pod); err != nil {
+		t.Fatal(err)
+	}
+	check := func(path string, wantMode os.FileMode, wantUID, wantGID int) {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid, gid := owner(st); st.Mode() != wantMode || uid != wantUID || gid != wantGID {
+			t.Errorf("%s: %v %d:%d, want %v %d:%d", path, st.Mode(), uid, gid, wantMode, wantUID, wantGID)
+		}
+	}
+	creds, _ := f.m.HostPath(pod.UID, "creds")
+	token, _ := f.m.HostPath(pod.UID, "token")
+	scratch, _ := f.m.HostPath(pod.UID, "scratch")
+	check(filepath.Join(creds, "db", "password"), 0o440, 0, 2000)
+	check(filepath.Join(creds, "..data", "db"), os.ModeDir|os.ModeSetgid|0o755, 0, 2000)
+	check(filepath.Join(creds, "..data")+"/", os.ModeDir|os.ModeSetgid|0o755, 0, 2000)
+	check(filepath.Join(token, "token"), 0o640, 1000, 2000)
+	check(scratch, os.ModeDir|os.ModeSetgid|0o777, 0, 2000)
+
+	// Nothing changed: the next sync rewrites nothing.
+	data, _ := os.Readlink(filepath.Join(creds, "..data"))
+	if err := f.m.WaitForAttachAndMount(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.Readlink(filepath.Join(creds, "..data")); again != data {
+		t.Errorf("an unchanged volume was rewritten: %s → %s", data, again)
+	}
+
+	// Containers running as different users: the token stays root's.
+	other := pod.DeepCopy()
+	other.UID = "u2"
+	other.Spec.Containers = append(other.Spec.Containers, v1.Container{Name: "side", SecurityContext: &v1.SecurityContext{RunAsUser: new(int64(1001))}})
+	if err := f.mountUp(t, other); err != nil {
+		t.Fatal(err)
+	}
+	token, _ = f.m.HostPath(other.UID, "token")
+	check(filepath.Join(token, "token"), 0o640, 0, 2000)
+
+	// No fsGroup, no user: modes and owners as given.
+	plain := testPod(v1.Volume{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+		{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}}}}})
+	plain.UID = "u3"
+	if err := f.mountUp(t, plain); err != nil {
+		t.Fatal(err)
+	}
+	token, _ = f.m.HostPath(plain.UID, "token")
+	check(filepath.Join(token, "token"), 0o644, 0, 0)
+}

@@ -38,24 +38,38 @@ func (m *Manager) payload(ctx context.Context, pod *v1.Pod, sources []v1.VolumeP
 		mode = os.FileMode(*defaultMode)
 	}
 	files := map[string]File{}
-	add := func(path string, data []byte, itemMode *int32) error {
+	group, user := fsGroup(pod), fsUser(pod)
+	// owned adds a file: with an fsGroup it is the group's and readable
+	// by it, whatever its mode.
+	owned := func(path string, data []byte, itemMode *int32, uid int) error {
 		if err := validPath(path); err != nil {
 			return err
 		}
-		f := File{Data: data, Mode: mode}
+		f := file(data, mode)
 		if itemMode != nil {
 			f.Mode = os.FileMode(*itemMode)
+		}
+		f.UID = uid
+		if group != nil {
+			f.GID, f.Mode = int(*group), f.Mode|groupRead
 		}
 		files[filepath.Clean(path)] = f
 		return nil
 	}
+	add := func(path string, data []byte, itemMode *int32) error { return owned(path, data, itemMode, -1) }
 	for _, src := range sources {
 		var err error
 		switch {
 		case src.ServiceAccountToken != nil:
 			var token string
 			if token, err = m.tokens.get(ctx, m.o.Tokens, pod, src.ServiceAccountToken); err == nil {
-				err = add(src.ServiceAccountToken.Path, []byte(token), nil)
+				// A token is a credential: when the pod says who it runs
+				// as, only that user (and its fsGroup) may read it.
+				var tokenMode *int32
+				if user != nil || group != nil {
+					tokenMode = new(int32(0o600))
+				}
+				err = owned(src.ServiceAccountToken.Path, []byte(token), tokenMode, id(user))
 			}
 		case src.ConfigMap != nil:
 			err = m.projectKeys(ctx, pod, "configmap", src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, add)

@@ -3,7 +3,10 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +122,63 @@ func TestServiceAccountTokenAndVolumes(t *testing.T) {
 	}
 	if _, err := n.Exec(c.Id, "cat", "/etc/cm/other"); err == nil {
 		t.Error("a key not listed in items was projected")
+	}
+}
+
+// A projected service account token is renewed once 80% of its life has
+// passed (the API server's shortest life is 10 minutes, so this test
+// waits 8): the file changes under the running container, and both
+// tokens authenticate as the pod.
+func TestProjectedTokenIsRenewed(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	n := startNode(t, "node-token", cd, "syncFrequency: 10s\n")
+	waitNodeReady(t, n.NodeName, 10*time.Second)
+	life := int64(600)
+	pod := busyboxPod("renew", n.NodeName)
+	pod.Spec.TerminationGracePeriodSeconds = new(int64(1))
+	pod.Spec.Volumes = []v1.Volume{{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+		Sources: []v1.VolumeProjection{{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &life}}},
+	}}}}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "token", MountPath: "/var/run/token", ReadOnly: true}}
+	created, err := cl.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, 30*time.Second, ns, "renew", running)
+	c := n.RunningPodContainer("renew", "main")
+	first, err := n.Exec(c.Id, "cat", "/var/run/token/token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := func(token string) {
+		t.Helper()
+		r, err := cl.Client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Status.Authenticated || strings.Join(r.Status.User.Extra["authentication.kubernetes.io/pod-uid"], "") != string(created.UID) {
+			t.Errorf("TokenReview: %+v", r.Status)
+		}
+	}
+	review(first)
+
+	// Polled on the host: cheaper than an exec every 50 ms for minutes.
+	onHost := filepath.Join(n.RootDir, "pods", string(created.UID), "volumes", "kubernetes.io~projected", "token", "token")
+	start := time.Now()
+	testbed.Eventually(t, 9*time.Minute+30*time.Second, func() (bool, string) {
+		b, err := os.ReadFile(onHost)
+		return err == nil && string(b) != first, fmt.Sprintf("token unchanged after %v (%v)", time.Since(start).Round(time.Second), err)
+	})
+	if elapsed := time.Since(start); elapsed < 7*time.Minute {
+		t.Errorf("renewed after %v, before 80%% of its 10-minute life", elapsed)
+	}
+	second, err := n.Exec(c.Id, "cat", "/var/run/token/token")
+	if err != nil || second == first {
+		t.Fatalf("the container still reads the first token (%v)", err)
+	}
+	review(second)
+	if got := n.RunningPodContainer("renew", "main"); got == nil || got.Id != c.Id {
+		t.Error("the container was restarted for the renewal")
 	}
 }

@@ -87,6 +87,28 @@ spec:
     command: ["sleep", "3600"]
     volumeMounts: [{name: sock, mountPath: /run/agent.sock}]
 `, socket, testbed.BusyboxImage))
+	// A non-root pod reads a 0400 downwardAPI file through its fsGroup
+	// and what it writes to its emptyDir is the group's.
+	n.WriteManifest("fsgroup.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: fsgroup
+  labels: {app: fsgroup}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsUser: 1000, runAsGroup: 1000, fsGroup: 2000}
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  - name: info
+    downwardAPI:
+      defaultMode: 0400
+      items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]
+  containers:
+  - name: main
+    image: %s
+    command: ["sleep", "3600"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}, {name: info, mountPath: /info}]
+`, testbed.BusyboxImage))
 	dnsPod := func(name, spec string) string {
 		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -174,6 +196,19 @@ spec:
 		})
 		if _, err := os.Stat(filepath.Join(shared, "out")); err != nil {
 			t.Errorf("a hostPath's content went with the pod: %v", err)
+		}
+	})
+
+	t.Run("fsGroup", func(t *testing.T) {
+		waitPod(t, n, "fsgroup", podTimeout, running)
+		if got := exec("fsgroup", "cat", "/info/labels"); got != `app="fsgroup"` {
+			t.Errorf("user 1000 reads /info/labels as %q", got)
+		}
+		if got := exec("fsgroup", "stat", "-L", "-c", "%a %g", "/info/labels"); got != "440 2000" {
+			t.Errorf("/info/labels mode and group %q, want 440 2000", got)
+		}
+		if got := exec("fsgroup", "sh", "-c", "id -u; echo x > /scratch/f && stat -c %g /scratch/f"); got != "1000\n2000" {
+			t.Errorf("a file written to the emptyDir: uid and group %q, want 1000 and 2000", got)
 		}
 	})
 
