@@ -112,7 +112,9 @@ func Run(ctx context.Context, o *Options) error {
 	if eventClient != nil {
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
 	}
-	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodelet", Host: nodeName})
+	// Events come from "kubelet", as upstream's do: alerting and tools
+	// that select a node agent's events by source keep working.
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName})
 
 	statusManager := status.New(clk)
 	node, cgroups, err := setUpNode(o, nodeName, hostIPs)

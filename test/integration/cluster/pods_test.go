@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,19 @@ func TestPodLifecycle(t *testing.T) {
 	}
 	waitEvents(t, ns, "bound", "Pulled", "Created", "Started")
 
+	// kubectl describe shows the node's status and events as for a kubelet.
+	out, err := cl.Kubectl(ctx, "describe", "pod", "bound", "-n", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{`Node:\s+` + n.NodeName + "/", `Status:\s+Running`, `IP:\s+` + regexp.QuoteMeta(got.Status.PodIP),
+		`Container ID:\s+containerd://`, `Ready\s+True`, `QoS Class:\s+BestEffort`,
+		`Normal\s+Started\s+\S+\s+kubelet\s+(spec.containers\{main\}: )?Started container main`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("kubectl describe lacks %s:\n%s", re, out)
+		}
+	}
+
 	start := time.Now()
 	if err := pods.Delete(ctx, "bound", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -98,7 +112,8 @@ func waitEvents(t *testing.T, ns, pod string, reasons ...string) {
 		have := map[string]bool{}
 		var all []string
 		for _, e := range list.Items {
-			if e.Source.Component == "nodelet" || e.ReportingController == "nodelet" {
+			// The node agent's events carry upstream's source, kubelet.
+			if e.Source.Component == "kubelet" && e.Source.Host != "" {
 				have[e.Reason] = true
 			}
 			all = append(all, e.Reason+"("+e.Source.Component+")")
