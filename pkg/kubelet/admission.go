@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // admission decides whether a new pod may run on the node, with upstream's
@@ -21,6 +23,48 @@ type admission struct {
 	// allowedUnsafeSysctls are sysctls (or prefixes ending in *) allowed
 	// besides the safe set.
 	allowedUnsafeSysctls []string
+	// pressure returns the node's pressure conditions; nil for none.
+	pressure func() map[v1.NodeConditionType]string
+}
+
+// systemCriticalPriority is upstream's threshold of critical pods, which
+// are admitted under pressure.
+const systemCriticalPriority = 2 * 1000000000
+
+// checkPressure refuses pods the way upstream's eviction manager admits
+// them: under memory pressure alone only BestEffort pods that do not
+// tolerate it are refused; under disk or PID pressure every pod is. Static
+// and critical pods are always admitted.
+func (a *admission) checkPressure(pod *v1.Pod) *Rejection {
+	if a.pressure == nil {
+		return nil
+	}
+	pressure := a.pressure()
+	if len(pressure) == 0 || podutil.IsStatic(pod) || podutil.IsMirror(pod) ||
+		(pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority) {
+		return nil
+	}
+	var conds []string
+	for c := range pressure {
+		conds = append(conds, string(c))
+	}
+	sort.Strings(conds)
+	if _, memory := pressure[v1.NodeMemoryPressure]; memory && len(pressure) == 1 {
+		taint := &v1.Taint{Key: v1.TaintNodeMemoryPressure, Effect: v1.TaintEffectNoSchedule}
+		if podutil.QOSClass(pod) != v1.PodQOSBestEffort || tolerates(pod.Spec.Tolerations, taint) {
+			return nil
+		}
+	}
+	return &Rejection{Reason: "Evicted", Message: fmt.Sprintf("The node had condition: [%s]. ", strings.Join(conds, ", "))}
+}
+
+func tolerates(tolerations []v1.Toleration, taint *v1.Taint) bool {
+	for i := range tolerations {
+		if tolerations[i].ToleratesTaint(klog.Background(), taint, false) {
+			return true
+		}
+	}
+	return false
 }
 
 // Rejection says why a pod may not run: its reason (upstream's, e.g. OutOfcpu)
@@ -33,6 +77,7 @@ type Rejection struct {
 func (a *admission) admit(active []*v1.Pod, pod *v1.Pod) *Rejection {
 	node := a.node()
 	for _, check := range []func() *Rejection{
+		func() *Rejection { return a.checkPressure(pod) },
 		func() *Rejection { return a.checkSysctls(pod) },
 		func() *Rejection { return checkOS(pod, node) },
 		func() *Rejection { return checkNodeName(pod, node) },

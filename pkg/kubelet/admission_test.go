@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 func admissionNode(maxPods int) *v1.Node {
@@ -104,5 +105,52 @@ func TestAdmission(t *testing.T) {
 func sysctl(name string) podOpt {
 	return func(p *v1.Pod) {
 		p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: name, Value: "1"}}}
+	}
+}
+
+// Under pressure, pods are refused as upstream's eviction manager admits
+// them: memory pressure alone refuses only BestEffort pods that do not
+// tolerate it; disk or PID pressure refuses all; static and critical
+// pods always run.
+func TestAdmissionUnderPressure(t *testing.T) {
+	var pressure map[v1.NodeConditionType]string
+	a := admission{node: func() *v1.Node { return admissionNode(10) }, pressure: func() map[v1.NodeConditionType]string { return pressure }}
+	bestEffort := mk("be")
+	burstable := mk("burst", requests("memory", "10Mi"))
+	tolerant := mk("tolerant")
+	tolerant.Spec.Tolerations = []v1.Toleration{{Key: v1.TaintNodeMemoryPressure, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoSchedule}}
+	static := mk("static")
+	static.Annotations = map[string]string{podutil.ConfigSourceAnnotationKey: podutil.FileSource}
+	critical := mk("critical")
+	critical.Spec.Priority = new(int32(systemCriticalPriority))
+
+	for _, tc := range []struct {
+		pressure []v1.NodeConditionType
+		refused  []*v1.Pod
+		message  string
+	}{
+		{nil, nil, ""},
+		{[]v1.NodeConditionType{v1.NodeMemoryPressure}, []*v1.Pod{bestEffort}, "The node had condition: [MemoryPressure]. "},
+		{[]v1.NodeConditionType{v1.NodeDiskPressure}, []*v1.Pod{bestEffort, burstable, tolerant}, "The node had condition: [DiskPressure]. "},
+		{[]v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodePIDPressure}, []*v1.Pod{bestEffort, burstable, tolerant}, "The node had condition: [MemoryPressure, PIDPressure]. "},
+	} {
+		pressure = map[v1.NodeConditionType]string{}
+		for _, c := range tc.pressure {
+			pressure[c] = "test"
+		}
+		for _, pod := range []*v1.Pod{bestEffort, burstable, tolerant, static, critical} {
+			want := false
+			for _, r := range tc.refused {
+				want = want || r == pod
+			}
+			r := a.admit(nil, pod)
+			if got := r != nil; got != want {
+				t.Errorf("%v: %s refused=%v, want %v (%+v)", tc.pressure, pod.Name, got, want, r)
+				continue
+			}
+			if r != nil && (r.Reason != "Evicted" || r.Message != tc.message) {
+				t.Errorf("%v: %s: %+v", tc.pressure, pod.Name, r)
+			}
+		}
 	}
 }

@@ -82,6 +82,9 @@ type Config struct {
 	Node func() *v1.Node
 	// AllowedUnsafeSysctls are allowed besides the safe set.
 	AllowedUnsafeSysctls []string
+	// Pressure returns the node's pressure conditions, which refuse pods
+	// at admission; nil for none.
+	Pressure func() map[v1.NodeConditionType]string
 	// HostIPs are the node's addresses, primary first.
 	HostIPs []string
 	// DeadContainersKept is how many dead instances of each container a
@@ -172,7 +175,7 @@ func New(cfg Config, d Deps) *Kubelet {
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, volumes: d.Volumes, deadContainers: make(chan types.UID, deadContainersBuffer),
-		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls},
+		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure},
 	}
 }
 

@@ -50,7 +50,10 @@ type ReporterOptions struct {
 	Node *v1.Node
 	// Ready says why the node cannot run pods (runtime, network or PLEG
 	// unhealthy), or nil when it can.
-	Ready    func() error
+	Ready func() error
+	// Pressure returns the pressure conditions that hold, with their
+	// messages; nil reports none.
+	Pressure func() map[v1.NodeConditionType]string
 	Recorder record.EventRecorder
 	Clock    clock.WithTicker
 	// StatusUpdateFrequency is how often the status is checked and,
@@ -209,20 +212,43 @@ func (r *Reporter) desiredStatus(old []v1.NodeCondition, now time.Time) v1.NodeS
 	return s
 }
 
-// conditions computes the node conditions. There is no eviction manager
-// yet, so the pressure conditions are always False; transition times
-// carry over from old while a condition keeps its status.
+// pressureConditions are the pressure conditions with upstream's reasons
+// and the events recorded when they change.
+var pressureConditions = []struct {
+	typ                             v1.NodeConditionType
+	okReason, okMessage, okEvent    string
+	badReason, badMessage, badEvent string
+}{
+	{v1.NodeMemoryPressure, "KubeletHasSufficientMemory", "nodelet has sufficient memory available", "NodeHasSufficientMemory",
+		"KubeletHasInsufficientMemory", "nodelet has insufficient memory available", "NodeHasInsufficientMemory"},
+	{v1.NodeDiskPressure, "KubeletHasNoDiskPressure", "nodelet has no disk pressure", "NodeHasNoDiskPressure",
+		"KubeletHasDiskPressure", "nodelet has disk pressure", "NodeHasDiskPressure"},
+	{v1.NodePIDPressure, "KubeletHasSufficientPID", "nodelet has sufficient PID available", "NodeHasSufficientPID",
+		"KubeletHasInsufficientPID", "nodelet has insufficient PID available", "NodeHasInsufficientPID"},
+}
+
+// conditions computes the node conditions: the pressure conditions from
+// the eviction signals, and Ready from the runtime, network and PLEG.
+// Transition times carry over from old while a condition keeps its
+// status; a pressure condition that changes is recorded as an event.
 func (r *Reporter) conditions(old []v1.NodeCondition, now time.Time) []v1.NodeCondition {
 	ready := v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", Message: "nodelet is posting ready status"}
 	if err := r.o.Ready(); err != nil {
 		ready.Status, ready.Reason, ready.Message = v1.ConditionFalse, "KubeletNotReady", err.Error()
 	}
-	conds := []v1.NodeCondition{
-		{Type: v1.NodeMemoryPressure, Status: v1.ConditionFalse, Reason: "KubeletHasSufficientMemory", Message: "nodelet has sufficient memory available"},
-		{Type: v1.NodeDiskPressure, Status: v1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", Message: "nodelet has no disk pressure"},
-		{Type: v1.NodePIDPressure, Status: v1.ConditionFalse, Reason: "KubeletHasSufficientPID", Message: "nodelet has sufficient PID available"},
-		ready,
+	var pressure map[v1.NodeConditionType]string
+	if r.o.Pressure != nil {
+		pressure = r.o.Pressure()
 	}
+	var conds []v1.NodeCondition
+	for _, pc := range pressureConditions {
+		c := v1.NodeCondition{Type: pc.typ, Status: v1.ConditionFalse, Reason: pc.okReason, Message: pc.okMessage}
+		if detail, ok := pressure[pc.typ]; ok {
+			c.Status, c.Reason, c.Message = v1.ConditionTrue, pc.badReason, pc.badMessage+": "+detail
+		}
+		conds = append(conds, c)
+	}
+	conds = append(conds, ready)
 	t := metav1.NewTime(now)
 	for i := range conds {
 		conds[i].LastTransitionTime = t
@@ -305,6 +331,22 @@ func (r *Reporter) writeStatus(ctx context.Context, now time.Time) error {
 			r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "NodeNotReady", "Node %s status is now: NodeNotReady", r.o.Node.Name)
 		}
 		klog.InfoS("Node status changed", "node", r.o.Node.Name, "ready", ready)
+	}
+	// Pressure events compare with what was written last, not with the
+	// API's copy, so a restarted nodelet reports its first view.
+	for _, pc := range pressureConditions {
+		under := conditionTrue(want.Conditions, pc.typ)
+		if r.lastReported != nil && conditionTrue(r.lastReported.Conditions, pc.typ) == under {
+			continue
+		}
+		if r.lastReported == nil && !under {
+			continue
+		}
+		event := pc.okEvent
+		if under {
+			event = pc.badEvent
+		}
+		r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, event, "Node %s status is now: %s", r.o.Node.Name, event)
 	}
 	r.lastReady = &ready
 	r.lastReported = &want

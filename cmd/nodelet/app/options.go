@@ -297,6 +297,9 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 		low := int32(80)
 		c.ImageGCLowThresholdPercent = &low
 	}
+	if c.EvictionPressureTransitionPeriod.Duration == 0 {
+		c.EvictionPressureTransitionPeriod = metav1.Duration{Duration: 5 * time.Minute}
+	}
 	if c.ImageMinimumGCAge.Duration == 0 {
 		c.ImageMinimumGCAge.Duration = 2 * time.Minute
 	}

@@ -51,6 +51,9 @@ const (
 	// containerPollPeriod bounds how late a container exit is seen on
 	// runtimes without an event stream.
 	containerPollPeriod = 100 * time.Millisecond
+	// pressureCheckPeriod is how often the eviction signals are measured
+	// (upstream's eviction monitoring interval).
+	pressureCheckPeriod = 10 * time.Second
 )
 
 // NodeName is the name the node goes by: --hostname-override or the
@@ -125,6 +128,19 @@ func Run(ctx context.Context, o *Options) error {
 	node.Status.NodeInfo.KubeletVersion = Version
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = c.Port
 	nodeFunc := func() *v1.Node { return node }
+	runtimeService := runtimeapi.NewRuntimeServiceClient(conn)
+	imageService := runtimeapi.NewImageServiceClient(conn)
+	statsProvider := stats.NewProvider(stats.Options{
+		NodeName: nodeName, RootDir: o.RootDir, PodLogsDir: c.PodLogsDir, Clock: clk,
+		Runtime: struct {
+			runtimeapi.RuntimeServiceClient
+			runtimeapi.ImageServiceClient
+		}{runtimeService, imageService},
+	})
+	pressure, err := pressureMonitor(c, statsProvider, clk)
+	if err != nil {
+		return err
+	}
 	var core *kubelet.Kubelet
 	var reporter *nodestatus.Reporter
 	workQueue := podworkers.NewWorkQueue(clk)
@@ -149,7 +165,8 @@ func Run(ctx context.Context, o *Options) error {
 			LeaseDuration:         time.Duration(c.NodeLeaseDurationSeconds) * time.Second,
 			WatchBackoff:          config.WatchBackoff(),
 			// The core is built below, before the reporter runs.
-			Ready: func() error { return core.ReadyError() },
+			Ready:    func() error { return core.ReadyError() },
+			Pressure: pressure.Pressure,
 		})
 		// Admission sees the labels an administrator put on the Node.
 		nodeFunc = reporter.Node
@@ -171,8 +188,6 @@ func Run(ctx context.Context, o *Options) error {
 	if cgroups != nil {
 		cgroupParent = cgroups.PodCgroup
 	}
-	runtimeService := runtimeapi.NewRuntimeServiceClient(conn)
-	imageService := runtimeapi.NewImageServiceClient(conn)
 	probes := prober.New(prober.Options{Exec: runtimeService, Status: statusManager, Recorder: recorder, Clock: clk})
 	runtime = kuberuntime.New(kuberuntime.Options{
 		Runtime:        runtimeService,
@@ -209,6 +224,7 @@ func Run(ctx context.Context, o *Options) error {
 		Node:                 nodeFunc,
 		AllowedUnsafeSysctls: c.AllowedUnsafeSysctls,
 		DeadContainersKept:   o.DeadContainersKept,
+		Pressure:             pressure.Pressure,
 	}
 	if cgroups != nil {
 		// Only set when there are cgroups: a nil pointer in an interface
@@ -267,13 +283,7 @@ func Run(ctx context.Context, o *Options) error {
 	if c.Port > 0 {
 		errs, err := serveKubeletAPI(ctx, o, nodeName, hostIPs, client, server.NewKubelet(server.KubeletSources{
 			Pods: core, Healthz: core.Healthz, Runtime: runtime, Metrics: promMetrics.Handler(),
-			Stats: stats.NewProvider(stats.Options{
-				NodeName: nodeName, RootDir: o.RootDir, PodLogsDir: c.PodLogsDir, Clock: clk,
-				Runtime: struct {
-					runtimeapi.RuntimeServiceClient
-					runtimeapi.ImageServiceClient
-				}{runtimeService, imageService},
-			}),
+			Stats: statsProvider,
 		}))
 		if err != nil {
 			return err
@@ -282,6 +292,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	go gpleg.Run(ctx)
+	go pressure.Run(ctx)
 	maxLogSize := resource.MustParse(c.ContainerLogMaxSize) // validated
 	go logs.NewRotator(runtimeService, logs.Policy{
 		MaxSize: maxLogSize.Value(), MaxFiles: int(*c.ContainerLogMaxFiles),
@@ -352,6 +363,23 @@ func maxParallelPulls(c *kubeletv1beta1.KubeletConfiguration) int {
 	default:
 		return 0
 	}
+}
+
+// pressureMonitor watches the eviction signals against evictionHard
+// (upstream's defaults when unset) for the node's pressure conditions.
+func pressureMonitor(c *kubeletv1beta1.KubeletConfiguration, p *stats.Provider, clk clock.WithTicker) (*nodestatus.PressureMonitor, error) {
+	evictionHard := c.EvictionHard
+	if evictionHard == nil {
+		evictionHard = nodestatus.DefaultPressureThresholds
+	}
+	th, err := nodestatus.ParseThresholds(evictionHard)
+	if err != nil {
+		return nil, err
+	}
+	return nodestatus.NewPressureMonitor(nodestatus.PressureOptions{
+		Signals: p.Signals, Thresholds: th, TransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
+		Interval: pressureCheckPeriod, Clock: clk,
+	}), nil
 }
 
 // setUpNode measures the machine, works out what pods may use (capacity
