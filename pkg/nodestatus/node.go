@@ -189,26 +189,16 @@ var DefaultEvictionHard = map[string]string{"memory.available": "100Mi", "nodefs
 // nodefs.available from ephemeral storage, as absolute values or
 // percentages of capacity.
 func EvictionReserved(evictionHard map[string]string, capacity v1.ResourceList) (v1.ResourceList, error) {
+	th, err := ParseThresholds(evictionHard)
+	if err != nil {
+		return nil, err
+	}
 	out := v1.ResourceList{}
-	for signal, res := range map[string]v1.ResourceName{"memory.available": v1.ResourceMemory, "nodefs.available": v1.ResourceEphemeralStorage} {
-		v, ok := evictionHard[signal]
-		if !ok {
-			continue
-		}
-		if pct, isPct := strings.CutSuffix(v, "%"); isPct {
-			f, err := strconv.ParseFloat(pct, 64)
-			if err != nil || f < 0 || f > 100 {
-				return nil, fmt.Errorf("evictionHard %s=%q is not a percentage", signal, v)
-			}
+	for signal, res := range map[string]v1.ResourceName{SignalMemoryAvailable: v1.ResourceMemory, SignalNodeFsAvailable: v1.ResourceEphemeralStorage} {
+		if t, ok := th[signal]; ok {
 			c := capacity[res]
-			out[res] = *resource.NewQuantity(int64(float64(c.Value())*f/100), resource.BinarySI)
-			continue
+			out[res] = *resource.NewQuantity(int64(t.min(uint64(c.Value()))), resource.BinarySI)
 		}
-		q, err := resource.ParseQuantity(v)
-		if err != nil {
-			return nil, fmt.Errorf("evictionHard %s=%q: %w", signal, v, err)
-		}
-		out[res] = q
 	}
 	return out, nil
 }
