@@ -76,8 +76,10 @@ type PodConfig struct {
 	clock    clock.PassiveClock
 	updates  chan PodUpdate
 
-	// mu serialises merges, so each source's updates are delivered in
-	// the order its sets arrived.
+	// mu guards the merge state. It is never held while sending on
+	// updates: the sync loop, which may be behind, reads Sources (through
+	// SourcesReady) while handling an update, and a send under the lock
+	// would wait for a loop that waits for the lock.
 	mu      sync.Mutex
 	sources map[string]bool
 	seen    map[string]bool
@@ -120,21 +122,33 @@ func (c *PodConfig) Sources() []string {
 
 // Set delivers a source's complete set of pods. The pods become the
 // merge's own: the caller must not touch them afterwards. It blocks while
-// the sync loop is behind, until ctx ends.
+// the sync loop is behind, until ctx ends, holding no lock meanwhile.
+//
+// A source calls Set from one goroutine: its updates then reach the sync
+// loop in the order its sets were merged, because the next merge of that
+// source starts only after the previous one's updates were sent.
 func (c *PodConfig) Set(ctx context.Context, source string, pods []*v1.Pod) {
+	for _, u := range c.mergeSet(source, pods) {
+		select {
+		case c.updates <- u:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// mergeSet merges a source's set under the lock and returns the updates
+// to send, in order, with pods copied so the sync loop owns them.
+func (c *PodConfig) mergeSet(source string, pods []*v1.Pod) []PodUpdate {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	firstSet := !c.seen[source]
 	c.seen[source] = true
 	adds, updates, deletes, removes, reconciles := c.merge(source, pods)
 
-	send := func(op Op, pods []*v1.Pod) bool {
-		select {
-		case c.updates <- PodUpdate{Op: op, Pods: copyPods(pods), Source: source}:
-			return true
-		case <-ctx.Done():
-			return false
-		}
+	var out []PodUpdate
+	add := func(op Op, pods []*v1.Pod) {
+		out = append(out, PodUpdate{Op: op, Pods: copyPods(pods), Source: source})
 	}
 	// Order matters: a removed pod frees its name before an added pod with
 	// the same name arrives.
@@ -142,19 +156,18 @@ func (c *PodConfig) Set(ctx context.Context, source string, pods []*v1.Pod) {
 		op   Op
 		pods []*v1.Pod
 	}{{REMOVE, removes}, {ADD, adds}, {UPDATE, updates}, {DELETE, deletes}} {
-		if len(u.pods) > 0 && !send(u.op, u.pods) {
-			return
+		if len(u.pods) > 0 {
+			add(u.op, u.pods)
 		}
 	}
 	if firstSet && len(adds) == 0 && len(updates) == 0 && len(deletes) == 0 {
 		// An empty ADD tells the sync loop the source has reported.
-		if !send(ADD, nil) {
-			return
-		}
+		add(ADD, nil)
 	}
 	if len(reconciles) > 0 {
-		send(RECONCILE, reconciles)
+		add(RECONCILE, reconciles)
 	}
+	return out
 }
 
 // merge diffs a source's new set against what it had.

@@ -101,16 +101,20 @@ func (c *APIClient) DeleteMirrorPod(ctx context.Context, fullName string, uid *t
 
 func (c *APIClient) getNodeUID(ctx context.Context) (types.UID, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.nodeUID != "" {
-		return c.nodeUID, nil
+	uid := c.nodeUID
+	c.mu.Unlock()
+	if uid != "" {
+		return uid, nil
 	}
+	// No lock across the call: two callers racing both read the same UID.
 	node, err := c.client.CoreV1().Nodes().Get(ctx, c.nodeName, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("node %s not registered yet: %w", c.nodeName, err)
 	}
+	c.mu.Lock()
 	c.nodeUID = node.UID
-	return c.nodeUID, nil
+	c.mu.Unlock()
+	return node.UID, nil
 }
 
 // isMirrorOf reports whether mirror is the current mirror of pod.

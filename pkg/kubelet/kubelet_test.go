@@ -35,9 +35,14 @@ type fakeWorkers struct {
 	terminated map[types.UID]bool
 	// mirrorTerminating holds the full names of static pods terminating.
 	mirrorTerminating map[string]bool
+	// hook, if set, runs first in every UpdatePod, outside the mutex.
+	hook func(podworkers.UpdatePodOptions)
 }
 
 func (w *fakeWorkers) UpdatePod(o podworkers.UpdatePodOptions) {
+	if w.hook != nil {
+		w.hook(o)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {

@@ -9,7 +9,6 @@ package pleg
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,7 +62,9 @@ type Generic struct {
 	// trigger asks for a relist now; pending triggers coalesce.
 	trigger chan struct{}
 
-	mu      sync.Mutex
+	// records is the previous relist's view. Only Relist touches it, and
+	// Relist runs on one goroutine (Run's), so it needs no lock: none is
+	// held across the runtime calls a relist makes.
 	records map[types.UID]*container.Pod
 
 	// lastRelist is the start of the last successful relist (unix nanos).
@@ -137,7 +138,8 @@ func (g *Generic) LastRelist() time.Time {
 }
 
 // Relist reads every pod from the runtime once, refreshes the cache for
-// pods that changed and emits their events.
+// pods that changed and emits their events. It is not safe for concurrent
+// use: Run calls it, and tests call it from one goroutine.
 func (g *Generic) Relist(ctx context.Context) {
 	ts := g.clock.Now()
 	pods, err := g.runtime.GetPods(ctx)
@@ -153,7 +155,6 @@ func (g *Generic) Relist(ctx context.Context) {
 		current[p.ID] = p
 	}
 
-	g.mu.Lock()
 	var all []*Event
 	for uid := range union(g.records, current) {
 		old, cur := g.records[uid], current[uid]
@@ -180,7 +181,6 @@ func (g *Generic) Relist(ctx context.Context) {
 			g.records[uid] = cur
 		}
 	}
-	g.mu.Unlock()
 
 	g.cache.MarkRelisted(ts)
 	g.lastRelist.Store(ts.UnixNano())
