@@ -16,12 +16,8 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +35,6 @@ import (
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
-	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // PodWorkers is what the core asks of the pod workers.
@@ -92,7 +87,27 @@ type Config struct {
 	DeadContainersKept int
 	// Cgroups is the container manager; nil when cgroupsPerQOS is off.
 	Cgroups Cgroups
+	// SyncLoopThreshold is how long the sync loop may go without
+	// completing an iteration before /healthz fails and the node is not
+	// Ready: a loop that does nothing must not look alive. Zero means
+	// DefaultSyncLoopThreshold.
+	SyncLoopThreshold time.Duration
+	// HealthChecks are further components whose failure makes /healthz
+	// fail and the node not Ready (the container event watcher).
+	HealthChecks []HealthCheck
 }
+
+// HealthCheck names a component and says whether it is stuck.
+type HealthCheck struct {
+	Name  string
+	Check func() error
+}
+
+// DefaultSyncLoopThreshold bounds a sync loop iteration. The loop's own
+// work is in memory (the slow parts of housekeeping run on the cleaner),
+// so an iteration is normally milliseconds; the sync tick starts one
+// every second even when nothing happens.
+const DefaultSyncLoopThreshold = 30 * time.Second
 
 // Cgroups is what housekeeping asks of the container manager.
 type Cgroups interface {
@@ -132,9 +147,6 @@ const (
 	// The sync loop backs off while the runtime is unhealthy.
 	runtimeBackOffBase = 100 * time.Millisecond
 	runtimeBackOffMax  = 5 * time.Second
-	// syncLoopThreshold is how long the sync loop may stay silent before
-	// /healthz fails.
-	syncLoopThreshold = 2 * time.Minute
 )
 
 // Kubelet is the core.
@@ -154,29 +166,30 @@ type Kubelet struct {
 	volumes   VolumeTearDown
 	health    runtimeHealth
 
-	// syncLoopMonitor is when the sync loop last completed an iteration.
+	// syncLoopMonitor is when the sync loop last completed an iteration
+	// (or, before the first, when the core was built).
 	syncLoopMonitor atomic.Int64
-	// deadContainers carries pods with a container that just died to the
-	// goroutine that prunes their old dead containers, off the sync loop.
-	deadContainers chan types.UID
-	admission      admission
+	// cleaner does housekeeping's slow work off the sync loop.
+	cleaner   cleaner
+	admission admission
 }
-
-const (
-	// deadContainersKept is how many dead instances of each container a
-	// live pod keeps (for its last state and logs).
-	deadContainersKept   = 1
-	deadContainersBuffer = 64
-)
 
 // New builds the core.
 func New(cfg Config, d Deps) *Kubelet {
-	return &Kubelet{
+	if cfg.SyncLoopThreshold == 0 {
+		cfg.SyncLoopThreshold = DefaultSyncLoopThreshold
+	}
+	kl := &Kubelet{
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
-		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, volumes: d.Volumes, deadContainers: make(chan types.UID, deadContainersBuffer),
+		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, volumes: d.Volumes,
+		cleaner:   newCleaner(),
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure},
 	}
+	// A loop that never starts its first iteration is as stuck as one
+	// that stops: the threshold counts from now.
+	kl.syncLoopMonitor.Store(d.Clock.Now().UnixNano())
+	return kl
 }
 
 // runtimeHealth is the last verdict on the runtime and its network.
@@ -226,15 +239,29 @@ func (kl *Kubelet) checkRuntime(ctx context.Context) {
 	kl.health.set(runtimeErr, networkErr)
 }
 
-// Healthz reports whether the sync loop and the PLEG are alive.
+// Healthz reports whether the sync loop, the PLEG and the other checked
+// components are alive.
 func (kl *Kubelet) Healthz() error {
-	if last := kl.syncLoopMonitor.Load(); last != 0 {
-		if since := kl.clock.Since(time.Unix(0, last)); since > syncLoopThreshold {
-			return fmt.Errorf("sync loop last active %v ago; threshold is %v", since.Round(time.Second), syncLoopThreshold)
-		}
+	if err := kl.syncLoopHealthy(); err != nil {
+		return err
 	}
 	if err := kl.pleg.Healthy(); err != nil {
 		return err
+	}
+	for _, h := range kl.cfg.HealthChecks {
+		if err := h.Check(); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// syncLoopHealthy fails when the sync loop has not completed an iteration
+// within the threshold.
+func (kl *Kubelet) syncLoopHealthy() error {
+	last := time.Unix(0, kl.syncLoopMonitor.Load())
+	if since := kl.clock.Since(last); since > kl.cfg.SyncLoopThreshold {
+		return fmt.Errorf("sync loop last completed an iteration %v ago; threshold is %v", since.Round(time.Second), kl.cfg.SyncLoopThreshold)
 	}
 	return nil
 }
@@ -243,7 +270,7 @@ func (kl *Kubelet) Healthz() error {
 // Stopping it leaves every pod running.
 func (kl *Kubelet) Run(ctx context.Context, updates <-chan config.PodUpdate) {
 	kl.checkRuntime(ctx)
-	go kl.pruneDeadContainers(ctx)
+	go kl.runCleaner(ctx)
 	go func() {
 		t := kl.clock.NewTicker(runtimeCheckPeriod)
 		defer t.Stop()
@@ -291,25 +318,6 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 	}
 }
 
-// pruneDeadContainers removes old dead containers of pods whose container
-// just died. A pod whose content may go keeps none.
-func (kl *Kubelet) pruneDeadContainers(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case uid := <-kl.deadContainers:
-			keep := kl.cfg.DeadContainersKept
-			if kl.workers.ShouldPodContentBeRemoved(uid) {
-				keep = 0
-			}
-			if err := kl.runtime.PruneDeadContainers(ctx, uid, keep); err != nil {
-				klog.V(2).InfoS("Failed to remove dead containers", "podUID", uid, "err", err)
-			}
-		}
-	}
-}
-
 // nextRuntimeBackOff doubles the wait while the runtime is unhealthy, up
 // to runtimeBackOffMax.
 func nextRuntimeBackOff(d time.Duration) time.Duration { return min(2*d, runtimeBackOffMax) }
@@ -330,10 +338,7 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.
 		kl.sources.AddSource(u.Source)
 	case e := <-plegCh:
 		if e.Type == pleg.ContainerDied {
-			select {
-			case kl.deadContainers <- e.ID:
-			default: // housekeeping's garbage collection catches up
-			}
+			kl.cleaner.containerDied(e.ID)
 		}
 		if e.Type != pleg.ContainerRemoved {
 			if pod, ok := kl.pods.podByUID(e.ID); ok {
@@ -582,7 +587,6 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		keep[uid] = true
 	}
 	kl.status.RemoveOrphanedStatuses(keep)
-	kl.deleteOrphanedMirrorPods(ctx)
 	if kl.probes != nil {
 		kl.probes.CleanupPods(keep)
 	}
@@ -591,40 +595,14 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing runtime pods: %w", err)
 	}
-	for _, rp := range running {
-		if w, ok := working[rp.ID]; ok && (w.State == podworkers.SyncPod || w.State == podworkers.TerminatingPod) {
-			continue
-		}
-		if _, desired := byUID[rp.ID]; desired {
-			continue
-		}
-		if !hasRunning(rp) {
-			continue // nothing to stop; garbage collection removes it
-		}
-		klog.V(3).InfoS("Clean up orphaned pod containers", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
-		one := int64(1)
-		kl.workers.UpdatePod(podworkers.UpdatePodOptions{
-			UpdateType: podworkers.UpdateKill, RunningPod: rp,
-			KillPodOptions: &podworkers.KillPodOptions{PodTerminationGracePeriodSecondsOverride: &one},
-		})
-	}
+	kl.killOrphans(running, byUID, working)
 
 	// Whatever still has something in the runtime keeps its directory and
 	// cgroup until garbage collection removed it.
 	for _, rp := range running {
 		keep[rp.ID] = true
 	}
-	var errs []error
-	if err := kl.runtime.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: kl.cfg.DeadContainersKept}, kl.workers); err != nil {
-		errs = append(errs, fmt.Errorf("garbage collection: %w", err))
-	}
-	if err := kl.cleanupOrphanedPodDirs(keep); err != nil {
-		errs = append(errs, err)
-	}
-	if kl.cfg.Cgroups != nil {
-		errs = append(errs, kl.cleanupOrphanedPodCgroups(cgroups, keep))
-		errs = append(errs, kl.cfg.Cgroups.UpdateQoS(kl.activePods(all)))
-	}
+	kl.cleaner.request(cleanupRequest{keep: keep, cgroups: cgroups, active: kl.activePods(all)})
 	kl.runtime.ForgetBackOffs()
 
 	// A desired pod without a worker is one whose previous incarnation
@@ -637,27 +615,27 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		klog.V(3).InfoS("Pod will be restarted because it is in the desired set and not known to the pod workers", "pod", klog.KObj(p), "podUID", p.UID)
 		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: p, MirrorPod: kl.pods.mirrorPodOf(p), UpdateType: podworkers.UpdateCreate, StartTime: start})
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
-// deleteOrphanedMirrorPods deletes mirror pods whose static pod is gone
-// and done terminating.
-func (kl *Kubelet) deleteOrphanedMirrorPods(ctx context.Context) {
-	if kl.mirrors == nil {
-		return
-	}
-	for _, m := range kl.pods.mirrorPods() {
-		if static, _, _ := kl.pods.podAndMirror(m); static != nil {
+// killOrphans stops runtime pods that no worker runs and nobody wants.
+func (kl *Kubelet) killOrphans(running []*container.Pod, desired map[types.UID]*v1.Pod, working map[types.UID]podworkers.PodWorkerSync) {
+	for _, rp := range running {
+		if w, ok := working[rp.ID]; ok && (w.State == podworkers.SyncPod || w.State == podworkers.TerminatingPod) {
 			continue
 		}
-		fullName := podutil.FullName(m)
-		if kl.workers.IsPodForMirrorPodTerminatingByFullName(fullName) {
+		if _, ok := desired[rp.ID]; ok {
 			continue
 		}
-		klog.V(2).InfoS("Deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
-		if _, err := kl.mirrors.DeleteMirrorPod(ctx, fullName, &m.UID); err != nil {
-			klog.ErrorS(err, "Failed deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
+		if !hasRunning(rp) {
+			continue // nothing to stop; garbage collection removes it
 		}
+		klog.V(3).InfoS("Clean up orphaned pod containers", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
+		one := int64(1)
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{
+			UpdateType: podworkers.UpdateKill, RunningPod: rp,
+			KillPodOptions: &podworkers.KillPodOptions{PodTerminationGracePeriodSecondsOverride: &one},
+		})
 	}
 }
 
@@ -678,9 +656,13 @@ func (kl *Kubelet) APIPod(uid types.UID) *v1.Pod {
 }
 
 // ReadyError says why the node is not ready to run pods (the runtime, its
-// network or the PLEG is unhealthy), or nil.
+// network, the PLEG, the sync loop or another checked component is
+// unhealthy), or nil.
 func (kl *Kubelet) ReadyError() error {
 	if err := kl.runtimeErrors(); err != nil {
+		return err
+	}
+	if err := kl.Healthz(); err != nil {
 		return err
 	}
 	if err := kl.NetworkError(); err != nil {
@@ -697,75 +679,6 @@ func hasRunning(p *container.Pod) bool {
 	}
 	for _, s := range p.Sandboxes {
 		if s.Ready {
-			return true
-		}
-	}
-	return false
-}
-
-// cleanupOrphanedPodCgroups removes the cgroups of pods that are neither
-// desired, known to the workers, nor running. keep includes all three.
-func (kl *Kubelet) cleanupOrphanedPodCgroups(cgroups map[types.UID]string, keep map[types.UID]bool) error {
-	var errs []error
-	for uid, cg := range cgroups {
-		if keep[uid] {
-			continue
-		}
-		klog.V(3).InfoS("Removing the cgroup of an orphaned pod", "podUID", uid, "cgroup", cg)
-		if err := kl.cfg.Cgroups.Destroy(cg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// cleanupOrphanedPodDirs removes the directories of pods nobody knows any
-// more, but never while anything is still mounted inside one.
-func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
-	dir := filepath.Join(kl.cfg.RootDir, "pods")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
-	}
-	var errs []string
-	for _, e := range entries {
-		uid := types.UID(e.Name())
-		if !e.IsDir() || keep[uid] || !kl.workers.ShouldPodContentBeRemoved(uid) {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		if kl.volumes != nil {
-			if err := kl.volumes.TearDown(uid); err != nil {
-				errs = append(errs, err.Error())
-				continue
-			}
-		}
-		mounted, err := volume.MountPoints()
-		if err != nil {
-			return err
-		}
-		if hasMountUnder(mounted, path) {
-			klog.V(3).InfoS("Orphaned pod directory still has mounts, leaving it", "podUID", uid, "path", path)
-			continue
-		}
-		if err := os.RemoveAll(path); err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		klog.V(3).InfoS("Removed orphaned pod directory", "podUID", uid, "path", path)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("removing orphaned pod directories: %s", strings.Join(errs, "; "))
-	}
-	return nil
-}
-
-func hasMountUnder(mounts []string, dir string) bool {
-	for _, m := range mounts {
-		if m == dir || strings.HasPrefix(m, dir+"/") {
 			return true
 		}
 	}

@@ -221,7 +221,7 @@ func TestPLEGEventsSyncKnownPods(t *testing.T) {
 	}
 	// The died container's pod is handed on for pruning, off the loop.
 	select {
-	case uid := <-f.kl.deadContainers:
+	case uid := <-f.kl.cleaner.deadContainers:
 		if uid != "a" {
 			t.Fatalf("pruning %s", uid)
 		}
@@ -252,6 +252,21 @@ func TestHousekeeping(t *testing.T) {
 	sort.Strings(got)
 	if strings.Join(got, ";") != "create desired;kill runtime:orphan grace=1" {
 		t.Fatalf("workers got %v", got)
+	}
+	// The slow part is handed to the cleaner, off the loop.
+	if f.runtime.gc != 0 {
+		t.Fatal("garbage collection ran on the sync loop")
+	}
+	select {
+	case r := <-f.kl.cleaner.requests:
+		if !r.keep["desired"] || !r.keep["orphan"] || !r.keep["dead"] || r.keep["gone"] {
+			t.Fatalf("cleanup keeps %v", r.keep)
+		}
+		if err := f.kl.cleanup(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("housekeeping requested no cleanup")
 	}
 	if f.runtime.gc != 1 {
 		t.Fatalf("garbage collection ran %d times", f.runtime.gc)

@@ -51,6 +51,9 @@ const (
 	// containerPollPeriod bounds how late a container exit is seen on
 	// runtimes without an event stream.
 	containerPollPeriod = 100 * time.Millisecond
+	// watcherStuckAfter is how long the container event watcher may go
+	// without a stream or a successful poll before the node is unhealthy.
+	watcherStuckAfter = time.Minute
 	// pressureCheckPeriod is how often the eviction signals are measured
 	// (upstream's eviction monitoring interval).
 	pressureCheckPeriod = 10 * time.Second
@@ -208,6 +211,11 @@ func Run(ctx context.Context, o *Options) error {
 	})
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	gpleg.ObserveRelists(promMetrics.ObserveRelist)
+	// Relist as soon as a container changes, not only every second.
+	watcher := pleg.NewWatcher(pleg.WatcherOptions{
+		Runtime: runtimeService, Poll: containerPollPeriod, RequestTimeout: c.RuntimeRequestTimeout.Duration,
+		StuckAfter: watcherStuckAfter, Clock: clk, Notify: gpleg.Trigger,
+	})
 
 	syncerOptions := kubelet.SyncerOptions{
 		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,
@@ -225,6 +233,7 @@ func Run(ctx context.Context, o *Options) error {
 		AllowedUnsafeSysctls: c.AllowedUnsafeSysctls,
 		DeadContainersKept:   o.DeadContainersKept,
 		Pressure:             pressure.Pressure,
+		HealthChecks:         []kubelet.HealthCheck{{Name: "container event watcher", Check: watcher.Healthy}},
 	}
 	if cgroups != nil {
 		// Only set when there are cgroups: a nil pointer in an interface
@@ -302,8 +311,7 @@ func Run(ctx context.Context, o *Options) error {
 		HighThresholdPercent: int(*c.ImageGCHighThresholdPercent), LowThresholdPercent: int(*c.ImageGCLowThresholdPercent),
 		MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{o.PodInfraContainerImage},
 	}, o.ImageGCPeriod)
-	// Relist as soon as a container changes, not only every second.
-	go runtime.WatchContainerChanges(ctx, containerPollPeriod, gpleg.Trigger)
+	go watcher.Run(ctx)
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)

@@ -34,7 +34,8 @@ func BenchmarkExitSeen(b *testing.B) {
 			g := pleg.NewGeneric(m, pleg.NewCache(), time.Second, clock.RealClock{})
 			go g.Run(ctx)
 			if watch {
-				go m.WatchContainerChanges(ctx, 100*time.Millisecond, g.Trigger)
+				go pleg.NewWatcher(pleg.WatcherOptions{Runtime: cd.Runtime, Poll: 100 * time.Millisecond, RequestTimeout: time.Minute,
+					StuckAfter: time.Minute, Clock: clock.RealClock{}, Notify: g.Trigger}).Run(ctx)
 			}
 			var total, visibleLag, nodelet time.Duration
 			for i := 0; i < b.N; i++ {

@@ -1,0 +1,208 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/volume"
+)
+
+// The cleaner does housekeeping's slow work off the sync loop: removing
+// dead containers and sandboxes, orphaned pod directories and cgroups,
+// and orphaned mirror pods. Each of these makes runtime, filesystem or
+// API calls, one per leftover; a burst of deletions would otherwise keep
+// the loop from dispatching anything (new pods included) for seconds.
+//
+// The loop hands it work without waiting: a pod whose container died, and
+// after each housekeeping pass a cleanup request. Requests coalesce: only
+// the newest view of what to keep matters.
+type cleaner struct {
+	// deadContainers carries pods with a container that just died.
+	deadContainers chan types.UID
+	// requests holds at most one pending cleanup, the newest.
+	requests chan cleanupRequest
+}
+
+// cleanupRequest is housekeeping's view of what must stay.
+type cleanupRequest struct {
+	// keep holds pods that are desired, known to the workers, or still
+	// in the runtime: their directories and cgroups stay.
+	keep map[types.UID]bool
+	// cgroups were read before keep was computed, so a pod added meanwhile
+	// has no cgroup here rather than one wrongly taken for an orphan.
+	cgroups map[types.UID]string
+	// active pods size the QoS cgroups.
+	active []*v1.Pod
+}
+
+const deadContainersBuffer = 64
+
+func newCleaner() cleaner {
+	return cleaner{deadContainers: make(chan types.UID, deadContainersBuffer), requests: make(chan cleanupRequest, 1)}
+}
+
+// containerDied queues a pod for pruning without blocking; when the queue
+// is full, the next garbage collection catches up.
+func (c cleaner) containerDied(uid types.UID) {
+	select {
+	case c.deadContainers <- uid:
+	default:
+	}
+}
+
+// request replaces any pending cleanup with r, without blocking. Only the
+// sync loop sends, so the loop below ends.
+func (c cleaner) request(r cleanupRequest) {
+	for {
+		select {
+		case c.requests <- r:
+			return
+		default:
+		}
+		select {
+		case <-c.requests: // drop the stale one
+		default:
+		}
+	}
+}
+
+// runCleaner serves the cleaner until ctx ends.
+func (kl *Kubelet) runCleaner(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case uid := <-kl.cleaner.deadContainers:
+			keep := kl.cfg.DeadContainersKept
+			if kl.workers.ShouldPodContentBeRemoved(uid) {
+				keep = 0
+			}
+			if err := kl.runtime.PruneDeadContainers(ctx, uid, keep); err != nil {
+				klog.V(2).InfoS("Failed to remove dead containers", "podUID", uid, "err", err)
+			}
+		case r := <-kl.cleaner.requests:
+			if err := kl.cleanup(ctx, r); err != nil {
+				klog.ErrorS(err, "Failed cleaning up after pods")
+			}
+		}
+	}
+}
+
+// cleanup removes what is left of pods that are gone.
+func (kl *Kubelet) cleanup(ctx context.Context, r cleanupRequest) error {
+	kl.deleteOrphanedMirrorPods(ctx)
+	var errs []error
+	if err := kl.runtime.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: kl.cfg.DeadContainersKept}, kl.workers); err != nil {
+		errs = append(errs, fmt.Errorf("garbage collection: %w", err))
+	}
+	if err := kl.cleanupOrphanedPodDirs(r.keep); err != nil {
+		errs = append(errs, err)
+	}
+	if kl.cfg.Cgroups != nil {
+		errs = append(errs, kl.cleanupOrphanedPodCgroups(r.cgroups, r.keep))
+		errs = append(errs, kl.cfg.Cgroups.UpdateQoS(r.active))
+	}
+	return errors.Join(errs...)
+}
+
+// deleteOrphanedMirrorPods deletes mirror pods whose static pod is gone
+// and done terminating.
+func (kl *Kubelet) deleteOrphanedMirrorPods(ctx context.Context) {
+	if kl.mirrors == nil {
+		return
+	}
+	for _, m := range kl.pods.mirrorPods() {
+		if static, _, _ := kl.pods.podAndMirror(m); static != nil {
+			continue
+		}
+		fullName := podutil.FullName(m)
+		if kl.workers.IsPodForMirrorPodTerminatingByFullName(fullName) {
+			continue
+		}
+		klog.V(2).InfoS("Deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
+		if _, err := kl.mirrors.DeleteMirrorPod(ctx, fullName, &m.UID); err != nil {
+			klog.ErrorS(err, "Failed deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
+		}
+	}
+}
+
+// cleanupOrphanedPodCgroups removes the cgroups of pods that are neither
+// desired, known to the workers, nor running. keep includes all three.
+func (kl *Kubelet) cleanupOrphanedPodCgroups(cgroups map[types.UID]string, keep map[types.UID]bool) error {
+	var errs []error
+	for uid, cg := range cgroups {
+		if keep[uid] {
+			continue
+		}
+		klog.V(3).InfoS("Removing the cgroup of an orphaned pod", "podUID", uid, "cgroup", cg)
+		if err := kl.cfg.Cgroups.Destroy(cg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupOrphanedPodDirs removes the directories of pods nobody knows any
+// more, but never while anything is still mounted inside one. A pod added
+// after keep was computed is safe: its directory is made only after its
+// worker exists, and the workers never let a live pod's content go.
+func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
+	dir := filepath.Join(kl.cfg.RootDir, "pods")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	var errs []string
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if !e.IsDir() || keep[uid] || !kl.workers.ShouldPodContentBeRemoved(uid) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if kl.volumes != nil {
+			if err := kl.volumes.TearDown(uid); err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+		}
+		mounted, err := volume.MountPoints()
+		if err != nil {
+			return err
+		}
+		if hasMountUnder(mounted, path) {
+			klog.V(3).InfoS("Orphaned pod directory still has mounts, leaving it", "podUID", uid, "path", path)
+			continue
+		}
+		if err := os.RemoveAll(path); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		klog.V(3).InfoS("Removed orphaned pod directory", "podUID", uid, "path", path)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("removing orphaned pod directories: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func hasMountUnder(mounts []string, dir string) bool {
+	for _, m := range mounts {
+		if m == dir || strings.HasPrefix(m, dir+"/") {
+			return true
+		}
+	}
+	return false
+}

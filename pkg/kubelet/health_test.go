@@ -1,0 +1,99 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+)
+
+// TestStuckSyncLoopIsUnhealthyAndNotReady wedges the sync loop inside an
+// iteration and checks that /healthz and the node's readiness both fail
+// once the threshold passes, and recover when the loop moves again.
+func TestStuckSyncLoopIsUnhealthyAndNotReady(t *testing.T) {
+	f := newCore(t, 10)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.workers.hook = func(o podworkers.UpdatePodOptions) {
+		if o.Pod != nil && o.Pod.Name == "wedge" {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+	}
+	updates := make(chan config.PodUpdate, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.kl.Run(ctx, updates); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// A loop that iterates is healthy however much time passes: the sync
+	// tick keeps it going.
+	for i := 0; i < 40; i++ {
+		waitForWaiter(t, f.clock)
+		f.clock.Step(time.Second)
+	}
+	waitUntil(t, func() bool { return f.kl.Healthz() == nil })
+	if err := f.kl.ReadyError(); err != nil {
+		t.Fatalf("an iterating loop is not ready: %v", err)
+	}
+
+	updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("w", "wedge", now)}, Source: "api"}
+	<-entered
+	f.clock.Step(DefaultSyncLoopThreshold - time.Second)
+	if err := f.kl.Healthz(); err != nil {
+		t.Fatalf("unhealthy before the threshold: %v", err)
+	}
+	f.clock.Step(2 * time.Second)
+	for name, err := range map[string]error{"healthz": f.kl.Healthz(), "ready": f.kl.ReadyError()} {
+		if err == nil || !strings.Contains(err.Error(), "sync loop last completed an iteration") {
+			t.Fatalf("%s with a wedged loop: %v", name, err)
+		}
+	}
+
+	close(release)
+	waitUntil(t, func() bool { return f.kl.Healthz() == nil && f.kl.ReadyError() == nil })
+}
+
+// TestHealthChecksCountForHealthAndReadiness: a failing component check
+// (the container event watcher, say) fails both, naming the component.
+func TestHealthChecksCountForHealthAndReadiness(t *testing.T) {
+	f := newCore(t, 10)
+	var watcherErr error
+	f.kl.cfg.HealthChecks = []HealthCheck{{Name: "container event watcher", Check: func() error { return watcherErr }}}
+	f.kl.checkRuntime(context.Background())
+	if err := f.kl.ReadyError(); err != nil {
+		t.Fatal(err)
+	}
+	watcherErr = errors.New("stream down for 2m0s")
+	for _, err := range []error{f.kl.Healthz(), f.kl.ReadyError()} {
+		if err == nil || err.Error() != "container event watcher: stream down for 2m0s" {
+			t.Fatalf("err %v", err)
+		}
+	}
+}
+
+// TestCleanupRequestsCoalesce: the loop never waits for the cleaner, and
+// the cleaner gets the newest request.
+func TestCleanupRequestsCoalesce(t *testing.T) {
+	c := newCleaner()
+	for i := 0; i < 5; i++ {
+		c.request(cleanupRequest{active: make([]*v1.Pod, i)})
+	}
+	if r := <-c.requests; len(r.active) != 4 {
+		t.Fatalf("cleaner got request %d, want the newest (4)", len(r.active))
+	}
+	select {
+	case <-c.requests:
+		t.Fatal("more than one request pending")
+	default:
+	}
+}

@@ -1,0 +1,201 @@
+package pleg
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// fakeEvents is a runtime with or without an event stream whose running
+// containers the test sets.
+type fakeEvents struct {
+	mu      sync.Mutex
+	running []string
+	listErr error
+	lists   int
+	events  chan *runtimeapi.ContainerEventResponse // nil: Unimplemented
+	openErr error
+	opens   int
+}
+
+func (f *fakeEvents) GetContainerEvents(ctx context.Context, _ *runtimeapi.GetEventsRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[runtimeapi.ContainerEventResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opens++
+	if f.openErr != nil {
+		return nil, f.openErr
+	}
+	if f.events == nil {
+		return nil, status.Error(codes.Unimplemented, "GetContainerEvents is not implemented")
+	}
+	return &stream{ctx: ctx, ch: f.events}, nil
+}
+
+func (f *fakeEvents) ListContainers(context.Context, *runtimeapi.ListContainersRequest, ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	resp := &runtimeapi.ListContainersResponse{}
+	for _, id := range f.running {
+		resp.Containers = append(resp.Containers, &runtimeapi.Container{Id: id})
+	}
+	return resp, nil
+}
+
+func (f *fakeEvents) set(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+}
+
+func (f *fakeEvents) count(fn func() int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fn()
+}
+
+type stream struct {
+	grpc.ClientStream
+	ctx context.Context
+	ch  chan *runtimeapi.ContainerEventResponse
+}
+
+func (s *stream) Recv() (*runtimeapi.ContainerEventResponse, error) {
+	select {
+	case e, ok := <-s.ch:
+		if !ok {
+			return nil, status.Error(codes.Unavailable, "stream closed")
+		}
+		return e, nil
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
+}
+
+func newWatcher(rt *fakeEvents) (*Watcher, *testingclock.FakeClock, chan struct{}) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	notified := make(chan struct{}, 10)
+	w := NewWatcher(WatcherOptions{Runtime: rt, Poll: 100 * time.Millisecond, RequestTimeout: time.Second,
+		StuckAfter: time.Minute, Clock: clk, Notify: func() { notified <- struct{}{} }})
+	return w, clk, notified
+}
+
+// waitFor polls cond with a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+}
+
+func TestWatcherPollsWithoutAnEventStream(t *testing.T) {
+	rt := &fakeEvents{running: []string{"a"}}
+	w, clk, notified := newWatcher(rt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+
+	lists := func() int { return rt.count(func() int { return rt.lists }) }
+	waitFor(t, "the baseline list", func() bool { return lists() == 1 && clk.HasWaiters() })
+	// Nothing changed: a poll (proved by the list count) notifies nothing.
+	clk.Step(100 * time.Millisecond)
+	waitFor(t, "the second poll", func() bool { return lists() == 2 })
+	rt.set(func() { rt.running = nil })
+	clk.Step(100 * time.Millisecond)
+	waitFor(t, "the third poll", func() bool { return lists() == 3 })
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification after a container stopped")
+	}
+	select {
+	case <-notified:
+		t.Fatal("notified more than once: the unchanged poll notified too")
+	default:
+	}
+	if err := w.Healthy(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The runtime stops answering: after StuckAfter the watcher says so.
+	rt.set(func() { rt.listErr = errors.New("connection refused") })
+	for i := 0; i < 11; i++ {
+		n := lists()
+		clk.Step(6 * time.Second)
+		waitFor(t, "a failed poll", func() bool { return lists() > n })
+	}
+	if err := w.Healthy(); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("healthy after a minute of failed polls: %v", err)
+	}
+}
+
+func TestWatcherUsesTheEventStream(t *testing.T) {
+	rt := &fakeEvents{events: make(chan *runtimeapi.ContainerEventResponse, 10)}
+	w, clk, notified := newWatcher(rt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	rt.events <- &runtimeapi.ContainerEventResponse{ContainerId: "c1", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT}
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification after a stop event")
+	}
+	if n := rt.count(func() int { return rt.lists }); n != 0 {
+		t.Fatalf("polled %d times although the runtime streams events", n)
+	}
+	// An open stream is healthy however quiet it is.
+	clk.Step(time.Hour)
+	if err := w.Healthy(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatcherReportsABrokenStream(t *testing.T) {
+	rt := &fakeEvents{events: make(chan *runtimeapi.ContainerEventResponse)}
+	w, clk, _ := newWatcher(rt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	opens := func() int { return rt.count(func() int { return rt.opens }) }
+	waitFor(t, "the stream to open", func() bool { return opens() == 1 })
+	// The stream breaks and every reopen fails.
+	rt.set(func() {
+		close(rt.events)
+		rt.events = make(chan *runtimeapi.ContainerEventResponse)
+		rt.openErr = status.Error(codes.Unavailable, "connection refused")
+	})
+	for opens() < 62 {
+		waitFor(t, "a reopen wait", clk.HasWaiters)
+		n := opens()
+		clk.Step(reopenDelay)
+		waitFor(t, "a reopen", func() bool { return opens() > n })
+	}
+	if err := w.Healthy(); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("healthy after a minute without a stream: %v", err)
+	}
+	// Reopened: healthy again, and never polled meanwhile.
+	rt.set(func() { rt.openErr = nil })
+	waitFor(t, "a reopen wait", clk.HasWaiters)
+	clk.Step(reopenDelay)
+	waitFor(t, "the stream to reopen", func() bool { return w.Healthy() == nil })
+	if n := rt.count(func() int { return rt.lists }); n != 0 {
+		t.Fatalf("polled %d times with a broken stream", n)
+	}
+}
