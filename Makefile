@@ -4,7 +4,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all setup build run cluster-up clean-pods test unit integration lint bench fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test unit integration lint bench bench-density fuzz clean
 
 all: build
 
@@ -48,6 +48,11 @@ bench: setup
 	$(GO) test -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
 	$(GO) test -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
 	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/config/
+
+# Density in cluster mode: 1, 30 and 110 pods created through the API at
+# once, then deleted, three rounds on one nodelet, beside the raw CRI floor.
+bench-density: setup
+	$(GO) test -run XXX -bench Density -benchtime 1x -timeout 90m ./test/integration/density/ $(BENCHFLAGS)
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/config/

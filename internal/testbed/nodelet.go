@@ -214,6 +214,14 @@ func (n *Nodelet) peekDone() bool {
 	}
 }
 
+// PID is the nodelet process's ID, 0 when it is not running.
+func (n *Nodelet) PID() int {
+	if n.Exited() {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
 // Stop ends nodelet with SIGTERM (pods keep running).
 func (n *Nodelet) Stop() { n.signal(syscall.SIGTERM) }
 

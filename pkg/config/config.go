@@ -234,6 +234,13 @@ func filterDuplicateNames(pods []*v1.Pod, source string, recorder record.EventRe
 // delete when the deletion timestamp is set); a change to status alone is
 // a reconcile.
 func checkAndUpdatePod(existing, ref *v1.Pod) (needUpdate, needReconcile, needGracefulDelete bool) {
+	if existing.ResourceVersion != "" && existing.ResourceVersion == ref.ResourceVersion {
+		// The API server's version says nothing changed. The API source
+		// delivers every pod on every event, so this keeps a burst of n
+		// pods from costing n² deep comparisons.
+		return
+	}
+	defer func() { existing.ResourceVersion = ref.ResourceVersion }()
 	if !podsDifferSemantically(existing, ref) {
 		if !apiequality.Semantic.DeepEqual(existing.Status, ref.Status) {
 			// nodelet owns the status; a changed one must be reconciled.
@@ -249,7 +256,6 @@ func checkAndUpdatePod(existing, ref *v1.Pod) (needUpdate, needReconcile, needGr
 	existing.DeletionTimestamp = ref.DeletionTimestamp
 	existing.DeletionGracePeriodSeconds = ref.DeletionGracePeriodSeconds
 	existing.Generation = ref.Generation
-	existing.ResourceVersion = ref.ResourceVersion
 	existing.Status = ref.Status
 	updateAnnotations(existing, ref)
 	if ref.DeletionTimestamp != nil {

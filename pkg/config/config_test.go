@@ -277,3 +277,43 @@ func TestMergeUIDReuse(t *testing.T) {
 		t.Fatalf("re-added pod: %s %v", u.Op, u.Pods[0].Annotations)
 	}
 }
+
+// TestMergeTrustsTheResourceVersion: an API pod delivered again with the
+// same resourceVersion is unchanged (no comparison needed); a new version
+// is compared as usual, and a status-only change records the new version
+// so the next delivery of it is recognised too.
+func TestMergeTrustsTheResourceVersion(t *testing.T) {
+	c, _, _ := newConfig()
+	ctx := context.Background()
+	p := mkPod("a", "a")
+	p.ResourceVersion = "1"
+	c.Set(ctx, "api", []*v1.Pod{p.DeepCopy()})
+	received(c)
+
+	// Same version: nothing, even though (impossibly) the spec differs.
+	same := p.DeepCopy()
+	same.Spec.Containers[0].Image = "img:2"
+	c.Set(ctx, "api", []*v1.Pod{same})
+	if got := received(c); len(got) != 0 {
+		t.Fatalf("an unchanged version was delivered: %v", got)
+	}
+	// A status change under a new version is a reconcile...
+	st := p.DeepCopy()
+	st.ResourceVersion, st.Status.Phase = "2", v1.PodRunning
+	c.Set(ctx, "api", []*v1.Pod{st.DeepCopy()})
+	if got := strings.Join(received(c), ";"); got != "RECONCILE a" {
+		t.Fatalf("got %q", got)
+	}
+	// ...after which that version is known.
+	c.Set(ctx, "api", []*v1.Pod{st.DeepCopy()})
+	if got := received(c); len(got) != 0 {
+		t.Fatalf("the reconciled version was delivered again: %v", got)
+	}
+	// A spec change under a new version is an update.
+	upd := st.DeepCopy()
+	upd.ResourceVersion, upd.Spec.Containers[0].Image = "3", "img:3"
+	c.Set(ctx, "api", []*v1.Pod{upd})
+	if got := strings.Join(received(c), ";"); got != "UPDATE a" {
+		t.Fatalf("got %q", got)
+	}
+}

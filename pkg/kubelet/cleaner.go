@@ -178,11 +178,11 @@ func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
 				continue
 			}
 		}
-		mounted, err := volume.MountPoints()
+		mounted, err := volume.MountPointsUnder(path)
 		if err != nil {
 			return err
 		}
-		if hasMountUnder(mounted, path) {
+		if len(mounted) > 0 {
 			klog.V(3).InfoS("Orphaned pod directory still has mounts, leaving it", "podUID", uid, "path", path)
 			continue
 		}
@@ -196,13 +196,4 @@ func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
 		return fmt.Errorf("removing orphaned pod directories: %s", strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-func hasMountUnder(mounts []string, dir string) bool {
-	for _, m := range mounts {
-		if m == dir || strings.HasPrefix(m, dir+"/") {
-			return true
-		}
-	}
-	return false
 }

@@ -89,26 +89,10 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		return err.Error(), container.ErrCreateContainerConfig
 	}
 
-	cctx, cancel := m.call(ctx)
-	created, err := m.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
-		PodSandboxId: sandboxID, Config: cfg, SandboxConfig: sandboxCfg,
-	})
-	cancel()
+	id, msg, err := m.createAndStart(ctx, pod, c, sandboxID, cfg, sandboxCfg)
 	if err != nil {
-		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
-		return errMessage(err), container.ErrCreateContainer
+		return msg, err
 	}
-	id := created.ContainerId
-	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
-
-	cctx, cancel = m.call(ctx)
-	_, err = m.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: id})
-	cancel()
-	if err != nil {
-		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
-		return errMessage(err), container.ErrRunContainer
-	}
-	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
 
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		cid := container.ContainerID{Type: m.runtimeName, ID: id}
@@ -121,6 +105,38 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		}
 	}
 	return "", nil
+}
+
+// createAndStart creates and starts a container, holding a start slot for
+// the two calls.
+func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Container, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, string, error) {
+	ref := containerRef(pod, c)
+	release, err := m.starts.acquire(ctx, pod)
+	if err != nil {
+		return "", err.Error(), container.ErrCreateContainer
+	}
+	defer release()
+	cctx, cancel := m.call(ctx)
+	created, err := m.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: sandboxID, Config: cfg, SandboxConfig: sandboxCfg,
+	})
+	cancel()
+	if err != nil {
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
+		return "", errMessage(err), container.ErrCreateContainer
+	}
+	id := created.ContainerId
+	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+
+	cctx, cancel = m.call(ctx)
+	_, err = m.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+	cancel()
+	if err != nil {
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
+		return id, errMessage(err), container.ErrRunContainer
+	}
+	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	return id, "", nil
 }
 
 // containerConfig describes a container to the runtime.
@@ -255,9 +271,14 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	}
 
 	klog.V(2).InfoS("Killing container with a grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id.ID, "gracePeriod", grace, "reason", reason)
+	release, err := m.starts.acquireFor(ctx, pod, stopHold, m.clock)
+	if err != nil {
+		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
+	}
+	defer release()
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
 	defer cancel()
-	_, err := m.runtime.StopContainer(cctx, &runtimeapi.StopContainerRequest{ContainerId: id.ID, Timeout: grace})
+	_, err = m.runtime.StopContainer(cctx, &runtimeapi.StopContainerRequest{ContainerId: id.ID, Timeout: grace})
 	if err != nil && !isNotFound(err) {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
 	}
@@ -339,7 +360,7 @@ func (m *Manager) killPodWithResult(ctx context.Context, pod *v1.Pod, running co
 	}
 	for _, sb := range running.Sandboxes {
 		r := result.Add(container.KillPodSandbox, sb.ID)
-		if err := m.stopSandbox(ctx, sb.ID); err != nil {
+		if err := m.stopSandbox(ctx, pod, sb.ID); err != nil {
 			r.Fail(container.ErrKillPodSandbox, err.Error())
 		}
 	}

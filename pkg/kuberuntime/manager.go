@@ -112,6 +112,8 @@ type Manager struct {
 
 	images       *imagePuller
 	imageRecords imageRecords
+	// starts caps the runtime calls that start sandboxes and containers.
+	starts *startGate
 
 	// crashBackOff delays restarts of failing containers: 10 s doubling
 	// to 5 min, forgotten after 10 min of good behaviour.
@@ -158,6 +160,7 @@ func New(o Options) *Manager {
 		keyringDir:     o.KeyringDir,
 		memoryCapacity: o.MemoryCapacity,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
+		starts:         newStartGate(MaxParallelPodStarts),
 	}
 	m.crashBackOff.Clock = o.Clock
 	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout, o.MaxParallelPulls)

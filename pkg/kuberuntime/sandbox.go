@@ -26,6 +26,11 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 		msg := fmt.Sprintf("Failed to create log directory for pod %q: %v", podutil.Ref(pod), err)
 		return "", msg, err
 	}
+	release, err := m.starts.acquire(ctx, pod)
+	if err != nil {
+		return "", fmt.Sprintf("Failed to create pod sandbox: %v", err), err
+	}
+	defer release()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
@@ -137,7 +142,12 @@ func protocolToCRI(p v1.Protocol) runtimeapi.Protocol {
 }
 
 // stopSandbox stops a sandbox; a sandbox already gone is not an error.
-func (m *Manager) stopSandbox(ctx context.Context, id string) error {
+func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error {
+	release, err := m.starts.acquire(ctx, pod)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	if _, err := m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {

@@ -171,7 +171,9 @@ func operationName(method string) string {
 		}
 		b.WriteRune(r)
 	}
-	return b.String()
+	// Upstream writes "podsandbox" as one word: run_podsandbox,
+	// podsandbox_status, list_podsandbox_stats.
+	return strings.ReplaceAll(b.String(), "pod_sandbox", "podsandbox")
 }
 
 // runningCollector reports kubelet_running_pods and

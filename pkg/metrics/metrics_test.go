@@ -118,3 +118,20 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("running containers: %v", got)
 	}
 }
+
+// TestOperationNamesAreUpstreams: dashboards select runtime operations by
+// upstream's names, which write "podsandbox" as one word.
+func TestOperationNamesAreUpstreams(t *testing.T) {
+	for method, want := range map[string]string{
+		"/runtime.v1.RuntimeService/RunPodSandbox":       "run_podsandbox",
+		"/runtime.v1.RuntimeService/PodSandboxStatus":    "podsandbox_status",
+		"/runtime.v1.RuntimeService/ListPodSandboxStats": "list_podsandbox_stats",
+		"/runtime.v1.RuntimeService/ContainerStatus":     "container_status",
+		"/runtime.v1.ImageService/ImageFsInfo":           "image_fs_info",
+		"/runtime.v1.RuntimeService/ReopenContainerLog":  "reopen_container_log",
+	} {
+		if got := operationName(method); got != want {
+			t.Errorf("%s: %q, want %q", method, got, want)
+		}
+	}
+}

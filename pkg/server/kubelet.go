@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -49,6 +50,9 @@ type KubeletSources struct {
 	// Stats serves /stats/summary; Metrics serves /metrics. Either may be nil.
 	Stats   Stats
 	Metrics http.Handler
+	// Profiling serves Go's profiles under /debug/pprof/ (upstream's
+	// enableProfilingHandler).
+	Profiling bool
 }
 
 // Kubelet is the kubelet API the API server talks to on the node's port
@@ -69,6 +73,13 @@ func NewKubelet(src KubeletSources) *Kubelet {
 	}
 	if src.Stats != nil {
 		s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
+	}
+	if src.Profiling {
+		s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	s.mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", s.handleLogs)
 	for _, p := range []string{"/exec/{ns}/{pod}/{container}", "/exec/{ns}/{pod}/{uid}/{container}"} {

@@ -2,8 +2,11 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,14 +14,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
-// Timing of the API syncer.
+// Timing and concurrency of the API syncer.
 const (
 	// resyncPeriod is how often every pod is checked against what the API
 	// server last said about it, without a change of our own: a mirror
@@ -28,6 +33,10 @@ const (
 	// retryDelay is how soon a pod whose write could not be done yet (a
 	// conflict, a mirror pod not created yet) is tried again.
 	retryDelay = 500 * time.Millisecond
+	// writers is how many pods are written at once: a write is a round
+	// trip, and one pod's must not wait behind a hundred others'. The
+	// client's QPS limit still applies.
+	writers = 4
 )
 
 // PodSource is what the API syncer asks of the rest of nodelet: the
@@ -42,17 +51,24 @@ type PodSource interface {
 
 // APISyncer writes the manager's statuses to the API server: each pod's
 // status as soon as it changes (changes in between are coalesced into the
-// newest), retried on conflict, never moving the API's status out of a
-// terminal phase; and once a deleted pod has stopped for good, it deletes
-// the object with grace 0 and a UID precondition, which completes the
-// graceful deletion the user began. A static pod's status goes to its
-// mirror pod.
+// newest), pods in the order their statuses changed, a few at a time, and
+// never moving the API's status out of a terminal phase; and once a
+// deleted pod has stopped for good, it deletes the object with grace 0
+// and a UID precondition, which completes the graceful deletion the user
+// began. A static pod's status goes to its mirror pod.
+//
+// A write is one strategic-merge PATCH of the status against the pod as
+// the source last delivered it, with the pod's UID as precondition (the
+// API server refuses the patch for another pod of the same name). Only
+// when nodelet has no copy, or a patch failed, is the pod read first.
 type APISyncer struct {
 	client kubernetes.Interface
 	m      *Manager
 	pods   PodSource
 	clock  clock.WithTicker
+	queue  workqueue.TypedDelayingInterface[types.UID]
 
+	mu sync.Mutex
 	// synced is the version of each pod's status last written (or found
 	// already equal).
 	synced map[types.UID]uint64
@@ -60,72 +76,99 @@ type APISyncer struct {
 	// object (a recreated mirror pod) needs the status written again.
 	target  map[types.UID]types.UID
 	deleted map[types.UID]bool
+	// reread marks pods whose next write must read the object first.
+	reread map[types.UID]bool
+	// checked is the (status version, API object version) pair last found
+	// in agreement, so an unchanged pod costs no comparison.
+	checked map[types.UID]checkedPair
+}
+
+type checkedPair struct {
+	version         uint64
+	resourceVersion string
 }
 
 // NewAPISyncer returns a syncer for m's statuses.
 func NewAPISyncer(client kubernetes.Interface, m *Manager, pods PodSource, clk clock.WithTicker) *APISyncer {
-	return &APISyncer{client: client, m: m, pods: pods, clock: clk, synced: map[types.UID]uint64{}, target: map[types.UID]types.UID{}, deleted: map[types.UID]bool{}}
+	return &APISyncer{
+		client: client, m: m, pods: pods, clock: clk,
+		queue:  workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{Clock: clk, Name: ""}),
+		synced: map[types.UID]uint64{}, target: map[types.UID]types.UID{}, deleted: map[types.UID]bool{},
+		reread: map[types.UID]bool{}, checked: map[types.UID]checkedPair{},
+	}
 }
 
 // Run syncs until ctx ends.
 func (s *APISyncer) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := 0; i < writers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s.processNext(ctx) {
+			}
+		}()
+	}
+	defer func() {
+		// The writers finish the pod in hand, then stop.
+		s.queue.ShutDown()
+		wg.Wait()
+	}()
 	t := s.clock.NewTicker(resyncPeriod)
 	defer t.Stop()
-	var retry <-chan time.Time
 	for {
+		for _, uid := range s.due() {
+			s.queue.Add(uid)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.m.Changed():
 		case <-t.C():
-		case <-retry:
-		}
-		retry = nil
-		if s.SyncBatch(ctx) {
-			retry = s.clock.After(retryDelay)
 		}
 	}
 }
 
-type pending struct {
-	uid types.UID
-	versioned
-}
-
-// snapshot returns a copy of every status.
-func (m *Manager) snapshot() []pending {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]pending, 0, len(m.statuses))
-	for uid, v := range m.statuses {
-		c := *v
-		c.status = *v.status.DeepCopy()
-		out = append(out, pending{uid: uid, versioned: c})
+func (s *APISyncer) processNext(ctx context.Context) bool {
+	uid, quit := s.queue.Get()
+	if quit {
+		return false
 	}
-	return out
+	defer s.queue.Done(uid)
+	if !s.syncOne(ctx, uid) {
+		s.queue.AddAfter(uid, retryDelay)
+	}
+	return true
 }
 
-// SyncBatch writes every status not written yet and deletes the pods
-// that may now go. It reports whether something must be tried again soon.
+// SyncBatch writes, one after another, every status not written yet and
+// deletes the pods that may now go. It reports whether something must be
+// tried again soon. Run does the same with several writers.
 func (s *APISyncer) SyncBatch(ctx context.Context) (retry bool) {
-	all := s.m.snapshot()
+	for _, uid := range s.due() {
+		if !s.syncOne(ctx, uid) {
+			retry = true
+		}
+	}
+	return retry
+}
+
+// due lists the pods with something to write or delete, oldest change
+// first, and forgets the state of pods the manager no longer has.
+func (s *APISyncer) due() []types.UID {
+	all := s.m.versions()
+	slices.SortFunc(all, func(a, b versionInfo) int { return int(a.seq - b.seq) })
 	live := make(map[types.UID]bool, len(all))
+	var out []types.UID
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, p := range all {
 		live[p.uid] = true
 		if s.deleted[p.uid] {
 			continue
 		}
-		pod, desired := s.pods.PodByUID(p.uid)
-		deletable := p.mirrorOf == "" && p.finished && desired && pod.DeletionTimestamp != nil && !s.pods.CouldHaveRunningContainers(p.uid)
-		if s.synced[p.uid] == p.version && !deletable && !s.needsReconcile(p) {
-			continue
-		}
-		done, err := s.syncPod(ctx, p, deletable)
-		if err != nil {
-			klog.V(2).InfoS("Failed to update the pod status in the API", "pod", klog.KRef(p.namespace, p.name), "podUID", p.uid, "err", err)
-		}
-		if !done {
-			retry = true
+		if s.synced[p.uid] != p.version || s.deletableLocked(p) || s.needsReconcileLocked(p) {
+			out = append(out, p.uid)
 		}
 	}
 	for uid := range s.synced {
@@ -133,86 +176,181 @@ func (s *APISyncer) SyncBatch(ctx context.Context) (retry bool) {
 			delete(s.synced, uid)
 			delete(s.target, uid)
 			delete(s.deleted, uid)
+			delete(s.reread, uid)
+			delete(s.checked, uid)
 		}
 	}
-	return retry
+	return out
+}
+
+// deletableLocked reports whether the pod's object may be deleted: it is
+// an API pod being deleted, its containers are gone for good and its
+// final status is recorded.
+func (s *APISyncer) deletableLocked(p versionInfo) bool {
+	pod, desired := s.pods.PodByUID(p.uid)
+	return p.mirrorOf == "" && p.finished && desired && pod.DeletionTimestamp != nil && !s.pods.CouldHaveRunningContainers(p.uid)
+}
+
+// needsReconcileLocked reports whether the API object as last seen
+// differs from the status written, or is another object than the one
+// written to. A pair of versions found in agreement is not compared again.
+func (s *APISyncer) needsReconcileLocked(p versionInfo) bool {
+	obj := s.pods.APIPod(p.uid)
+	if obj == nil || !isFor(obj, p.uid, p.mirrorOf) {
+		return false
+	}
+	if s.target[p.uid] != obj.UID {
+		return true
+	}
+	pair := checkedPair{p.version, obj.ResourceVersion}
+	if s.checked[p.uid] == pair {
+		return false
+	}
+	ours, ok := s.m.GetPodStatus(p.uid)
+	if ok && !apiequality.Semantic.DeepEqual(obj.Status, mergeStatus(obj.Status, ours)) {
+		return true
+	}
+	s.checked[p.uid] = pair
+	return false
 }
 
 // errStale classifies a pod whose object is not the one the status is
 // for: nothing to write, and nothing to retry.
 var errStale = errors.New("the API object is for another pod")
 
+// syncOne writes one pod's status and, if deletable, deletes the pod. It
+// reports whether the pod is done with (false: try again soon).
+func (s *APISyncer) syncOne(ctx context.Context, uid types.UID) bool {
+	p, ok := s.m.pending(uid)
+	if !ok {
+		return true
+	}
+	s.mu.Lock()
+	deletable := s.deletableLocked(p.versionInfo)
+	done := s.deleted[uid] || (s.synced[uid] == p.version && !deletable && !s.needsReconcileLocked(p.versionInfo))
+	s.mu.Unlock()
+	if done {
+		return true
+	}
+	done, err := s.syncPod(ctx, p, deletable)
+	if err != nil {
+		klog.V(2).InfoS("Failed to update the pod status in the API", "pod", klog.KRef(p.namespace, p.name), "podUID", uid, "err", err)
+	}
+	return done
+}
+
 // syncPod writes one pod's status and, if deletable, deletes the pod. It
 // reports whether the pod is done with (false: try again soon).
 func (s *APISyncer) syncPod(ctx context.Context, p pending, deletable bool) (bool, error) {
-	pods := s.client.CoreV1().Pods(p.namespace)
-	obj, err := pods.Get(ctx, p.name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) && p.mirrorOf != "":
-		// The mirror pod is not created yet (or was just deleted): its
-		// status is written once it exists.
-		return false, nil
-	case apierrors.IsNotFound(err):
-		s.synced[p.uid], s.deleted[p.uid] = p.version, true
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("getting pod: %w", err)
+	obj, done, err := s.base(ctx, p)
+	if obj == nil {
+		return done, err
 	}
-	if !s.isFor(obj, p) {
-		s.synced[p.uid] = p.version
-		klog.V(3).InfoS("Pod was deleted and then recreated, skipping status update", "pod", klog.KObj(obj), "oldPodUID", p.uid, "podUID", obj.UID)
-		return true, errStale
-	}
-	if s.synced[p.uid] != p.version || s.target[p.uid] != obj.UID || s.needsReconcile(p) {
-		merged := mergeStatus(obj.Status, p.status)
-		if isTerminal(obj.Status.Phase) && !isTerminal(merged.Phase) {
-			klog.ErrorS(nil, "The API has the pod in a terminal phase; not moving it back", "pod", klog.KObj(obj), "podUID", p.uid,
-				"apiPhase", obj.Status.Phase, "phase", merged.Phase)
-			merged.Phase = obj.Status.Phase
+	s.mu.Lock()
+	write := s.synced[p.uid] != p.version || s.target[p.uid] != obj.UID
+	s.mu.Unlock()
+	if write || !apiequality.Semantic.DeepEqual(obj.Status, mergeStatus(obj.Status, p.status)) {
+		if err := s.patch(ctx, obj, p); err != nil {
+			s.mark(func() { s.reread[p.uid] = true })
+			return false, err
 		}
-		if !apiequality.Semantic.DeepEqual(obj.Status, merged) {
-			obj.Status = merged
-			if _, err := pods.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
-				// A conflict means the object moved on: read it again.
-				return false, fmt.Errorf("updating status: %w", err)
-			}
-			klog.V(3).InfoS("Status for pod updated successfully", "pod", klog.KObj(obj), "podUID", p.uid, "statusVersion", p.version, "phase", merged.Phase)
-		}
-		s.synced[p.uid], s.target[p.uid] = p.version, obj.UID
 	}
+	s.mark(func() { s.synced[p.uid], s.target[p.uid] = p.version, obj.UID })
 	if !deletable {
 		return true, nil
 	}
 	uid := obj.UID
-	err = pods.Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &uid}})
+	err = s.client.CoreV1().Pods(p.namespace).Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return false, fmt.Errorf("deleting pod: %w", err)
 	}
 	klog.V(2).InfoS("Pod fully terminated and removed from the API", "pod", klog.KObj(obj), "podUID", p.uid)
-	s.deleted[p.uid] = true
+	s.mark(func() { s.deleted[p.uid] = true })
 	return true, nil
 }
 
-// needsReconcile reports whether the API object as last seen differs from
-// the status written, or is another object than the one written to.
-func (s *APISyncer) needsReconcile(p pending) bool {
-	obj := s.pods.APIPod(p.uid)
-	if obj == nil || !s.isFor(obj, p) {
-		return false
+func (s *APISyncer) mark(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
+}
+
+// base returns the API object to write the status to: the source's copy
+// when there is one for this pod and no earlier write failed, else the
+// object read from the API. A nil object means there is nothing to write
+// now; done then says whether to try again.
+func (s *APISyncer) base(ctx context.Context, p pending) (obj *v1.Pod, done bool, err error) {
+	s.mu.Lock()
+	reread := s.reread[p.uid]
+	s.mu.Unlock()
+	if obj := s.pods.APIPod(p.uid); obj != nil && !reread && isFor(obj, p.uid, p.mirrorOf) {
+		return obj, false, nil
 	}
-	if s.target[p.uid] != obj.UID {
-		return true
+	obj, err = s.client.CoreV1().Pods(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) && p.mirrorOf != "":
+		// The mirror pod is not created yet (or was just deleted): its
+		// status is written once it exists.
+		return nil, false, nil
+	case apierrors.IsNotFound(err):
+		s.mark(func() { s.synced[p.uid], s.deleted[p.uid] = p.version, true })
+		return nil, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("getting pod: %w", err)
 	}
-	return !apiequality.Semantic.DeepEqual(obj.Status, mergeStatus(obj.Status, p.status))
+	if !isFor(obj, p.uid, p.mirrorOf) {
+		s.mark(func() { s.synced[p.uid] = p.version })
+		klog.V(3).InfoS("Pod was deleted and then recreated, skipping status update", "pod", klog.KObj(obj), "oldPodUID", p.uid, "podUID", obj.UID)
+		return nil, true, errStale
+	}
+	s.mark(func() { delete(s.reread, p.uid) })
+	return obj, false, nil
+}
+
+// patch writes p's status over obj's with a strategic merge patch carrying
+// obj's UID, so it can never land on a recreated pod of the same name.
+func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) error {
+	merged := mergeStatus(obj.Status, p.status)
+	if isTerminal(obj.Status.Phase) && !isTerminal(merged.Phase) {
+		klog.ErrorS(nil, "The API has the pod in a terminal phase; not moving it back", "pod", klog.KObj(obj), "podUID", p.uid,
+			"apiPhase", obj.Status.Phase, "phase", merged.Phase)
+		merged.Phase = obj.Status.Phase
+	}
+	if apiequality.Semantic.DeepEqual(obj.Status, merged) {
+		return nil
+	}
+	patch, err := statusPatch(obj.UID, obj.Status, merged)
+	if err != nil {
+		return err
+	}
+	if _, err := s.client.CoreV1().Pods(obj.Namespace).Patch(ctx, obj.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("patching status: %w", err)
+	}
+	klog.V(3).InfoS("Status for pod updated successfully", "pod", klog.KObj(obj), "podUID", p.uid, "statusVersion", p.version, "phase", merged.Phase)
+	return nil
+}
+
+// statusPatch is the strategic merge patch from old to new status, with
+// the UID as a precondition (a patch may not change it).
+func statusPatch(uid types.UID, old, new v1.PodStatus) ([]byte, error) {
+	oldJSON, err := json.Marshal(v1.Pod{Status: old})
+	if err != nil {
+		return nil, err
+	}
+	newJSON, err := json.Marshal(v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: new})
+	if err != nil {
+		return nil, err
+	}
+	return strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Pod{})
 }
 
 // isFor reports whether the API object holds the status of the pod: the
 // same UID, or for a static pod its mirror pod of the same manifest.
-func (s *APISyncer) isFor(obj *v1.Pod, p pending) bool {
-	if p.mirrorOf != "" {
-		return podutil.IsMirror(obj) && obj.Annotations[podutil.ConfigMirrorAnnotationKey] == p.mirrorOf
+func isFor(obj *v1.Pod, uid types.UID, mirrorOf string) bool {
+	if mirrorOf != "" {
+		return podutil.IsMirror(obj) && obj.Annotations[podutil.ConfigMirrorAnnotationKey] == mirrorOf
 	}
-	return obj.UID == p.uid
+	return obj.UID == uid
 }
 
 // mergeStatus lays nodelet's status over the API's, keeping what others

@@ -2,11 +2,16 @@ package status
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -80,12 +85,12 @@ func TestSyncerWritesChangedStatusesOnce(t *testing.T) {
 	}
 	// Nothing changed: no more writes.
 	s.SyncBatch(ctx)
-	if n := countActions(client, "update", "status"); n != 1 {
+	if n := countActions(client, "patch", "status"); n != 1 {
 		t.Fatalf("%d status updates, want 1", n)
 	}
 	m.SetPodStatus(pod, ready(v1.ConditionFalse))
 	s.SyncBatch(ctx)
-	if n := countActions(client, "update", "status"); n != 2 {
+	if n := countActions(client, "patch", "status"); n != 2 {
 		t.Fatalf("%d status updates after a change, want 2", n)
 	}
 }
@@ -108,7 +113,7 @@ func TestSyncerSkipsARecreatedPod(t *testing.T) {
 	other.UID = "a-new"
 	m.SetPodStatus(other, ready(v1.ConditionTrue))
 	s.SyncBatch(context.Background())
-	if n := countActions(client, "update", "status"); n != 0 {
+	if n := countActions(client, "patch", "status"); n != 0 {
 		t.Fatalf("wrote the status of another pod with the same name (%d updates)", n)
 	}
 }
@@ -180,5 +185,100 @@ func TestSyncerWritesStaticPodStatusToItsMirror(t *testing.T) {
 	s.SyncBatch(ctx)
 	if got := apiPod(t, client, "web"); got.Status.Phase != v1.PodRunning {
 		t.Fatalf("recreated mirror status %+v", got.Status)
+	}
+}
+
+// TestSyncerPatchesWithoutReadingWhenItHasTheObject: with the source's
+// copy of the pod at hand a write is one PATCH carrying the UID; after a
+// failed patch the object is read before the next one.
+func TestSyncerPatchesWithoutReadingWhenItHasTheObject(t *testing.T) {
+	pod := testPod("a")
+	s, m, client, pods := newSyncer(t, pod)
+	pods.api["a"] = apiPod(t, client, "a")
+	ctx := context.Background()
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	if retry := s.SyncBatch(ctx); retry {
+		t.Fatal("retry after a successful write")
+	}
+	if n := countActions(client, "get", ""); n != 1 { // the test's own read above
+		t.Fatalf("%d reads, want none by the syncer", n-1)
+	}
+	var patch []byte
+	for _, a := range client.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			patch = p.GetPatch()
+		}
+	}
+	if !strings.Contains(string(patch), `"uid":"a"`) {
+		t.Fatalf("patch %s carries no UID precondition", patch)
+	}
+
+	// A failing patch: the next attempt reads the object first.
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(v1.Resource("pods"), "a", errors.New("stale"))
+	})
+	m.SetPodStatus(pod, ready(v1.ConditionFalse))
+	if retry := s.SyncBatch(ctx); !retry {
+		t.Fatal("no retry after a failed patch")
+	}
+	client.ReactionChain = client.ReactionChain[1:]
+	gets := countActions(client, "get", "")
+	if retry := s.SyncBatch(ctx); retry {
+		t.Fatal("retry after a successful write")
+	}
+	if countActions(client, "get", "") != gets+1 {
+		t.Fatal("the object was not read again after a failed patch")
+	}
+	if got := apiPod(t, client, "a"); got.Status.Conditions[0].Status != v1.ConditionFalse {
+		t.Fatalf("API status %+v", got.Status)
+	}
+}
+
+// TestSyncerTakesTheOldestChangeFirst: pods are written in the order their
+// statuses changed, so a pod that became Ready first is written first.
+func TestSyncerTakesTheOldestChangeFirst(t *testing.T) {
+	var objs []*v1.Pod
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		objs = append(objs, testPod(name))
+	}
+	s, m, _, _ := newSyncer(t, objs...)
+	for _, name := range []string{"d", "b", "e", "a", "c"} {
+		m.SetPodStatus(testPod(name), ready(v1.ConditionTrue))
+	}
+	if got := fmt.Sprint(s.due()); got != "[d b e a c]" {
+		t.Fatalf("due %s", got)
+	}
+}
+
+// TestSyncerRunWritesEveryPodConcurrently runs the real loop with its
+// writers against many pods (with the race detector in CI).
+func TestSyncerRunWritesEveryPodConcurrently(t *testing.T) {
+	var objs []*v1.Pod
+	for i := 0; i < 40; i++ {
+		objs = append(objs, testPod(fmt.Sprintf("p%d", i)))
+	}
+	s, m, client, _ := newSyncer(t, objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for _, o := range objs {
+		m.SetPodStatus(o, ready(v1.ConditionTrue))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := 0
+		for _, o := range objs {
+			if p := apiPod(t, client, o.Name); p.Status.Phase == v1.PodRunning {
+				n++
+			}
+		}
+		if n == len(objs) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d statuses written", n, len(objs))
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
 	}
 }

@@ -28,6 +28,9 @@ type Manager struct {
 
 	mu       sync.RWMutex
 	statuses map[types.UID]*versioned
+	// seq numbers changes across all pods, so writers can take the oldest
+	// change first.
+	seq uint64
 	// changed is signalled (without blocking) whenever a status changes.
 	changed chan struct{}
 }
@@ -42,6 +45,50 @@ type versioned struct {
 	// mirrorOf is the config hash of a static pod, whose status the API
 	// server holds on its mirror pod; empty for API pods.
 	mirrorOf string
+	// seq is the manager-wide number of the change that made this version.
+	seq uint64
+}
+
+// versionInfo is what the API syncer needs to decide whether a pod has
+// something to write, without copying its status.
+type versionInfo struct {
+	uid      types.UID
+	version  uint64
+	seq      uint64
+	mirrorOf string
+	finished bool
+}
+
+// pending is one pod's status to write.
+type pending struct {
+	versionInfo
+	name, namespace string
+	status          v1.PodStatus
+}
+
+// versions lists every pod's status version.
+func (m *Manager) versions() []versionInfo {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]versionInfo, 0, len(m.statuses))
+	for uid, v := range m.statuses {
+		out = append(out, versionInfo{uid: uid, version: v.version, seq: v.seq, mirrorOf: v.mirrorOf, finished: v.finished})
+	}
+	return out
+}
+
+// pending returns a copy of one pod's status to write.
+func (m *Manager) pending(uid types.UID) (pending, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.statuses[uid]
+	if !ok {
+		return pending{}, false
+	}
+	return pending{
+		versionInfo: versionInfo{uid: uid, version: v.version, seq: v.seq, mirrorOf: v.mirrorOf, finished: v.finished},
+		name:        v.name, namespace: v.namespace, status: *v.status.DeepCopy(),
+	}, true
 }
 
 // New returns an empty status manager.
@@ -158,6 +205,8 @@ func (m *Manager) update(pod *v1.Pod, status v1.PodStatus, finished bool) {
 	} else {
 		v.version = 1
 	}
+	m.seq++
+	v.seq = m.seq
 	m.statuses[pod.UID] = v
 	select {
 	case m.changed <- struct{}{}:

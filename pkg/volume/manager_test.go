@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"errors"
+	"github.com/moby/sys/mountinfo"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,7 +105,7 @@ func TestProjectedVolume(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "other")); err == nil {
 		t.Error("a key not in items was written")
 	}
-	if mounted, _ := isMountPoint(dir); !mounted {
+	if mounted, _ := mountinfo.Mounted(dir); !mounted {
 		t.Error("a projected volume is not on a tmpfs")
 	}
 
@@ -166,7 +167,7 @@ func TestConfigMapVolumeIsUpdatedAtomically(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, first)); !os.IsNotExist(err) {
 		t.Errorf("the old generation %s is still there", first)
 	}
-	if mounted, _ := isMountPoint(dir); mounted {
+	if mounted, _ := mountinfo.Mounted(dir); mounted {
 		t.Error("a configMap volume is on a tmpfs")
 	}
 }
@@ -219,11 +220,11 @@ func TestSecretAndMemoryEmptyDirAreTmpfsAndTornDown(t *testing.T) {
 	scratch, _ := f.m.HostPath(pod.UID, "scratch")
 	disk, _ := f.m.HostPath(pod.UID, "disk")
 	for _, d := range []string{secret, scratch} {
-		if mounted, _ := isMountPoint(d); !mounted {
+		if mounted, _ := mountinfo.Mounted(d); !mounted {
 			t.Errorf("%s is not a tmpfs", d)
 		}
 	}
-	if mounted, _ := isMountPoint(disk); mounted {
+	if mounted, _ := mountinfo.Mounted(disk); mounted {
 		t.Errorf("a disk emptyDir is a mount")
 	}
 	if st, err := os.Stat(filepath.Join(secret, "..data", "password")); err != nil || st.Mode().Perm() != 0o400 {
@@ -241,7 +242,7 @@ func TestSecretAndMemoryEmptyDirAreTmpfsAndTornDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []string{secret, scratch, disk} {
-		if mounted, _ := isMountPoint(d); mounted {
+		if mounted, _ := mountinfo.Mounted(d); mounted {
 			t.Errorf("%s still mounted", d)
 		}
 		if _, err := os.Stat(d); !os.IsNotExist(err) {

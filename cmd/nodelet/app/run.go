@@ -292,7 +292,7 @@ func Run(ctx context.Context, o *Options) error {
 	if c.Port > 0 {
 		errs, err := serveKubeletAPI(ctx, o, nodeName, hostIPs, client, server.NewKubelet(server.KubeletSources{
 			Pods: core, Healthz: core.Healthz, Runtime: runtime, Metrics: promMetrics.Handler(),
-			Stats: statsProvider,
+			Stats: statsProvider, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler,
 		}))
 		if err != nil {
 			return err

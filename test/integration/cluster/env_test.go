@@ -170,11 +170,8 @@ func TestConfigMapsSecretsEnvAndDNS(t *testing.T) {
 	}
 	testbed.Eventually(t, 20*time.Second, func() (bool, string) {
 		_, err := os.Stat(volumes)
-		mounted, _ := volume.MountPoints()
-		for _, m := range mounted {
-			if strings.HasPrefix(m, volumes) {
-				return false, "still mounted: " + m
-			}
+		if mounted, _ := volume.MountPointsUnder(volumes); len(mounted) > 0 {
+			return false, fmt.Sprintf("still mounted: %v", mounted)
 		}
 		return os.IsNotExist(err), fmt.Sprintf("%s: %v", volumes, err)
 	})

@@ -185,11 +185,8 @@ spec:
 		}
 		n.RemoveManifest("vols.yaml")
 		testbed.Eventually(t, 20*time.Second, func() (bool, string) {
-			mounted, _ := volume.MountPoints()
-			for _, m := range mounted {
-				if strings.HasPrefix(m, volumes) {
-					return false, "still mounted: " + m
-				}
+			if mounted, _ := volume.MountPointsUnder(volumes); len(mounted) > 0 {
+				return false, fmt.Sprintf("still mounted: %v", mounted)
 			}
 			_, err := os.Stat(volumes)
 			return os.IsNotExist(err), fmt.Sprintf("%s: %v", volumes, err)

@@ -1,0 +1,124 @@
+package kuberuntime
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+var gateNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func seenPod(uid string, seen time.Time) *v1.Pod {
+	p := &v1.Pod{}
+	p.UID = types.UID(uid)
+	p.Annotations = map[string]string{podutil.ConfigFirstSeenAnnotationKey: seen.Format(time.RFC3339Nano)}
+	return p
+}
+
+// TestStartGateAdmitsEarliestSeenFirst: with the slots taken, waiters are
+// admitted in the order their pods were first seen, not the order they
+// asked, so a burst's first pods are not held behind its last.
+func TestStartGateAdmitsEarliestSeenFirst(t *testing.T) {
+	g := newStartGate(1)
+	ctx := context.Background()
+	hold, err := g.acquire(ctx, seenPod("first", gateNow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 3)
+	for _, w := range []struct {
+		uid string
+		at  time.Duration
+	}{{"late", 3 * time.Second}, {"early", time.Second}, {"middle", 2 * time.Second}} {
+		go func() {
+			release, err := g.acquire(ctx, seenPod(w.uid, gateNow.Add(w.at)))
+			if err != nil {
+				order <- err.Error()
+				return
+			}
+			order <- w.uid
+			release()
+		}()
+	}
+	// All three wait before the slot is given back.
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 3 })
+	hold()
+	got := fmt.Sprint(<-order, " ", <-order, " ", <-order)
+	if got != "early middle late" {
+		t.Fatalf("admitted %s", got)
+	}
+	// The last one gives its slot back.
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.free == 1 })
+}
+
+// TestStartGateWaiterGivesUpWithItsContext: a cancelled waiter leaves
+// the queue and never holds a slot.
+func TestStartGateWaiterGivesUpWithItsContext(t *testing.T) {
+	g := newStartGate(1)
+	hold, _ := g.acquire(context.Background(), seenPod("a", gateNow))
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(ctx, seenPod("b", gateNow))
+		errs <- err
+	}()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
+	cancel()
+	if err := <-errs; err != context.Canceled {
+		t.Fatalf("err %v", err)
+	}
+	hold()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.free != 1 || len(g.waiting) != 0 {
+		t.Fatalf("free %d, waiting %d", g.free, len(g.waiting))
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5 s")
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+}
+
+// TestStartGateStopHoldsItsSlotBriefly: a stop that outlasts its hold
+// gives its slot to the next pod while it goes on waiting.
+func TestStartGateStopHoldsItsSlotBriefly(t *testing.T) {
+	clk := testingclock.NewFakeClock(gateNow)
+	g := newStartGate(1)
+	release, err := g.acquireFor(context.Background(), seenPod("slow", gateNow), stopHold, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan struct{})
+	go func() {
+		r, err := g.acquire(context.Background(), seenPod("next", gateNow.Add(time.Second)))
+		if err == nil {
+			r()
+		}
+		close(next)
+	}()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
+	waitFor(t, clk.HasWaiters)
+	clk.Step(stopHold)
+	<-next
+	// The slow stop ends later: releasing again frees nothing twice.
+	release()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.free != 1 {
+		t.Fatalf("%d slots free, want 1", g.free)
+	}
+}

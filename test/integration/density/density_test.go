@@ -1,0 +1,514 @@
+// Package density measures nodelet at density in cluster mode, against
+// the real upstream control plane: bursts of pods created through the API
+// as a client would, then deleted, each beside the raw CRI floor for the
+// same count measured in the same run with the same parallelism.
+//
+//	make bench-density
+//
+// It holds no tests: without -test.bench nothing is set up and nothing
+// runs.
+package density
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+)
+
+var (
+	cd *testbed.Containerd
+	cl *testbed.Cluster
+
+	rounds   = flag.Int("density.rounds", 3, "rounds of bursts on one nodelet")
+	counts   = flag.String("density.counts", "1,30,110", "burst sizes, in order, each round")
+	window   = flag.Duration("density.window", 30*time.Second, "how long CPU use is measured, idle and at the largest burst")
+	token    = flag.Bool("density.token", true, "pods mount a service account token, as a client's pods do by default")
+	profile  = flag.String("density.cpuprofile", "", "write nodelet's CPU profile during the first round's largest create burst to this file")
+	parallel = flag.Int("density.parallel", kuberuntime.MaxParallelPodStarts, "the floor's parallelism (nodelet's cap on concurrent pod starts)")
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run())
+	}
+	testbed.Main(m, &cd, func(ctx context.Context) (func(), error) {
+		dir, err := os.MkdirTemp("/var/lib", "nodelet-density-")
+		if err != nil {
+			return nil, err
+		}
+		cl, err = testbed.StartCluster(ctx, dir)
+		if err != nil {
+			return func() { os.RemoveAll(dir) }, err
+		}
+		return func() {
+			cl.Stop()
+			os.RemoveAll(dir)
+		}, nil
+	})
+}
+
+// BenchmarkDensity runs the rounds on one nodelet, never restarted, so
+// leaks and stalls show, and prints every figure with its ratio to the
+// floor. It is not a timed test: b.N is ignored beyond the first.
+func BenchmarkDensity(b *testing.B) {
+	sizes, err := parseCounts(*counts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	const nodeName = "density"
+	kubeconfig, err := cl.NodeKubeconfig(nodeName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := testbed.StartNodelet(b, cd, testbed.NodeletOptions{
+		NodeName: nodeName, Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/" + nodeName,
+		ExtraConfig: fmt.Sprintf("authentication:\n  x509:\n    clientCAFile: %s\n", cl.CAFile()),
+		Address:     "0.0.0.0", Args: []string{"-v", "1"},
+	})
+	client := benchClient(b)
+	ns := namespace(b, client)
+	w := watchPods(b, client, ns)
+	waitNodeReady(b, client, nodeName)
+
+	r := &report{}
+	r.idle = measure(b, node.PID())
+	for round := 1; round <= *rounds; round++ {
+		for _, n := range sizes {
+			res := result{round: round, pods: n}
+			floor := &testbed.Floor{CD: cd, Parallel: *parallel, LogDir: b.TempDir()}
+			prefix := fmt.Sprintf("floor-%d-%d", round, n)
+			if res.floorStart, err = floor.Start(ctx, prefix, n); err != nil {
+				b.Fatal(err)
+			}
+			if res.floorStop, err = floor.Stop(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := floor.Remove(ctx); err != nil {
+				b.Fatal(err)
+			}
+			names := podNames(round, n)
+			opsBefore := runtimeOps(b, client, nodeName)
+			before := testbed.CPUByCommand()
+			var profiled chan error
+			if *profile != "" && round == 1 && n == sizes[len(sizes)-1] {
+				profiled = make(chan error, 1)
+				go func() { profiled <- cpuProfile(client, nodeName, *profile) }()
+			}
+			res.start, res.allReady = burstCreate(b, client, w, ns, nodeName, names)
+			if profiled != nil {
+				if err := <-profiled; err != nil {
+					b.Fatal(err)
+				}
+			}
+			res.cpu = cpuSince(before)
+			if n == sizes[len(sizes)-1] && round == 1 {
+				r.busy = measure(b, node.PID())
+			}
+			res.stop, res.allGone = burstDelete(b, client, w, ns, names)
+			res.ops = compareOps(floor.Calls(), opsBefore, runtimeOps(b, client, nodeName))
+			// The next burst starts on a quiet runtime: nodelet's garbage
+			// collection of these pods' sandboxes is done.
+			testbed.Eventually(b, 5*time.Minute, func() (bool, string) {
+				sbs, err := cd.Sandboxes(ctx)
+				return err == nil && len(sbs) == 0, fmt.Sprintf("%d sandboxes left (%v)", len(sbs), err)
+			})
+			b.Logf("round %d, %d pods: %s", round, n, res.line())
+			b.Logf("round %d, %d pods: CPU used during the create burst: %s", round, n, res.cpu)
+			b.Logf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s", round, n, res.ops)
+			r.results = append(r.results, res)
+		}
+	}
+	r.idleAfter = measure(b, node.PID())
+	b.Log("\n" + r.String())
+}
+
+// cpuProfile fetches 40 s of nodelet's CPU profile through the API
+// server's node proxy.
+func cpuProfile(c kubernetes.Interface, nodeName, file string) error {
+	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/debug/pprof/profile").
+		Param("seconds", "40").Timeout(time.Minute).DoRaw(context.Background())
+	if err != nil {
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	return os.WriteFile(file, data, 0o644)
+}
+
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		var n int
+		if _, err := fmt.Sscan(f, &n); err != nil || n < 1 {
+			return nil, fmt.Errorf("-density.counts: %q is not a pod count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchClient is a cluster-admin client fast enough never to be the
+// bottleneck: a burst is created at once.
+func benchClient(b *testing.B) kubernetes.Interface {
+	cfg, err := clientcmd.BuildConfigFromFlags("", cl.AdminKubeconfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func namespace(b *testing.B, c kubernetes.Interface) string {
+	ctx := context.Background()
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "density"}}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	testbed.Eventually(b, time.Minute, func() (bool, string) {
+		_, err := c.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprintf("no default service account: %v", err)
+	})
+	return ns.Name
+}
+
+func waitNodeReady(b *testing.B, c kubernetes.Interface, name string) {
+	testbed.Eventually(b, time.Minute, func() (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == v1.NodeReady && cond.Status == v1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, "node not Ready"
+	})
+}
+
+// watcher records when each pod was first seen Ready and when it was
+// seen deleted, as a client watching the API sees them.
+type watcher struct {
+	mu    sync.Mutex
+	ready map[string]time.Time
+	gone  map[string]time.Time
+}
+
+func watchPods(b *testing.B, c kubernetes.Interface, ns string) *watcher {
+	w := &watcher{ready: map[string]time.Time{}, gone: map[string]time.Time{}}
+	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "pods", ns, fields.Everything())
+	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw, ObjectType: &v1.Pod{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { w.seen(o.(*v1.Pod)) },
+			UpdateFunc: func(_, o any) { w.seen(o.(*v1.Pod)) },
+			DeleteFunc: func(o any) {
+				if p, ok := o.(*v1.Pod); ok {
+					w.mark(w.gone, p.Name)
+				}
+			},
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go ctrl.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		b.Fatal("pod watch never synced")
+	}
+	return w
+}
+
+func (w *watcher) seen(p *v1.Pod) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
+			w.mark(w.ready, p.Name)
+		}
+	}
+}
+
+func (w *watcher) mark(m map[string]time.Time, name string) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := m[name]; !ok {
+		m[name] = now
+	}
+}
+
+// waitAll waits until every name is in m and returns their times.
+func (w *watcher) waitAll(b *testing.B, m map[string]time.Time, names []string, what string) []time.Time {
+	out := make([]time.Time, len(names))
+	testbed.Eventually(b, 10*time.Minute, func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		missing := 0
+		for i, n := range names {
+			t, ok := m[n]
+			if !ok {
+				missing++
+			}
+			out[i] = t
+		}
+		return missing == 0, fmt.Sprintf("%d of %d pods not %s", missing, len(names), what)
+	})
+	return out
+}
+
+func podNames(round, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("d%d-%d-%d", round, n, i)
+	}
+	return out
+}
+
+func benchPod(name, nodeName string) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PodSpec{
+			NodeName: nodeName,
+			Containers: []v1.Container{{
+				Name: "main", Image: testbed.BusyboxImage, Command: testbed.SleeperCommand, ImagePullPolicy: v1.PullIfNotPresent,
+			}},
+		},
+	}
+	if !*token {
+		p.Spec.AutomountServiceAccountToken = new(false)
+	}
+	return p
+}
+
+// burstCreate creates the pods at once and returns each one's create →
+// Ready time and the time from the first create to the last Ready.
+func burstCreate(b *testing.B, c kubernetes.Interface, w *watcher, ns, nodeName string, names []string) ([]time.Duration, time.Duration) {
+	created := make([]time.Time, len(names))
+	at := func(i int) error {
+		created[i] = time.Now()
+		_, err := c.CoreV1().Pods(ns).Create(context.Background(), benchPod(names[i], nodeName), metav1.CreateOptions{})
+		return err
+	}
+	start := time.Now()
+	if err := all(len(names), at); err != nil {
+		b.Fatal(err)
+	}
+	ready := w.waitAll(b, w.ready, names, "Ready")
+	return since(created, ready), latest(ready).Sub(start)
+}
+
+// burstDelete deletes the pods at once (default grace; they exit on
+// SIGTERM) and returns each one's delete → gone time and the time from the
+// first delete to the last gone.
+func burstDelete(b *testing.B, c kubernetes.Interface, w *watcher, ns string, names []string) ([]time.Duration, time.Duration) {
+	deleted := make([]time.Time, len(names))
+	at := func(i int) error {
+		deleted[i] = time.Now()
+		return c.CoreV1().Pods(ns).Delete(context.Background(), names[i], metav1.DeleteOptions{})
+	}
+	start := time.Now()
+	if err := all(len(names), at); err != nil {
+		b.Fatal(err)
+	}
+	gone := w.waitAll(b, w.gone, names, "gone")
+	return since(deleted, gone), latest(gone).Sub(start)
+}
+
+// all runs fn for every index at once.
+func all(n int, fn func(i int) error) error {
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs <- fn(i)
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func since(from, to []time.Time) []time.Duration {
+	out := make([]time.Duration, len(from))
+	for i := range from {
+		out[i] = to[i].Sub(from[i])
+	}
+	return out
+}
+
+func latest(ts []time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
+}
+
+// usage is nodelet's CPU and memory over a window.
+type usage struct {
+	cores float64
+	rss   int64
+}
+
+func measure(b *testing.B, pid int) usage {
+	cores, err := testbed.CPUCores(pid, *window)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rss, err := testbed.ProcessRSS(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return usage{cores: cores, rss: rss}
+}
+
+func (u usage) String() string {
+	return fmt.Sprintf("CPU %.4f cores, RSS %.1f MiB", u.cores, float64(u.rss)/(1<<20))
+}
+
+// result is one burst's figures: nodelet's and the floor's.
+type result struct {
+	round, pods           int
+	start, stop           []time.Duration
+	allReady, allGone     time.Duration
+	floorStart, floorStop []time.Duration
+	// cpu is what each command used during the create burst.
+	cpu string
+	// ops compares nodelet's mean CRI call latencies with the floor's.
+	ops string
+}
+
+// runtimeOps reads nodelet's kubelet_runtime_operations_duration_seconds
+// (sum and count by operation) through the API server's node proxy.
+func runtimeOps(b *testing.B, c kubernetes.Interface, nodeName string) map[string]testbed.CallStats {
+	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]testbed.CallStats{}
+	if f, ok := families["kubelet_runtime_operations_duration_seconds"]; ok {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "operation_type" {
+					h := m.GetHistogram()
+					out[l.GetValue()] = testbed.CallStats{Count: int(h.GetSampleCount()), Total: time.Duration(h.GetSampleSum() * float64(time.Second))}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// compareOps prints the mean latency of the floor's calls beside
+// nodelet's same calls during the burst.
+func compareOps(floor, before, after map[string]testbed.CallStats) string {
+	var parts []string
+	for _, op := range []string{"run_podsandbox", "podsandbox_status", "create_container", "start_container", "stop_container", "stop_podsandbox"} {
+		f, a, b := floor[op], after[op], before[op]
+		nodelet := testbed.CallStats{Count: a.Count - b.Count, Total: a.Total - b.Total}
+		parts = append(parts, fmt.Sprintf("%s %s/%d (floor %s/%d)", op, ms(nodelet.Mean()), nodelet.Count, ms(f.Mean()), f.Count))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cpuSince lists the commands that used the most CPU since before.
+func cpuSince(before map[string]time.Duration) string {
+	type use struct {
+		cmd string
+		d   time.Duration
+	}
+	var uses []use
+	for cmd, d := range testbed.CPUByCommand() {
+		if d -= before[cmd]; d >= 100*time.Millisecond {
+			uses = append(uses, use{cmd, d})
+		}
+	}
+	slices.SortFunc(uses, func(a, b use) int { return int(b.d - a.d) })
+	var parts []string
+	for _, u := range uses {
+		parts = append(parts, fmt.Sprintf("%s %.1fs", u.cmd, u.d.Seconds()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(i-1, 0)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
+
+func ratio(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
+
+func (r result) line() string {
+	fs, fp := pct(r.floorStart, 100), pct(r.floorStop, 100)
+	return fmt.Sprintf("start p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all ready %s (floor %s, ×%s); "+
+		"delete p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all gone %s (floor %s, ×%s)",
+		ms(pct(r.start, 50)), ms(pct(r.floorStart, 50)), ratio(pct(r.start, 50), pct(r.floorStart, 50)),
+		ms(pct(r.start, 99)), ms(pct(r.floorStart, 99)), ratio(pct(r.start, 99), pct(r.floorStart, 99)),
+		ms(r.allReady), ms(fs), ratio(r.allReady, fs),
+		ms(pct(r.stop, 50)), ms(pct(r.floorStop, 50)), ratio(pct(r.stop, 50), pct(r.floorStop, 50)),
+		ms(pct(r.stop, 99)), ms(pct(r.floorStop, 99)), ratio(pct(r.stop, 99), pct(r.floorStop, 99)),
+		ms(r.allGone), ms(fp), ratio(r.allGone, fp))
+}
+
+type report struct {
+	idle, busy, idleAfter usage
+	results               []result
+}
+
+func (r *report) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "floor parallelism %d; pods mount a token: %v\n", *parallel, *token)
+	fmt.Fprintf(&sb, "%-5s %-4s | %-28s | %-28s | %-26s | %-28s | %-28s | %-26s\n", "round", "pods",
+		"start p50 (floor, ratio)", "start p99 (floor, ratio)", "all ready (floor, ratio)",
+		"delete p50 (floor, ratio)", "delete p99 (floor, ratio)", "all gone (floor, ratio)")
+	cell := func(a, b time.Duration) string { return fmt.Sprintf("%s (%s, ×%s)", ms(a), ms(b), ratio(a, b)) }
+	for _, x := range r.results {
+		fmt.Fprintf(&sb, "%-5d %-4d | %-28s | %-28s | %-26s | %-28s | %-28s | %-26s\n", x.round, x.pods,
+			cell(pct(x.start, 50), pct(x.floorStart, 50)), cell(pct(x.start, 99), pct(x.floorStart, 99)),
+			cell(x.allReady, pct(x.floorStart, 100)),
+			cell(pct(x.stop, 50), pct(x.floorStop, 50)), cell(pct(x.stop, 99), pct(x.floorStop, 99)),
+			cell(x.allGone, pct(x.floorStop, 100)))
+	}
+	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s\nnodelet idle after: %s\n", r.idle, r.busy, r.idleAfter)
+	return sb.String()
+}
