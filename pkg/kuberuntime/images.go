@@ -49,6 +49,9 @@ type pull struct {
 	done chan struct{}
 	ref  string
 	err  error
+	// sharers counts the callers waiting on this pull besides its own
+	// (guarded by the puller's mu).
+	sharers int
 }
 
 func newImagePuller(images ImageService, recorder record.EventRecorder, clk clock.Clock, timeout time.Duration, maxParallel int) *imagePuller {
@@ -140,6 +143,7 @@ func (p *imagePuller) presentRef(ctx context.Context, image string) (string, err
 func (p *imagePuller) pull(ctx context.Context, image string, auth []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
 	p.mu.Lock()
 	if inflight, ok := p.inflight[image]; ok {
+		inflight.sharers++
 		p.mu.Unlock()
 		select {
 		case <-inflight.done:

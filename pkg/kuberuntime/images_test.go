@@ -159,8 +159,19 @@ func TestSamePullIsShared(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.pull(context.Background(), "same", nil, nil) }()
 	}
+	// Release the pull only once the two others joined it: a goroutine
+	// arriving after it ended would rightly start a pull of its own.
+	joined := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		c := p.inflight["same"]
+		return c != nil && c.sharers == 2
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for imgs.running.Load() < 1 && time.Now().Before(deadline) {
+	for !joined() {
+		if time.Now().After(deadline) {
+			t.Fatal("the three pulls never met")
+		}
 		time.Sleep(time.Millisecond) // polling interval
 	}
 	imgs.release <- struct{}{}
