@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	containerdevents "github.com/containerd/containerd/api/services/events/v1"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -57,6 +58,8 @@ type Containerd struct {
 	// can check what nodelet did without going through nodelet.
 	Runtime runtimeapi.RuntimeServiceClient
 	Images  runtimeapi.ImageServiceClient
+	// Events is containerd's own event service.
+	Events containerdevents.EventsClient
 }
 
 // StartContainerd starts a containerd that only this test process uses and
@@ -155,6 +158,7 @@ func (c *Containerd) start(ctx context.Context) error {
 	}
 	_ = v
 	c.Runtime = runtimeapi.NewRuntimeServiceClient(c.conn)
+	c.Events = containerdevents.NewEventsClient(c.conn)
 	c.Images = runtimeapi.NewImageServiceClient(c.conn)
 	return c.ImportImages(ctx)
 }

@@ -276,6 +276,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
 	}
 	defer release()
+	defer m.stopping.begin(id.ID)()
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
 	defer cancel()
 	_, err = m.runtime.StopContainer(cctx, &runtimeapi.StopContainerRequest{ContainerId: id.ID, Timeout: grace})

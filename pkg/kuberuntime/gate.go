@@ -42,22 +42,35 @@ type startGate struct {
 func newStartGate(slots int) *startGate { return &startGate{free: slots} }
 
 type waiter struct {
-	seen  time.Time
-	uid   types.UID
-	ready chan struct{}
-	index int // in the heap; -1 once granted
+	// background waiters (garbage collection) come after every pod's.
+	background bool
+	seen       time.Time
+	uid        types.UID
+	ready      chan struct{}
+	index      int // in the heap; -1 once granted
 }
 
 // acquire waits for a slot for pod and returns the function that gives it
 // back. It fails only when ctx ends first.
 func (g *startGate) acquire(ctx context.Context, pod *v1.Pod) (func(), error) {
+	return g.wait(ctx, &waiter{seen: firstSeen(pod), uid: pod.UID})
+}
+
+// acquireBackground waits for a slot for background work (removing what
+// garbage collection found), which no pod's start or stop waits behind:
+// at a burst's end the runtime's removals would otherwise slow every stop.
+func (g *startGate) acquireBackground(ctx context.Context) (func(), error) {
+	return g.wait(ctx, &waiter{background: true})
+}
+
+func (g *startGate) wait(ctx context.Context, w *waiter) (func(), error) {
 	g.mu.Lock()
 	if g.free > 0 && len(g.waiting) == 0 {
 		g.free--
 		g.mu.Unlock()
 		return g.release, nil
 	}
-	w := &waiter{seen: firstSeen(pod), uid: pod.UID, ready: make(chan struct{})}
+	w.ready = make(chan struct{})
 	heap.Push(&g.waiting, w)
 	g.mu.Unlock()
 	select {
@@ -122,11 +135,15 @@ func firstSeen(pod *v1.Pod) time.Time {
 	return pod.CreationTimestamp.Time
 }
 
-// waiters is a min-heap by first sighting, then UID.
+// waiters is a min-heap: pods before background work, then by first
+// sighting, then UID.
 type waiters []*waiter
 
 func (h waiters) Len() int { return len(h) }
 func (h waiters) Less(i, j int) bool {
+	if h[i].background != h[j].background {
+		return !h[i].background
+	}
 	if !h[i].seen.Equal(h[j].seen) {
 		return h[i].seen.Before(h[j].seen)
 	}
@@ -147,4 +164,47 @@ func (h *waiters) Pop() any {
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return w
+}
+
+// stopping remembers the containers and sandboxes nodelet is stopping (and
+// for a moment after), so the exit watcher can tell an exit nodelet caused,
+// whose status the stopping worker reads itself, from one behind its back.
+type stopping struct {
+	clock clock.PassiveClock
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+// stoppingLinger covers an exit event delivered just after the stop call
+// returned.
+const stoppingLinger = 5 * time.Second
+
+func newStopping(clk clock.PassiveClock) *stopping {
+	return &stopping{clock: clk, until: map[string]time.Time{}}
+}
+
+// begin marks id as being stopped; the returned function marks the stop
+// done (the mark then lingers briefly).
+func (s *stopping) begin(id string) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for k, t := range s.until {
+		if now.After(t) {
+			delete(s.until, k)
+		}
+	}
+	s.until[id] = time.Time{} // open-ended while the call runs
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.until[id] = s.clock.Now().Add(stoppingLinger)
+	}
+}
+
+func (s *stopping) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.until[id]
+	return ok && (t.IsZero() || !s.clock.Now().After(t))
 }

@@ -122,3 +122,48 @@ func TestStartGateStopHoldsItsSlotBriefly(t *testing.T) {
 		t.Fatalf("%d slots free, want 1", g.free)
 	}
 }
+
+// TestStartGateBackgroundWaitsForPods: garbage collection waiting first
+// still goes after a pod that asks later.
+func TestStartGateBackgroundWaitsForPods(t *testing.T) {
+	g := newStartGate(1)
+	ctx := context.Background()
+	hold, _ := g.acquire(ctx, seenPod("a", gateNow))
+	order := make(chan string, 2)
+	go func() {
+		r, _ := g.acquireBackground(ctx)
+		order <- "gc"
+		r()
+	}()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
+	go func() {
+		r, _ := g.acquire(ctx, seenPod("late", gateNow.Add(time.Hour)))
+		order <- "pod"
+		r()
+	}()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 2 })
+	hold()
+	if got := <-order + " " + <-order; got != "pod gc" {
+		t.Fatalf("admitted %s", got)
+	}
+}
+
+// TestUnexpectedLeavesOutWhatNodeletStops: exits of containers nodelet is
+// stopping (or stopped a moment ago) are not news; others are.
+func TestUnexpectedLeavesOutWhatNodeletStops(t *testing.T) {
+	clk := testingclock.NewFakeClock(gateNow)
+	m := &Manager{stopping: newStopping(clk)}
+	done := m.stopping.begin("stopping")
+	if got := fmt.Sprint(m.Unexpected([]string{"stopping", "crashed"})); got != "[crashed]" {
+		t.Fatalf("unexpected %s during the stop", got)
+	}
+	done()
+	clk.Step(stoppingLinger)
+	if got := fmt.Sprint(m.Unexpected([]string{"stopping"})); got != "[]" {
+		t.Fatalf("unexpected %s just after the stop", got)
+	}
+	clk.Step(time.Second)
+	if got := fmt.Sprint(m.Unexpected([]string{"stopping"})); got != "[stopping]" {
+		t.Fatalf("unexpected %s long after the stop: a later exit is news", got)
+	}
+}

@@ -135,6 +135,11 @@ func (m *Manager) pruneOldSandboxes(ctx context.Context, p *container.Pod) error
 // removeContainer removes a container and its log files, rotated ones
 // included: the runtime does not own them.
 func (m *Manager) removeContainer(ctx context.Context, id string) error {
+	release, err := m.starts.acquireBackground(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	st, err := m.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
@@ -154,6 +159,11 @@ func (m *Manager) removeContainer(ctx context.Context, id string) error {
 }
 
 func (m *Manager) removeSandbox(ctx context.Context, id string) error {
+	release, err := m.starts.acquireBackground(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	if _, err := m.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {

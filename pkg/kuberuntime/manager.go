@@ -114,6 +114,8 @@ type Manager struct {
 	imageRecords imageRecords
 	// starts caps the runtime calls that start sandboxes and containers.
 	starts *startGate
+	// stopping holds what nodelet is stopping itself.
+	stopping *stopping
 
 	// crashBackOff delays restarts of failing containers: 10 s doubling
 	// to 5 min, forgotten after 10 min of good behaviour.
@@ -161,6 +163,7 @@ func New(o Options) *Manager {
 		memoryCapacity: o.MemoryCapacity,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 		starts:         newStartGate(MaxParallelPodStarts),
+		stopping:       newStopping(o.Clock),
 	}
 	m.crashBackOff.Clock = o.Clock
 	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout, o.MaxParallelPulls)
@@ -179,6 +182,19 @@ func (m *Manager) terminationRequested(uid types.UID) bool {
 	m.podStateMu.RLock()
 	defer m.podStateMu.RUnlock()
 	return m.podState != nil && m.podState.IsPodTerminationRequested(uid)
+}
+
+// Unexpected filters exit reports from the runtime down to the containers
+// and sandboxes nodelet is not stopping itself: only those need their
+// pods read at once.
+func (m *Manager) Unexpected(ids []string) []string {
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !m.stopping.has(id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // RuntimeName is the runtime's name as it reports it (e.g. "containerd").

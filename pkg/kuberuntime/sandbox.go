@@ -148,6 +148,7 @@ func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error
 		return err
 	}
 	defer release()
+	defer m.stopping.begin(id)()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	if _, err := m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {

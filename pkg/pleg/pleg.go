@@ -9,6 +9,7 @@ package pleg
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,13 +60,22 @@ type Generic struct {
 	clock   clock.WithTicker
 	period  time.Duration
 	events  chan *Event
-	// trigger asks for a relist now; pending triggers coalesce.
-	trigger chan struct{}
+	// wake tells Run that triggers are pending; they coalesce.
+	wake chan struct{}
 
-	// records is the previous relist's view. Only Relist touches it, and
-	// Relist runs on one goroutine (Run's), so it needs no lock: none is
-	// held across the runtime calls a relist makes.
+	// triggerMu guards the pending triggers (never held across a call).
+	triggerMu sync.Mutex
+	// pendingIDs are containers and sandboxes reported changed; pendingAll
+	// asks for a full relist.
+	pendingIDs map[string]int // ID → how often it was tried
+	pendingAll bool
+
+	// records is the previous view of each pod, and owner maps each of
+	// their container and sandbox IDs to the pod. Only Run's goroutine
+	// touches them (through Relist and refresh), so they need no lock:
+	// none is held across the runtime calls a relist makes.
 	records map[types.UID]*container.Pod
+	owner   map[string]types.UID
 
 	// lastRelist is the start of the last successful relist (unix nanos).
 	lastRelist atomic.Int64
@@ -82,8 +92,9 @@ func NewGeneric(rt Runtime, cache *Cache, period time.Duration, clk clock.WithTi
 	return &Generic{
 		runtime: rt, cache: cache, clock: clk, period: period,
 		events:  make(chan *Event, eventCapacity),
-		trigger: make(chan struct{}, 1),
-		records: map[types.UID]*container.Pod{},
+		wake:    make(chan struct{}, 1),
+		records: map[types.UID]*container.Pod{}, owner: map[string]types.UID{},
+		pendingIDs: map[string]int{},
 	}
 }
 
@@ -93,27 +104,159 @@ func (g *Generic) Watch() <-chan *Event { return g.events }
 // Cache is the status cache the PLEG maintains.
 func (g *Generic) Cache() *Cache { return g.cache }
 
-// Run relists every period, and at once when triggered, until ctx ends.
+// Run relists every period, and reads changed pods at once when
+// triggered, until ctx ends.
 func (g *Generic) Run(ctx context.Context) {
 	t := g.clock.NewTicker(g.period)
 	defer t.Stop()
+	g.Relist(ctx)
 	for {
-		g.Relist(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-g.trigger:
+			g.Relist(ctx)
+		case <-g.wake:
+			g.serveTriggers(ctx)
 		}
 	}
 }
 
-// Trigger asks for a relist as soon as possible: the runtime reported a
-// container change. Triggers arriving during a relist coalesce into one.
-func (g *Generic) Trigger() {
+// Trigger says the runtime reported the given containers or sandboxes
+// exited: their pods are read again as soon as possible, not at the next
+// relist. With no IDs (the change is not known), or for an ID no pod is
+// known to have (a container started since the last relist), the whole
+// runtime is relisted. Triggers coalesce while one is served.
+func (g *Generic) Trigger(ids ...string) { g.trigger(0, ids) }
+
+func (g *Generic) trigger(attempt int, ids []string) {
+	g.triggerMu.Lock()
+	if len(ids) == 0 {
+		g.pendingAll = true
+	}
+	for _, id := range ids {
+		g.pendingIDs[id] = max(g.pendingIDs[id], attempt)
+	}
+	g.triggerMu.Unlock()
 	select {
-	case g.trigger <- struct{}{}:
+	case g.wake <- struct{}{}:
 	default:
+	}
+}
+
+// exitRetries bounds how often an exit the runtime reported but does not
+// show yet is read again, exitRetryDelay apart (doubling): containerd
+// publishes a task's exit before its CRI has recorded it.
+const (
+	exitRetries    = 5
+	exitRetryDelay = 10 * time.Millisecond
+)
+
+// serveTriggers reads the pods of the exited containers, or relists when
+// an exit cannot be pinned to a known pod. An exit that does not show yet
+// is tried again shortly.
+func (g *Generic) serveTriggers(ctx context.Context) {
+	g.triggerMu.Lock()
+	all, ids := g.pendingAll, g.pendingIDs
+	g.pendingAll, g.pendingIDs = false, map[string]int{}
+	g.triggerMu.Unlock()
+	uids := map[types.UID]bool{}
+	for id := range ids {
+		uid, ok := g.owner[id]
+		if !ok {
+			all = true
+			break
+		}
+		uids[uid] = true
+	}
+	if all {
+		g.Relist(ctx)
+	} else {
+		for uid := range uids {
+			g.refresh(ctx, uid)
+		}
+	}
+	for id, attempt := range ids {
+		if !g.stillRunning(id) || attempt >= exitRetries {
+			continue
+		}
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-g.clock.After(exitRetryDelay << attempt):
+				g.trigger(attempt+1, []string{id})
+			}
+		}()
+	}
+}
+
+// stillRunning reports whether the records show the container running.
+// Sandboxes are not retried: containerd marks one not ready only once its
+// network is torn down, a second after its pause process exited, and
+// nodelet stops sandboxes itself anyway.
+func (g *Generic) stillRunning(id string) bool {
+	uid, ok := g.owner[id]
+	if !ok {
+		return false
+	}
+	for _, c := range g.records[uid].Containers {
+		if c.ID.ID == id {
+			return c.State == container.StateRunning
+		}
+	}
+	return false
+}
+
+// refresh reads one known pod from the runtime and emits its events, as
+// a relist would for that pod alone: one pod's calls instead of listing
+// every sandbox and container on the node.
+func (g *Generic) refresh(ctx context.Context, uid types.UID) {
+	old := g.records[uid]
+	ts := g.clock.Now()
+	status, err := g.runtime.GetPodStatus(ctx, uid, old.Name, old.Namespace)
+	if err != nil {
+		klog.ErrorS(err, "PLEG: cannot read pod status", "pod", klog.KRef(old.Namespace, old.Name), "podUID", uid)
+		return
+	}
+	var cur *container.Pod
+	if len(status.ContainerStatuses)+len(status.SandboxStatuses) > 0 {
+		p := status.ToRunningPod()
+		cur = &p
+	}
+	events := diff(uid, old, cur)
+	if cur == nil {
+		g.cache.Delete(uid)
+	} else {
+		g.cache.Set(uid, status, nil, ts)
+	}
+	g.setRecord(uid, cur)
+	g.emit(events)
+}
+
+// setRecord replaces a pod's record and its IDs' owner entries.
+func (g *Generic) setRecord(uid types.UID, p *container.Pod) {
+	if old := g.records[uid]; old != nil {
+		for id := range states(old) {
+			delete(g.owner, id)
+		}
+	}
+	if p == nil {
+		delete(g.records, uid)
+		return
+	}
+	g.records[uid] = p
+	for id := range states(p) {
+		g.owner[id] = uid
+	}
+}
+
+func (g *Generic) emit(events []*Event) {
+	for _, e := range events {
+		select {
+		case g.events <- e:
+		default:
+			klog.ErrorS(nil, "PLEG: event channel is full, dropping event", "podUID", e.ID, "event", e.Type)
+		}
 	}
 }
 
@@ -175,22 +318,12 @@ func (g *Generic) Relist(ctx context.Context) {
 			g.cache.Set(uid, status, nil, ts)
 		}
 		all = append(all, events...)
-		if cur == nil {
-			delete(g.records, uid)
-		} else {
-			g.records[uid] = cur
-		}
+		g.setRecord(uid, cur)
 	}
 
 	g.cache.MarkRelisted(ts)
 	g.lastRelist.Store(ts.UnixNano())
-	for _, e := range all {
-		select {
-		case g.events <- e:
-		default:
-			klog.ErrorS(nil, "PLEG: event channel is full, dropping event", "podUID", e.ID, "event", e.Type)
-		}
-	}
+	g.emit(all)
 }
 
 // GetNewerThan returns a pod's status as of a time after min. When the

@@ -19,12 +19,14 @@ type fakeRuntime struct {
 	mu      sync.Mutex
 	pods    []*container.Pod
 	reads   map[types.UID]int
+	lists   int
 	listErr error
 }
 
 func (f *fakeRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	if f.listErr != nil {
 		return nil, f.listErr
 	}
@@ -59,6 +61,12 @@ func (f *fakeRuntime) set(pods ...*container.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pods = pods
+}
+
+func (f *fakeRuntime) listCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
 }
 
 func (f *fakeRuntime) readCount(uid types.UID) int {
@@ -224,5 +232,92 @@ func TestTriggerRelistsAtOnce(t *testing.T) {
 			t.Fatal("a trigger did not relist")
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// TestTriggerReadsOnlyTheChangedPod: a change to a known container reads
+// that one pod, not the whole runtime; an unknown ID relists everything.
+func TestTriggerReadsOnlyTheChangedPod(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Hour, clk)
+	rt.set(pod("a", ctr("1", container.StateRunning)), pod("b", ctr("2", container.StateRunning)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.Run(ctx)
+	waitEvents := func(n int) []string {
+		var got []string
+		deadline := time.After(5 * time.Second)
+		for len(got) < n {
+			select {
+			case e := <-g.Watch():
+				got = append(got, fmt.Sprintf("%s %s %s", e.ID, e.Type, e.Data))
+			case <-deadline:
+				t.Fatalf("events %v, want %d", got, n)
+			}
+		}
+		return got
+	}
+	waitEvents(2) // the first relist: both started
+	lists, readsB := rt.listCount(), rt.readCount("b")
+
+	rt.set(pod("a", ctr("1", container.StateExited)), pod("b", ctr("2", container.StateRunning)))
+	g.Trigger("1")
+	if got := waitEvents(1); got[0] != "a ContainerDied 1" {
+		t.Fatalf("event %v", got)
+	}
+	if rt.listCount() != lists || rt.readCount("b") != readsB {
+		t.Fatalf("a known container's change listed the runtime (%d -> %d lists) or read other pods", lists, rt.listCount())
+	}
+	if s, _ := g.Cache().Get("a"); s.ContainerStatuses[0].State != container.StateExited {
+		t.Fatalf("cache %v", s)
+	}
+
+	// A container nobody knows yet: everything is relisted.
+	rt.set(pod("a", ctr("1", container.StateExited)), pod("b", ctr("2", container.StateRunning), ctr("3", container.StateRunning)))
+	g.Trigger("3")
+	if got := waitEvents(1); got[0] != "b ContainerStarted 3" {
+		t.Fatalf("event %v", got)
+	}
+	if rt.listCount() != lists+1 {
+		t.Fatalf("an unknown container did not relist (%d lists)", rt.listCount()-lists)
+	}
+}
+
+// TestTriggerRetriesAnExitNotRecordedYet: the runtime reported an exit
+// its status does not show yet; the pod is read again shortly after.
+func TestTriggerRetriesAnExitNotRecordedYet(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(rt, NewCache(), time.Hour, clk)
+	rt.set(pod("a", ctr("1", container.StateRunning)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.Run(ctx)
+	<-g.Watch()    // started
+	g.Trigger("1") // the status still says running
+	deadline := time.Now().Add(5 * time.Second)
+	for rt.readCount("a") < 2 { // the first relist's read, then this one
+		if time.Now().After(deadline) {
+			t.Fatal("the triggered pod was never read")
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+	rt.set(pod("a", ctr("1", container.StateExited)))
+	// Run's ticker waits on the clock; the retry is a second waiter.
+	for clk.Waiters() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no retry was scheduled")
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+	clk.Step(exitRetryDelay)
+	select {
+	case e := <-g.Watch():
+		if e.Type != ContainerDied {
+			t.Fatalf("event %v", e.Type)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exit was not seen on the retry")
 	}
 }

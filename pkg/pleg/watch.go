@@ -2,13 +2,17 @@ package pleg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	eventsapi "github.com/containerd/containerd/api/events"
+	containerdevents "github.com/containerd/containerd/api/services/events/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -21,11 +25,20 @@ type EventRuntime interface {
 	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
 }
 
+// TaskEvents is containerd's own event service, on the same socket as its
+// CRI: containerd 1.6 has no CRI event stream, but publishes every task
+// exit there.
+type TaskEvents interface {
+	Subscribe(ctx context.Context, in *containerdevents.SubscribeRequest, opts ...grpc.CallOption) (containerdevents.Events_SubscribeClient, error)
+}
+
 // WatcherOptions configure a Watcher.
 type WatcherOptions struct {
 	Runtime EventRuntime
-	// Poll is how often running containers are listed on a runtime
-	// without an event stream.
+	// Containerd is containerd's event service, nil for other runtimes.
+	Containerd TaskEvents
+	// Poll is how often running containers are listed on a runtime with
+	// no event stream at all.
 	Poll time.Duration
 	// RequestTimeout bounds one list call.
 	RequestTimeout time.Duration
@@ -33,24 +46,30 @@ type WatcherOptions struct {
 	// or a successful poll before it reports itself unhealthy.
 	StuckAfter time.Duration
 	Clock      clock.WithTicker
-	// Notify is called soon after a container starts or stops.
-	Notify func()
+	// Notify is told the IDs of containers (or sandboxes) that exited.
+	Notify func(ids ...string)
 }
 
 // reopenDelay spaces attempts to reopen a broken event stream.
 const reopenDelay = time.Second
 
-// Watcher tells the PLEG as soon as a container changes, so it relists at
-// once instead of on its next tick. It follows the runtime's container
-// event stream (CRI GetContainerEvents) where there is one; otherwise
-// (containerd before 1.7) it lists the running containers every poll
-// interval, which is far cheaper than a full relist, and notifies when
-// that set changes. The relist stays the safety net either way.
+// containerdNamespace is where containerd's CRI keeps its containers.
+const containerdNamespace = "k8s.io"
+
+// Watcher tells the PLEG as soon as a container exits, so it reads that
+// pod at once instead of waiting for its next relist. It follows, in order
+// of preference, the runtime's CRI container event stream
+// (GetContainerEvents: containerd 2.x), containerd's own task-exit events
+// (containerd 1.6), or, for a runtime with neither, the list of running
+// containers every poll interval. The relist stays the safety net.
+//
+// Only exits are reported: nodelet starts and stops containers itself and
+// reads their status when it does; an exit is what happens behind its back.
 type Watcher struct {
 	o WatcherOptions
 
 	mu sync.Mutex
-	// ok is when the watcher last knew it was working: the stream opened
+	// ok is when the watcher last knew it was working: a stream opened
 	// or delivered, or a poll succeeded.
 	ok time.Time
 	// streaming is true while an event stream is open.
@@ -88,50 +107,107 @@ func (w *Watcher) record(streaming bool, err error) {
 	w.lastErr = err
 }
 
+// errNoStream classifies a runtime without the event stream asked for.
+var errNoStream = errors.New("the runtime has no such event stream")
+
 // Run watches until ctx ends.
 func (w *Watcher) Run(ctx context.Context) {
+	for _, s := range []struct {
+		name   string
+		stream func(context.Context) error
+	}{{"CRI container events", w.criEvents}, {"containerd task events", w.taskEvents}} {
+		if w.follow(ctx, s.name, s.stream) {
+			return
+		}
+	}
+	klog.InfoS("The container runtime has no event stream; polling running containers instead", "interval", w.o.Poll)
+	w.poll(ctx)
+}
+
+// follow keeps one event stream open, reopening it when it breaks, until
+// ctx ends (true) or the runtime turns out not to have it (false).
+func (w *Watcher) follow(ctx context.Context, name string, stream func(context.Context) error) bool {
 	for ctx.Err() == nil {
-		err := w.stream(ctx)
+		err := stream(ctx)
 		w.record(false, err)
 		if ctx.Err() != nil {
-			return
+			return true
 		}
-		if status.Code(err) == codes.Unimplemented {
-			klog.InfoS("The container runtime has no event stream; polling running containers instead", "interval", w.o.Poll)
-			w.poll(ctx)
-			return
+		if errors.Is(err, errNoStream) || status.Code(err) == codes.Unimplemented {
+			return false
 		}
-		klog.ErrorS(err, "Container event stream broke; relisting alone until it is reopened")
+		klog.ErrorS(err, "Container event stream broke; relisting alone until it is reopened", "stream", name)
 		select {
 		case <-ctx.Done():
 		case <-w.o.Clock.After(reopenDelay):
 		}
 	}
+	return true
 }
 
-func (w *Watcher) stream(ctx context.Context) error {
+// criEvents follows CRI GetContainerEvents.
+func (w *Watcher) criEvents(ctx context.Context) error {
 	stream, err := w.o.Runtime.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
 	if err != nil {
 		return err
 	}
 	// Open counts as working. A runtime without the method may only say so
-	// at the first receive; Run then switches to polling.
+	// at the first receive; Run then moves on.
 	w.record(true, nil)
 	first := true
 	for {
-		if _, err := stream.Recv(); err != nil {
+		e, err := stream.Recv()
+		if err != nil {
 			return err
 		}
 		if first {
-			klog.InfoS("Watching the container runtime's event stream")
+			klog.InfoS("Watching the container runtime's CRI event stream")
 			first = false
 		}
 		w.record(true, nil)
-		w.o.Notify()
+		if e.ContainerEventType == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+			w.o.Notify(e.ContainerId)
+		}
 	}
 }
 
-// poll notifies whenever the set of running containers changes.
+// taskEvents follows containerd's own /tasks/exit events.
+func (w *Watcher) taskEvents(ctx context.Context) error {
+	if w.o.Containerd == nil {
+		return errNoStream
+	}
+	stream, err := w.o.Containerd.Subscribe(ctx, &containerdevents.SubscribeRequest{
+		Filters: []string{fmt.Sprintf(`namespace==%q,topic=="/tasks/exit"`, containerdNamespace)},
+	})
+	if err != nil {
+		return err
+	}
+	w.record(true, nil)
+	first := true
+	for {
+		env, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if first {
+			klog.InfoS("Watching containerd's task exit events")
+			first = false
+		}
+		w.record(true, nil)
+		var exit eventsapi.TaskExit
+		if err := proto.Unmarshal(env.GetEvent().GetValue(), &exit); err != nil {
+			klog.V(2).InfoS("Undecodable containerd task event; relisting", "topic", env.GetTopic(), "err", err)
+			w.o.Notify()
+			continue
+		}
+		// An exec's exit (a probe, kubectl exec) is not the container's.
+		if exit.ID == "" || exit.ID == exit.ContainerID {
+			w.o.Notify(exit.ContainerID)
+		}
+	}
+}
+
+// poll reports the containers that left the running set.
 func (w *Watcher) poll(ctx context.Context) {
 	// The baseline is taken before the ticker starts, so a change made
 	// after the first tick can be waited for is never in the baseline.
@@ -150,8 +226,14 @@ func (w *Watcher) poll(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if last != nil && !sameSet(last, cur) {
-			w.o.Notify()
+		var gone []string
+		for id := range last {
+			if !cur[id] {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) > 0 {
+			w.o.Notify(gone...)
 		}
 		last = cur
 	}
@@ -171,16 +253,4 @@ func (w *Watcher) running(ctx context.Context) (map[string]bool, error) {
 		out[c.Id] = true
 	}
 	return out, nil
-}
-
-func sameSet(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return true
 }

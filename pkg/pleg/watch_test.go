@@ -8,9 +8,14 @@ import (
 	"testing"
 	"time"
 
+	eventsapi "github.com/containerd/containerd/api/events"
+	containerdevents "github.com/containerd/containerd/api/services/events/v1"
+	apitypes "github.com/containerd/containerd/api/types"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -84,11 +89,11 @@ func (s *stream) Recv() (*runtimeapi.ContainerEventResponse, error) {
 	}
 }
 
-func newWatcher(rt *fakeEvents) (*Watcher, *testingclock.FakeClock, chan struct{}) {
+func newWatcher(rt *fakeEvents) (*Watcher, *testingclock.FakeClock, chan string) {
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	notified := make(chan struct{}, 10)
+	notified := make(chan string, 10)
 	w := NewWatcher(WatcherOptions{Runtime: rt, Poll: 100 * time.Millisecond, RequestTimeout: time.Second,
-		StuckAfter: time.Minute, Clock: clk, Notify: func() { notified <- struct{}{} }})
+		StuckAfter: time.Minute, Clock: clk, Notify: func(ids ...string) { notified <- strings.Join(ids, ",") }})
 	return w, clk, notified
 }
 
@@ -120,13 +125,16 @@ func TestWatcherPollsWithoutAnEventStream(t *testing.T) {
 	clk.Step(100 * time.Millisecond)
 	waitFor(t, "the third poll", func() bool { return lists() == 3 })
 	select {
-	case <-notified:
+	case ids := <-notified:
+		if ids != "a" {
+			t.Fatalf("notified %q, want the container that stopped", ids)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no notification after a container stopped")
 	}
 	select {
-	case <-notified:
-		t.Fatal("notified more than once: the unchanged poll notified too")
+	case ids := <-notified:
+		t.Fatalf("notified %q more: the unchanged poll notified too", ids)
 	default:
 	}
 	if err := w.Healthy(); err != nil {
@@ -151,9 +159,14 @@ func TestWatcherUsesTheEventStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
+	// A start is nodelet's own doing: not reported; the stop is.
+	rt.events <- &runtimeapi.ContainerEventResponse{ContainerId: "c0", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT}
 	rt.events <- &runtimeapi.ContainerEventResponse{ContainerId: "c1", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT}
 	select {
-	case <-notified:
+	case ids := <-notified:
+		if ids != "c1" {
+			t.Fatalf("notified %q, want c1", ids)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no notification after a stop event")
 	}
@@ -197,5 +210,77 @@ func TestWatcherReportsABrokenStream(t *testing.T) {
 	waitFor(t, "the stream to reopen", func() bool { return w.Healthy() == nil })
 	if n := rt.count(func() int { return rt.lists }); n != 0 {
 		t.Fatalf("polled %d times with a broken stream", n)
+	}
+}
+
+// fakeTasks is containerd's event service.
+type fakeTasks struct {
+	ch      chan *apitypes.Envelope
+	filters []string
+}
+
+func (f *fakeTasks) Subscribe(ctx context.Context, in *containerdevents.SubscribeRequest, _ ...grpc.CallOption) (containerdevents.Events_SubscribeClient, error) {
+	f.filters = in.Filters
+	return &envStream{ctx: ctx, ch: f.ch}, nil
+}
+
+type envStream struct {
+	grpc.ClientStream
+	ctx context.Context
+	ch  chan *apitypes.Envelope
+}
+
+func (s *envStream) Recv() (*apitypes.Envelope, error) {
+	select {
+	case e := <-s.ch:
+		return e, nil
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
+}
+
+func taskExit(t *testing.T, container, id string) *apitypes.Envelope {
+	b, err := proto.Marshal(&eventsapi.TaskExit{ContainerID: container, ID: id, ExitStatus: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &apitypes.Envelope{Namespace: "k8s.io", Topic: "/tasks/exit", Event: &anypb.Any{TypeUrl: "containerd.events.TaskExit", Value: b}}
+}
+
+// TestWatcherFollowsContainerdTaskExits: without a CRI event stream
+// (containerd 1.6) the watcher follows containerd's own task exits, never
+// polls, and ignores the exits of execs.
+func TestWatcherFollowsContainerdTaskExits(t *testing.T) {
+	rt := &fakeEvents{}
+	tasks := &fakeTasks{ch: make(chan *apitypes.Envelope, 10)}
+	w, clk, notified := newWatcher(rt)
+	w.o.Containerd = tasks
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	tasks.ch <- taskExit(t, "c1", "exec-1") // a probe's exec ended
+	tasks.ch <- taskExit(t, "c1", "c1")     // the container itself
+	select {
+	case ids := <-notified:
+		if ids != "c1" {
+			t.Fatalf("notified %q, want c1", ids)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification after a task exit")
+	}
+	select {
+	case ids := <-notified:
+		t.Fatalf("notified %q more: an exec's exit counted", ids)
+	default:
+	}
+	if got := strings.Join(tasks.filters, ";"); got != `namespace=="k8s.io",topic=="/tasks/exit"` {
+		t.Fatalf("filters %s", got)
+	}
+	if n := rt.count(func() int { return rt.lists }); n != 0 {
+		t.Fatalf("polled %d times with an event stream", n)
+	}
+	clk.Step(time.Hour)
+	if err := w.Healthy(); err != nil {
+		t.Fatal(err)
 	}
 }

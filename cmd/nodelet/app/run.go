@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	containerdevents "github.com/containerd/containerd/api/services/events/v1"
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -212,10 +213,22 @@ func Run(ctx context.Context, o *Options) error {
 	gpleg := pleg.NewGeneric(runtime, pleg.NewCache(), plegRelistPeriod, clk)
 	gpleg.ObserveRelists(promMetrics.ObserveRelist)
 	// Relist as soon as a container changes, not only every second.
-	watcher := pleg.NewWatcher(pleg.WatcherOptions{
+	watcherOptions := pleg.WatcherOptions{
 		Runtime: runtimeService, Poll: containerPollPeriod, RequestTimeout: c.RuntimeRequestTimeout.Duration,
-		StuckAfter: watcherStuckAfter, Clock: clk, Notify: gpleg.Trigger,
-	})
+		StuckAfter: watcherStuckAfter, Clock: clk,
+		// Exits nodelet caused are read by the worker that caused them.
+		Notify: func(ids ...string) {
+			if len(ids) == 0 {
+				gpleg.Trigger()
+			} else if ids = runtime.Unexpected(ids); len(ids) > 0 {
+				gpleg.Trigger(ids...)
+			}
+		},
+	}
+	if version.RuntimeName == "containerd" {
+		watcherOptions.Containerd = containerdevents.NewEventsClient(conn)
+	}
+	watcher := pleg.NewWatcher(watcherOptions)
 
 	syncerOptions := kubelet.SyncerOptions{
 		Runtime: runtime, Status: statusManager, RootDir: o.RootDir, HostIPs: hostIPs,

@@ -44,6 +44,8 @@ var (
 	window   = flag.Duration("density.window", 30*time.Second, "how long CPU use is measured, idle and at the largest burst")
 	token    = flag.Bool("density.token", true, "pods mount a service account token, as a client's pods do by default")
 	profile  = flag.String("density.cpuprofile", "", "write nodelet's CPU profile during the first round's largest create burst to this file")
+	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
+	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", kuberuntime.MaxParallelPodStarts, "the floor's parallelism (nodelet's cap on concurrent pod starts)")
 )
 
@@ -92,12 +94,16 @@ func BenchmarkDensity(b *testing.B) {
 	w := watchPods(b, client, ns)
 	waitNodeReady(b, client, nodeName)
 
+	var template *testbed.FloorTemplate
+	if *replay {
+		template = warmUp(b, client, w, ns, nodeName)
+	}
 	r := &report{}
 	r.idle = measure(b, node.PID())
 	for round := 1; round <= *rounds; round++ {
 		for _, n := range sizes {
 			res := result{round: round, pods: n}
-			floor := &testbed.Floor{CD: cd, Parallel: *parallel, LogDir: b.TempDir()}
+			floor := &testbed.Floor{CD: cd, Parallel: *parallel, LogDir: b.TempDir(), Template: template}
 			prefix := fmt.Sprintf("floor-%d-%d", round, n)
 			if res.floorStart, err = floor.Start(ctx, prefix, n); err != nil {
 				b.Fatal(err)
@@ -125,6 +131,12 @@ func BenchmarkDensity(b *testing.B) {
 			res.cpu = cpuSince(before)
 			if n == sizes[len(sizes)-1] && round == 1 {
 				r.busy = measure(b, node.PID())
+				r.memory = goMemory(b, client, nodeName)
+				if *heap != "" {
+					if err := fetch(client, nodeName, "debug/pprof/heap", *heap); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
 			res.stop, res.allGone = burstDelete(b, client, w, ns, names)
 			res.ops = compareOps(floor.Calls(), opsBefore, runtimeOps(b, client, nodeName))
@@ -144,13 +156,35 @@ func BenchmarkDensity(b *testing.B) {
 	b.Log("\n" + r.String())
 }
 
-// cpuProfile fetches 40 s of nodelet's CPU profile through the API
-// server's node proxy.
-func cpuProfile(c kubernetes.Interface, nodeName, file string) error {
-	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/debug/pprof/profile").
-		Param("seconds", "40").Timeout(time.Minute).DoRaw(context.Background())
+// warmUp runs one pod through nodelet and captures the configuration
+// nodelet gave the runtime for it, for the floor to replay.
+func warmUp(b *testing.B, c kubernetes.Interface, w *watcher, ns, nodeName string) *testbed.FloorTemplate {
+	names := []string{"warm-up"}
+	burstCreate(b, c, w, ns, nodeName, names)
+	t, err := testbed.CaptureTemplate(context.Background(), cd, "warm-up", b.TempDir())
 	if err != nil {
-		return fmt.Errorf("CPU profile: %w", err)
+		b.Fatal(err)
+	}
+	burstDelete(b, c, w, ns, names)
+	testbed.Eventually(b, 5*time.Minute, func() (bool, string) {
+		sbs, err := cd.Sandboxes(context.Background())
+		return err == nil && len(sbs) == 0, fmt.Sprintf("%d sandboxes left (%v)", len(sbs), err)
+	})
+	return t
+}
+
+// cpuProfile fetches 40 s of nodelet's CPU profile.
+func cpuProfile(c kubernetes.Interface, nodeName, file string) error {
+	return fetch(c, nodeName, "debug/pprof/profile?seconds=40", file)
+}
+
+// fetch writes what nodelet serves at path, through the API server's node
+// proxy, to file.
+func fetch(c kubernetes.Interface, nodeName, path, file string) error {
+	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy").Suffix(path).
+		Timeout(time.Minute).DoRaw(context.Background())
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", path, err)
 	}
 	return os.WriteFile(file, data, 0o644)
 }
@@ -422,12 +456,17 @@ func runtimeOps(b *testing.B, c kubernetes.Interface, nodeName string) map[strin
 		b.Fatal(err)
 	}
 	out := map[string]testbed.CallStats{}
-	if f, ok := families["kubelet_runtime_operations_duration_seconds"]; ok {
+	// Pod worker syncs count too ("sync:create", …): they cause the calls.
+	for name, prefix := range map[string]string{"kubelet_runtime_operations_duration_seconds": "", "kubelet_pod_worker_duration_seconds": "sync:"} {
+		f, ok := families[name]
+		if !ok {
+			continue
+		}
 		for _, m := range f.Metric {
 			for _, l := range m.Label {
 				if l.GetName() == "operation_type" {
 					h := m.GetHistogram()
-					out[l.GetValue()] = testbed.CallStats{Count: int(h.GetSampleCount()), Total: time.Duration(h.GetSampleSum() * float64(time.Second))}
+					out[prefix+l.GetValue()] = testbed.CallStats{Count: int(h.GetSampleCount()), Total: time.Duration(h.GetSampleSum() * float64(time.Second))}
 				}
 			}
 		}
@@ -435,13 +474,46 @@ func runtimeOps(b *testing.B, c kubernetes.Interface, nodeName string) map[strin
 	return out
 }
 
+// goMemory reads the Go runtime's memory figures from nodelet's metrics.
+func goMemory(b *testing.B, c kubernetes.Interface, nodeName string) string {
+	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var parts []string
+	for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines"} {
+		if f, ok := families[name]; ok && len(f.Metric) > 0 {
+			v := f.Metric[0].GetGauge().GetValue()
+			if strings.HasSuffix(name, "_bytes") {
+				parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.TrimPrefix(name, "go_memstats_"), "_bytes"), v/(1<<20)))
+			} else {
+				parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "go_"), v))
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 // compareOps prints the mean latency of the floor's calls beside
 // nodelet's same calls during the burst.
 func compareOps(floor, before, after map[string]testbed.CallStats) string {
 	var parts []string
-	for _, op := range []string{"run_podsandbox", "podsandbox_status", "create_container", "start_container", "stop_container", "stop_podsandbox"} {
+	var ops []string
+	for op := range after {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	for _, op := range ops {
 		f, a, b := floor[op], after[op], before[op]
 		nodelet := testbed.CallStats{Count: a.Count - b.Count, Total: a.Total - b.Total}
+		if nodelet.Count == 0 {
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s %s/%d (floor %s/%d)", op, ms(nodelet.Mean()), nodelet.Count, ms(f.Mean()), f.Count))
 	}
 	return strings.Join(parts, ", ")
@@ -492,12 +564,15 @@ func (r result) line() string {
 
 type report struct {
 	idle, busy, idleAfter usage
-	results               []result
+	// memory is the Go runtime's account of nodelet's memory at the
+	// largest burst.
+	memory  string
+	results []result
 }
 
 func (r *report) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "floor parallelism %d; pods mount a token: %v\n", *parallel, *token)
+	fmt.Fprintf(&sb, "floor parallelism %d; floor replays nodelet's CRI configuration: %v; pods mount a token: %v\n", *parallel, *replay, *token)
 	fmt.Fprintf(&sb, "%-5s %-4s | %-28s | %-28s | %-26s | %-28s | %-28s | %-26s\n", "round", "pods",
 		"start p50 (floor, ratio)", "start p99 (floor, ratio)", "all ready (floor, ratio)",
 		"delete p50 (floor, ratio)", "delete p99 (floor, ratio)", "all gone (floor, ratio)")
@@ -509,6 +584,6 @@ func (r *report) String() string {
 			cell(pct(x.stop, 50), pct(x.floorStop, 50)), cell(pct(x.stop, 99), pct(x.floorStop, 99)),
 			cell(x.allGone, pct(x.floorStop, 100)))
 	}
-	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s\nnodelet idle after: %s\n", r.idle, r.busy, r.idleAfter)
+	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s (%s)\nnodelet idle after: %s\n", r.idle, r.busy, r.memory, r.idleAfter)
 	return sb.String()
 }
