@@ -35,7 +35,9 @@ func NodeletBinary() (string, error) {
 			return
 		}
 		binary = filepath.Join(dir, "nodelet")
-		args := []string{"build", "-o", binary}
+		// Failpoints are compiled in: the fault tests wedge and kill
+		// nodelet at chosen steps (pkg/failpoint).
+		args := []string{"build", "-tags", "failpoints", "-o", binary}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
@@ -64,6 +66,25 @@ type NodeletOptions struct {
 	// reaches a node at its InternalIP.
 	Address string
 }
+
+// Failpoint makes nodelet act at the named point of pkg/failpoint
+// ("pause", "kill" or "panic") from now on; ClearFailpoint ends it.
+func (n *Nodelet) Failpoint(name, action string) {
+	n.t.Helper()
+	if err := os.WriteFile(filepath.Join(n.failpoints(), name), []byte(action), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// ClearFailpoint ends a failpoint (a paused point goes on).
+func (n *Nodelet) ClearFailpoint(name string) {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.failpoints(), name)); err != nil && !os.IsNotExist(err) {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *Nodelet) failpoints() string { return filepath.Join(n.Dir, "failpoints") }
 
 // Nodelet is a nodelet process under test.
 type Nodelet struct {
@@ -98,8 +119,10 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 		LogsDir: filepath.Join(dir, "pod-logs"), Config: filepath.Join(dir, "config.yaml"),
 		NodeName: opts.NodeName, LogPath: filepath.Join(dir, "nodelet.log"), opts: opts,
 	}
-	if err := os.MkdirAll(n.Manifests, 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{n.Manifests, n.failpoints()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n.Port, n.APIPort = freePort(t), freePort(t)
 	if opts.Address == "" {
@@ -174,6 +197,7 @@ func (n *Nodelet) Start() {
 	}
 	args := append([]string{"--config", n.Config, "--root-dir", n.RootDir, "--hostname-override", n.NodeName, "-v", "4"}, n.opts.Args...)
 	n.cmd = exec.Command(bin, args...)
+	n.cmd.Env = append(os.Environ(), "NODELET_FAILPOINTS_DIR="+n.failpoints())
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -324,6 +325,7 @@ func nextRuntimeBackOff(d time.Duration) time.Duration { return min(2*d, runtime
 
 // syncLoopIteration handles one event and reports whether to go on.
 func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event, probeCh <-chan prober.Update) bool {
+	failpoint.Inject("sync-loop-iteration")
 	select {
 	case <-ctx.Done():
 		return false
