@@ -17,6 +17,29 @@ import (
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
+// stripManagedFields drops the pods' managedFields on their way into the
+// store: nodelet never reads them, and at a hundred pods they are a good
+// part of the memory the pods take, several copies over.
+type stripManagedFields struct{ cache.Store }
+
+func (s stripManagedFields) Add(obj interface{}) error { return s.Store.Add(strip(obj)) }
+
+func (s stripManagedFields) Update(obj interface{}) error { return s.Store.Update(strip(obj)) }
+
+func (s stripManagedFields) Replace(list []interface{}, rv string) error {
+	for i := range list {
+		list[i] = strip(list[i])
+	}
+	return s.Store.Replace(list, rv)
+}
+
+func strip(obj interface{}) interface{} {
+	if p, ok := obj.(*v1.Pod); ok {
+		p.ManagedFields = nil
+	}
+	return obj
+}
+
 // WatchBackoff is how list-and-watch retries while the API server is
 // away: capped at 8 s (client-go's default reaches a minute with
 // jitter), so a node catches up within seconds of the API server's
@@ -56,16 +79,16 @@ func (s *APISource) Run(ctx context.Context) {
 			return pods.Watch(ctx, o)
 		},
 	}
-	// The undelta store hands over the complete set after every event.
-	store := cache.NewUndeltaStore(func(objs []interface{}) {
+	// The undelta store hands over the complete set after every event. The
+	// objects are the store's own: the merge only reads them.
+	undelta := cache.NewUndeltaStore(func(objs []interface{}) {
 		set := make([]*v1.Pod, 0, len(objs))
 		for _, o := range objs {
-			// The store's objects are shared with the reflector's cache;
-			// the merge annotates what it is given.
-			set = append(set, o.(*v1.Pod).DeepCopy())
+			set = append(set, o.(*v1.Pod))
 		}
 		s.out.Set(ctx, podutil.APISource, set)
 	}, cache.MetaNamespaceKeyFunc)
+	store := stripManagedFields{undelta}
 	klog.InfoS("Watching pods bound to the node", "node", s.nodeName)
 	// The wrapper tells the reflector whether the client can stream the
 	// initial list (client-go's fake cannot).

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 func podNames(pods []*v1.Pod) []string {
@@ -54,4 +55,22 @@ func TestAPISourceDeliversTheWholeSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	next("ns/b")
+}
+
+func TestStripManagedFields(t *testing.T) {
+	s := stripManagedFields{cache.NewStore(cache.MetaNamespaceKeyFunc)}
+	p := &v1.Pod{}
+	p.Name, p.ManagedFields = "a", []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	if err := s.Add(p); err != nil {
+		t.Fatal(err)
+	}
+	q := p.DeepCopy()
+	q.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	if err := s.Replace([]interface{}{q}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := s.GetByKey("a")
+	if mf := got.(*v1.Pod).ManagedFields; mf != nil {
+		t.Fatalf("managedFields kept: %v", mf)
+	}
 }

@@ -120,8 +120,9 @@ func (c *PodConfig) Sources() []string {
 	return out
 }
 
-// Set delivers a source's complete set of pods. The pods become the
-// merge's own: the caller must not touch them afterwards. It blocks while
+// Set delivers a source's complete set of pods. The merge only reads them
+// (it copies what it keeps), and the caller must not change them while Set
+// runs. It blocks while
 // the sync loop is behind, until ctx ends, holding no lock meanwhile.
 //
 // A source calls Set from one goroutine: its updates then reach the sync
@@ -174,7 +175,16 @@ func (c *PodConfig) mergeSet(source string, pods []*v1.Pod) []PodUpdate {
 func (c *PodConfig) merge(source string, newPods []*v1.Pod) (adds, updates, deletes, removes, reconciles []*v1.Pod) {
 	old := c.pods[source]
 	cur := make(map[types.UID]*v1.Pod, len(newPods))
-	for _, ref := range filterDuplicateNames(newPods, source, c.recorder) {
+	for _, in := range filterDuplicateNames(newPods, source, c.recorder) {
+		if existing, ok := old[in.UID]; ok && existing.ResourceVersion != "" && existing.ResourceVersion == in.ResourceVersion {
+			// The API server's version says nothing changed: no copy, no
+			// comparison (the API source delivers every pod on every event).
+			cur[in.UID] = existing
+			continue
+		}
+		// The merge never changes what the source handed it (the API
+		// source's objects are its cache's): it keeps copies.
+		ref := in.DeepCopy()
 		if ref.Annotations == nil {
 			ref.Annotations = map[string]string{}
 		}

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -315,5 +316,21 @@ func TestMergeTrustsTheResourceVersion(t *testing.T) {
 	c.Set(ctx, "api", []*v1.Pod{upd})
 	if got := strings.Join(received(c), ";"); got != "UPDATE a" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// TestMergeLeavesItsInputAlone: the API source hands the merge its
+// cache's own objects, so the merge must only read them.
+func TestMergeLeavesItsInputAlone(t *testing.T) {
+	c, _, _ := newConfig()
+	p := mkPod("a", "a")
+	p.ResourceVersion = "1"
+	before := p.DeepCopy()
+	c.Set(context.Background(), "api", []*v1.Pod{p})
+	if got := received(c); len(got) != 1 {
+		t.Fatalf("got %v", got)
+	}
+	if !reflect.DeepEqual(p, before) {
+		t.Fatalf("the merge changed its input: %+v", p.ObjectMeta)
 	}
 }
