@@ -246,9 +246,14 @@ func (m *Manager) forget(t Type, containerID string) {
 	delete(m.results[t], containerID)
 }
 
-func (m *Manager) publish(u Update) {
+// publish hands a changed result to the sync loop, waiting while it is
+// behind, but not past the worker's stop.
+func (m *Manager) publish(u Update, stop <-chan struct{}) {
 	klog.V(2).InfoS("Probe result changed", "podUID", u.PodUID, "containerID", u.ContainerID, "probe", u.Type, "result", u.Result)
-	m.updates <- u
+	select {
+	case m.updates <- u:
+	case <-stop:
+	}
 }
 
 // LivenessFailed reports whether a container instance failed its

@@ -111,7 +111,7 @@ func (w *worker) probeOnce() bool {
 	}
 	if cs.State.Running == nil {
 		if w.typ == Readiness && w.m.set(Readiness, id, Failure) {
-			w.m.publish(Update{PodUID: w.pod.UID, ContainerID: id, Type: w.typ, Result: Failure})
+			w.m.publish(Update{PodUID: w.pod.UID, ContainerID: id, Type: w.typ, Result: Failure}, w.stopCh)
 		}
 		return true
 	}
@@ -155,7 +155,7 @@ func (w *worker) probeOnce() bool {
 		r = Success
 	}
 	if w.m.set(w.typ, id, r) {
-		w.m.publish(Update{PodUID: w.pod.UID, ContainerID: id, Type: w.typ, Result: r})
+		w.m.publish(Update{PodUID: w.pod.UID, ContainerID: id, Type: w.typ, Result: r}, w.stopCh)
 	}
 	if r == Failure && w.typ != Readiness {
 		// The container will be restarted; wait for the new one.
