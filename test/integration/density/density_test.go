@@ -78,7 +78,6 @@ func BenchmarkDensity(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
 	const nodeName = "density"
 	kubeconfig, err := cl.NodeKubeconfig(nodeName)
 	if err != nil {
@@ -102,58 +101,115 @@ func BenchmarkDensity(b *testing.B) {
 	r.idle = measure(b, node.PID())
 	for round := 1; round <= *rounds; round++ {
 		for _, n := range sizes {
-			res := result{round: round, pods: n}
-			floor := &testbed.Floor{CD: cd, Parallel: *parallel, LogDir: b.TempDir(), Template: template}
-			prefix := fmt.Sprintf("floor-%d-%d", round, n)
-			if res.floorStart, err = floor.Start(ctx, prefix, n); err != nil {
-				b.Fatal(err)
+			largest := n == sizes[len(sizes)-1]
+			res := burst(b, bench{client: client, w: w, ns: ns, nodeName: nodeName, pid: node.PID(), template: template}, round, n, largest && round == 1)
+			if largest && round == 1 {
+				r.busy, r.memory = res.busy, res.memory
 			}
-			if res.floorStop, err = floor.Stop(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := floor.Remove(ctx); err != nil {
-				b.Fatal(err)
-			}
-			names := podNames(round, n)
-			opsBefore := runtimeOps(b, client, nodeName)
-			before := testbed.CPUByCommand()
-			var profiled chan error
-			if *profile != "" && round == 1 && n == sizes[len(sizes)-1] {
-				profiled = make(chan error, 1)
-				go func() { profiled <- cpuProfile(client, nodeName, *profile) }()
-			}
-			res.start, res.allReady = burstCreate(b, client, w, ns, nodeName, names)
-			if profiled != nil {
-				if err := <-profiled; err != nil {
-					b.Fatal(err)
-				}
-			}
-			res.cpu = cpuSince(before)
-			if n == sizes[len(sizes)-1] && round == 1 {
-				r.busy = measure(b, node.PID())
-				r.memory = goMemory(b, client, nodeName)
-				if *heap != "" {
-					if err := fetch(client, nodeName, "debug/pprof/heap", *heap); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			res.stop, res.allGone = burstDelete(b, client, w, ns, names)
-			res.ops = compareOps(floor.Calls(), opsBefore, runtimeOps(b, client, nodeName))
-			// The next burst starts on a quiet runtime: nodelet's garbage
-			// collection of these pods' sandboxes is done.
-			testbed.Eventually(b, 5*time.Minute, func() (bool, string) {
-				sbs, err := cd.Sandboxes(ctx)
-				return err == nil && len(sbs) == 0, fmt.Sprintf("%d sandboxes left (%v)", len(sbs), err)
-			})
-			b.Logf("round %d, %d pods: %s", round, n, res.line())
-			b.Logf("round %d, %d pods: CPU used during the create burst: %s", round, n, res.cpu)
-			b.Logf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s", round, n, res.ops)
+			// Printed, not logged: a benchmark's log is cut after ten lines.
+			fmt.Printf("round %d, %d pods: %s\n", round, n, res.line())
+			fmt.Printf("round %d, %d pods: floor all started before nodelet %s, after %s\n", round, n, ms(res.floorBefore), ms(res.floorAfter))
+			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s\n", round, n, res.cpu)
+			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
 			r.results = append(r.results, res)
 		}
 	}
 	r.idleAfter = measure(b, node.PID())
-	b.Log("\n" + r.String())
+	fmt.Println(r.String())
+}
+
+// bench is what every burst works with.
+type bench struct {
+	client   kubernetes.Interface
+	w        *watcher
+	ns       string
+	nodeName string
+	pid      int
+	template *testbed.FloorTemplate
+}
+
+// burst measures n pods through nodelet between two floor runs, whose
+// per-pod times are averaged: the development VM drifts by ±10% from one
+// minute to the next, and a floor on both sides cancels the drift.
+func burst(b *testing.B, x bench, round, n int, busy bool) result {
+	ctx := context.Background()
+	res := result{round: round, pods: n}
+	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n)
+	names := podNames(round, n)
+	opsBefore := runtimeOps(b, x.client, x.nodeName)
+	cpuBefore := testbed.CPUByCommand()
+	var profiled chan error
+	if *profile != "" && busy {
+		profiled = make(chan error, 1)
+		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
+	}
+	res.start, res.allReady = burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			b.Fatal(err)
+		}
+	}
+	res.cpu = cpuSince(cpuBefore)
+	if busy {
+		res.busy, res.memory = measureBusy(b, x)
+	}
+	res.stop, res.allGone = burstDelete(b, x.client, x.w, x.ns, names)
+	opsAfter := runtimeOps(b, x.client, x.nodeName)
+	// The floor after starts on a quiet runtime: nodelet's garbage
+	// collection of these pods' sandboxes is done.
+	testbed.Eventually(b, 5*time.Minute, func() (bool, string) {
+		sbs, err := cd.Sandboxes(ctx)
+		return err == nil && len(sbs) == 0, fmt.Sprintf("%d sandboxes left (%v)", len(sbs), err)
+	})
+	after := floorRun(b, x, fmt.Sprintf("floor-%d-%d-b", round, n), n)
+	res.floorStart, res.floorStop = mean(before.start, after.start), mean(before.stop, after.stop)
+	res.floorBefore, res.floorAfter = pct(before.start, 100), pct(after.start, 100)
+	res.ops = compareOps(before.calls, opsBefore, opsAfter)
+	return res
+}
+
+type floorResult struct {
+	start, stop []time.Duration
+	calls       map[string]testbed.CallStats
+}
+
+// floorRun starts and stops n pods straight through CRI.
+func floorRun(b *testing.B, x bench, prefix string, n int) floorResult {
+	ctx := context.Background()
+	f := &testbed.Floor{CD: cd, Parallel: *parallel, LogDir: b.TempDir(), Template: x.template}
+	var out floorResult
+	var err error
+	if out.start, err = f.Start(ctx, prefix, n); err != nil {
+		b.Fatal(err)
+	}
+	if out.stop, err = f.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Remove(ctx); err != nil {
+		b.Fatal(err)
+	}
+	out.calls = f.Calls()
+	return out
+}
+
+func mean(a, b []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(a))
+	for i := range a {
+		out[i] = (a[i] + b[i]) / 2
+	}
+	return out
+}
+
+// measureBusy measures nodelet with the pods running.
+func measureBusy(b *testing.B, x bench) (usage, string) {
+	u := measure(b, x.pid)
+	mem := goMemory(b, x.client, x.nodeName)
+	if *heap != "" {
+		if err := fetch(x.client, x.nodeName, "debug/pprof/heap", *heap); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return u, mem
 }
 
 // warmUp runs one pod through nodelet and captures the configuration
@@ -437,6 +493,11 @@ type result struct {
 	start, stop           []time.Duration
 	allReady, allGone     time.Duration
 	floorStart, floorStop []time.Duration
+	// floorBefore and floorAfter are the two floor runs' all started.
+	floorBefore, floorAfter time.Duration
+	// busy and memory are nodelet's with the pods running, if measured.
+	busy   usage
+	memory string
 	// cpu is what each command used during the create burst.
 	cpu string
 	// ops compares nodelet's mean CRI call latencies with the floor's.
@@ -583,6 +644,33 @@ func (r *report) String() string {
 			cell(x.allReady, pct(x.floorStart, 100)),
 			cell(pct(x.stop, 50), pct(x.floorStop, 50)), cell(pct(x.stop, 99), pct(x.floorStop, 99)),
 			cell(x.allGone, pct(x.floorStop, 100)))
+	}
+	fmt.Fprintf(&sb, "medians over the rounds of each ratio (the floor varies by ±10%% from run to run on the development VM):\n")
+	byCount := map[int][]result{}
+	var order []int
+	for _, x := range r.results {
+		if _, ok := byCount[x.pods]; !ok {
+			order = append(order, x.pods)
+		}
+		byCount[x.pods] = append(byCount[x.pods], x)
+	}
+	for _, n := range order {
+		med := func(f func(result) float64) string {
+			var v []float64
+			for _, x := range byCount[n] {
+				v = append(v, f(x))
+			}
+			slices.Sort(v)
+			return fmt.Sprintf("×%.2f", v[len(v)/2])
+		}
+		rat := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
+		fmt.Fprintf(&sb, "%4d pods: start p50 %s, p99 %s, all ready %s; delete p50 %s, p99 %s, all gone %s\n", n,
+			med(func(x result) float64 { return rat(pct(x.start, 50), pct(x.floorStart, 50)) }),
+			med(func(x result) float64 { return rat(pct(x.start, 99), pct(x.floorStart, 99)) }),
+			med(func(x result) float64 { return rat(x.allReady, pct(x.floorStart, 100)) }),
+			med(func(x result) float64 { return rat(pct(x.stop, 50), pct(x.floorStop, 50)) }),
+			med(func(x result) float64 { return rat(pct(x.stop, 99), pct(x.floorStop, 99)) }),
+			med(func(x result) float64 { return rat(x.allGone, pct(x.floorStop, 100)) }))
 	}
 	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s (%s)\nnodelet idle after: %s\n", r.idle, r.busy, r.memory, r.idleAfter)
 	return sb.String()
