@@ -34,19 +34,38 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
-// ProcessRSS returns a process's resident set size in bytes.
-func ProcessRSS(pid int) (int64, error) {
+// Memory is a process's resident memory, in bytes.
+type Memory struct {
+	// RSS is all of it: Anon plus File plus shared memory.
+	RSS int64
+	// Anon is the heap, stacks and runtime structures; File is the
+	// binary's and libraries' pages that were touched.
+	Anon, File int64
+}
+
+// ProcessMemory reads a process's resident memory.
+func ProcessMemory(pid int) (Memory, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
+	var m Memory
+	fields := map[string]*int64{"VmRSS:": &m.RSS, "RssAnon:": &m.Anon, "RssFile:": &m.File}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10, err
+		f := strings.Fields(line)
+		if len(f) < 2 || fields[f[0]] == nil {
+			continue
 		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return Memory{}, err
+		}
+		*fields[f[0]] = kb << 10
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	if m.RSS == 0 {
+		return Memory{}, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	}
+	return m, nil
 }
 
 // CPUCores measures a process's average CPU use, in cores, over d.

@@ -468,7 +468,7 @@ func latest(ts []time.Time) time.Time {
 // usage is nodelet's CPU and memory over a window.
 type usage struct {
 	cores float64
-	rss   int64
+	mem   testbed.Memory
 }
 
 func measure(b *testing.B, pid int) usage {
@@ -476,15 +476,16 @@ func measure(b *testing.B, pid int) usage {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rss, err := testbed.ProcessRSS(pid)
+	mem, err := testbed.ProcessMemory(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return usage{cores: cores, rss: rss}
+	return usage{cores: cores, mem: mem}
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("CPU %.4f cores, RSS %.1f MiB", u.cores, float64(u.rss)/(1<<20))
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	return fmt.Sprintf("CPU %.4f cores, RSS %.1f MiB (anonymous %.1f, file %.1f)", u.cores, mib(u.mem.RSS), mib(u.mem.Anon), mib(u.mem.File))
 }
 
 // result is one burst's figures: nodelet's and the floor's.
