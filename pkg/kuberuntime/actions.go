@@ -189,6 +189,11 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus, health Containe
 		// sidecars so the pod can reach its final phase.
 		a.KillPod = true
 	}
+	if a.KillPod || pod.DeletionTimestamp != nil {
+		// A pod being killed or deleted starts nothing: a sidecar
+		// restarted now would only keep it alive.
+		a.InitContainersToStart, a.ContainersToStart, a.EphemeralContainersToStart = nil, nil, nil
+	}
 	return a
 }
 
@@ -197,91 +202,129 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus, health Containe
 //
 // Regular init containers run one at a time, in order, each to success.
 // Sidecars (init containers with restartPolicy Always) start in their
-// place in that order, must be running before the next init container
+// place in that order, must have started before the next init container
 // starts, and are kept running (restarted when they exit) for the life of
 // the pod. Only containers of the current sandbox count: a new sandbox
 // starts initialisation over.
+//
+// The walk goes backwards, as upstream's does: the last init container
+// with a status tells how far initialisation got, even when the runtime
+// has removed the earlier ones. Every init container before it has
+// started once, so a sidecar among them that is down is restarted without
+// holding anything else back: neither the init containers after it nor
+// the app containers wait for its crash-loop back-off.
 func computeInitActions(pod *v1.Pod, status *container.PodStatus, a *podActions, health ContainerHealth) bool {
-	if len(pod.Spec.InitContainers) == 0 {
+	inits := pod.Spec.InitContainers
+	if len(inits) == 0 {
 		return true
-	}
-	current := func(name string) *container.Status {
-		s := status.FindContainerStatusByName(name)
-		if s == nil || s.SandboxID != a.SandboxID {
-			return nil
-		}
-		return s
 	}
 	// Once an app container exists in this sandbox, initialisation is
 	// over: init containers are not re-run even if theirs were removed.
 	initialized := false
 	for i := range pod.Spec.Containers {
-		if current(pod.Spec.Containers[i].Name) != nil {
+		if currentStatus(status, a.SandboxID, pod.Spec.Containers[i].Name) != nil {
 			initialized = true
 			break
 		}
 	}
-
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		s := current(c.Name)
-		if podutil.IsRestartableInitContainer(c) {
-			switch {
-			case s != nil && s.State == container.StateRunning && s.Hash != HashContainer(c):
-				a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Init container %s definition changed, will be restarted", c.Name)}
-				a.InitContainersToStart = append(a.InitContainersToStart, i)
-			case s != nil && s.State == container.StateRunning:
-				if k, bad := unhealthy(c, s, health); bad {
-					k.message += ", will be restarted"
-					a.ContainersToKill[s.ID] = k
-					a.InitContainersToStart = append(a.InitContainersToStart, i)
-					if !initialized {
-						return false
-					}
-					continue
-				}
-				if !initialized && !health.Started(c, s.ID.ID) {
-					// Later init containers wait until it has started.
-					return false
-				}
-			case pod.DeletionTimestamp != nil:
-			default:
-				if s != nil && s.State == container.StateUnknown {
-					a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Init container %s is in an unknown state, will be restarted", c.Name)}
-				}
-				a.InitContainersToStart = append(a.InitContainersToStart, i)
-				if !initialized {
-					// Later init containers wait for this sidecar to run.
-					return false
-				}
-			}
-			continue
-		}
-		if initialized {
-			continue
-		}
+	// reached: an init container after this one has started.
+	reached := initialized
+	for i := len(inits) - 1; i >= 0; i-- {
+		c := &inits[i]
+		sidecar := podutil.IsRestartableInitContainer(c)
+		s := currentStatus(status, a.SandboxID, c.Name)
 		switch {
 		case s == nil:
-			a.InitContainersToStart = append(a.InitContainersToStart, i)
-			return false
-		case s.State == container.StateRunning:
-			return false
-		case s.State == container.StateExited && s.ExitCode == 0:
+			if reached && sidecar {
+				a.InitContainersToStart = append(a.InitContainersToStart, i)
+			}
 			continue
+		case reached && !sidecar:
+			continue
+		case s.State == container.StateCreated:
+			// Created but never started (nodelet stopped in between):
+			// start it again. It did not fail, whatever the policy.
+			a.InitContainersToStart = append(a.InitContainersToStart, i)
+		case s.State == container.StateRunning && sidecar:
+			if runningSidecar(inits, i, s, reached, a, health) && i == len(inits)-1 {
+				initialized = true
+			}
+		case s.State == container.StateRunning:
+			// A regular init container still at work: wait for it.
+		case s.State == container.StateExited && sidecar:
+			a.InitContainersToStart = append(a.InitContainersToStart, i)
+		case s.State == container.StateExited && s.ExitCode == 0:
+			if i == len(inits)-1 {
+				initialized = true
+			} else {
+				a.InitContainersToStart = append(a.InitContainersToStart, i+1)
+			}
 		default:
-			// Failed (non-zero exit, never ran, or lost).
-			if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+			// Failed: a non-zero exit, or lost (unknown state).
+			if !sidecar && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
 				a.KillPod = true
+				a.InitContainersToStart = nil
 				return false
 			}
 			if s.State == container.StateUnknown {
 				a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Init container %s is in an unknown state, will be restarted", c.Name)}
 			}
 			a.InitContainersToStart = append(a.InitContainersToStart, i)
-			return false
 		}
+		reached = true
+	}
+	if !reached {
+		// No init container has run in this sandbox yet: the first starts.
+		a.InitContainersToStart = append(a.InitContainersToStart, 0)
+	}
+	// The walk went backwards; start them in declaration order.
+	sort.Ints(a.InitContainersToStart)
+	return initialized
+}
+
+// runningSidecar adds what the running sidecar inits[i] needs: a restart
+// if its startup or liveness probe failed or its spec changed, and the
+// next init container once it has started for the first time (reached:
+// a later one already has). It reports whether the sidecar has started.
+func runningSidecar(inits []v1.Container, i int, s *container.Status, reached bool, a *podActions, health ContainerHealth) bool {
+	c := &inits[i]
+	restart := func(message, reason string, probe *v1.Probe) {
+		k := containerToKill{name: c.Name, message: message + ", will be restarted", reason: reason}
+		if probe != nil && probe.TerminationGracePeriodSeconds != nil {
+			g := *probe.TerminationGracePeriodSeconds
+			k.grace = &g
+		}
+		a.ContainersToKill[s.ID] = k
+		a.InitContainersToStart = append(a.InitContainersToStart, i)
+	}
+	if health.StartupFailed(s.ID.ID) {
+		restart(fmt.Sprintf("Init container %s failed startup probe", c.Name), "Unhealthy", c.StartupProbe)
+		return false
+	}
+	if !health.Started(c, s.ID.ID) {
+		// Its startup probe has not passed yet: the next one waits.
+		return false
+	}
+	if !reached && i+1 < len(inits) {
+		a.InitContainersToStart = append(a.InitContainersToStart, i+1)
+	}
+	switch {
+	case s.Hash != HashContainer(c):
+		restart(fmt.Sprintf("Init container %s definition changed", c.Name), "", nil)
+	case health.LivenessFailed(s.ID.ID):
+		restart(fmt.Sprintf("Init container %s failed liveness probe", c.Name), "Unhealthy", c.LivenessProbe)
 	}
 	return true
+}
+
+// currentStatus is the newest status of the named container in the
+// current sandbox, or nil.
+func currentStatus(status *container.PodStatus, sandboxID, name string) *container.Status {
+	s := status.FindContainerStatusByName(name)
+	if s == nil || s.SandboxID != sandboxID {
+		return nil
+	}
+	return s
 }
 
 // anyRunningRegularInit reports whether a non-sidecar init container still

@@ -246,6 +246,38 @@ func TestComputePodActions(t *testing.T) {
 			newPod(never, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
 				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", E, 1).c("a", R, 0).s
 			}, want{init: []int{0}}},
+		{"sidecar crashed after starting once: restarted, the app containers start beside it",
+			newPod(always, "a").sidecar("s").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", E, 1).c("i1", E, 0).s
+			}, want{init: []int{0}, start: []int{0}}},
+		{"sidecar crashed while a later init container runs: restarted, the init container goes on",
+			newPod(always, "a").sidecar("s").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", E, 1).c("i1", R, 0).s
+			}, want{init: []int{0}}},
+		{"sidecar running, the next init container crashed: only the init container restarts",
+			newPod(always, "a").sidecar("s").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).c("i1", E, 2).s
+			}, want{init: []int{1}}},
+		{"init container left created under Never: started again, not a failure",
+			newPod(never, "a").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("i1", C, 0).s
+			}, want{init: []int{0}}},
+		{"second init container left created under OnFailure: started again",
+			newPod(onFailure, "a").init("i1", "i2").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("i1", E, 0).c("i2", C, 0).s
+			}, want{init: []int{1}}},
+		{"sidecar left created: started again",
+			newPod(never, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", C, 0).s
+			}, want{init: []int{0}}},
+		{"killing the pod restarts no crashed sidecar",
+			newPod(never, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", E, 1).c("a", E, 0).s
+			}, want{kill: true}},
+		{"failed init container under Never: nothing else starts",
+			newPod(never, "a").sidecar("s").init("i1").pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", E, 1).c("i1", E, 1).s
+			}, want{kill: true}},
 		{"app containers done under Never: the pod (and its sidecar) stops",
 			newPod(never, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
 				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).c("a", E, 0).s
@@ -341,7 +373,7 @@ func TestComputePodActionsWithProbes(t *testing.T) {
 		}, fakeHealth{notStarted: map[string]bool{"s-id": true}}, nil, nil, "", nil, false},
 		{"a sidecar failing liveness is restarted", newPod(v1.RestartPolicyAlways, "a").sidecar("s").pod, func(p *v1.Pod) *container.PodStatus {
 			return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("s", R, 0).c("a", R, 0).s
-		}, fakeHealth{liveness: map[string]bool{"s-id": true}}, nil, []int{0}, "Container s failed liveness probe, will be restarted", nil, false},
+		}, fakeHealth{liveness: map[string]bool{"s-id": true}}, nil, []int{0}, "Init container s failed liveness probe, will be restarted", nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -72,7 +74,7 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 	auths := authConfigs(c.Image, secretCredentials(pullSecrets), nodeCredentials(m.keyringDir))
 	imageRef, msg, err := m.images.ensureImage(ctx, pod, c, auths, sandboxCfg)
 	if err != nil {
-		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.warn(ctx, ref, "Failed", "Error: %v", err)
 		return msg, err
 	}
 
@@ -82,10 +84,10 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 	}
 	cfg, err := m.containerConfig(ctx, pod, c, restartCount, imageRef, podIPs)
 	if errors.Is(err, ErrMountVolume) {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", err)
+		m.warn(ctx, podRef(pod), "FailedMount", "%v", err)
 	}
 	if err != nil {
-		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.warn(ctx, ref, "Failed", "Error: %v", err)
 		return err.Error(), container.ErrCreateContainerConfig
 	}
 
@@ -107,6 +109,16 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 	return "", nil
 }
 
+// warn records a warning event about a failure, unless ctx was
+// cancelled: the pod is being torn down, and what that interrupted did
+// not fail.
+func (m *Manager) warn(ctx context.Context, ref *v1.ObjectReference, reason, format string, args ...any) {
+	if ctx.Err() != nil {
+		return
+	}
+	m.recorder.Eventf(ref, v1.EventTypeWarning, reason, format, args...)
+}
+
 // createAndStart creates and starts a container, holding a start slot for
 // the two calls.
 func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Container, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, string, error) {
@@ -122,17 +134,20 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	})
 	cancel()
 	if err != nil {
-		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
+		m.warn(ctx, ref, "Failed", "Error: %s", errMessage(err))
 		return "", errMessage(err), container.ErrCreateContainer
 	}
 	id := created.ContainerId
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+	// The fault tests stop nodelet here, leaving a created container
+	// that was never started.
+	failpoint.Inject("container-created")
 
 	cctx, cancel = m.call(ctx)
 	_, err = m.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: id})
 	cancel()
 	if err != nil {
-		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", errMessage(err))
+		m.warn(ctx, ref, "Failed", "Error: %s", errMessage(err))
 		return id, errMessage(err), container.ErrRunContainer
 	}
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
@@ -323,24 +338,88 @@ func findContainerSpec(pod *v1.Pod, name string) *v1.Container {
 	return nil
 }
 
-// KillPod stops every container of the pod (all at once, each with its
-// grace period) and then its sandboxes. pod may be a placeholder built from
-// the runtime pod when there is no configuration left.
+// KillPod stops the pod's containers and then its sandboxes. pod may be a
+// placeholder built from the runtime pod when there is no configuration
+// left.
 func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, running container.Pod, gracePeriodOverride *int64) error {
 	r := m.killPodWithResult(ctx, pod, running, gracePeriodOverride)
 	return r.Error()
 }
 
+// killPodWithResult stops containers in upstream's order: every container
+// but the sidecars at once, each with the grace period; then the sidecars
+// one at a time, the last declared first, each with what is left of the
+// pod's grace period. A sidecar's preStop hook runs only then, so the
+// services it gives (a proxy, a log shipper) outlive the app's shutdown.
 func (m *Manager) killPodWithResult(ctx context.Context, pod *v1.Pod, running container.Pod, gracePeriodOverride *int64) container.PodSyncResult {
 	var result container.PodSyncResult
+	start := m.clock.Now()
+	first, sidecars := terminationOrder(pod, running.Containers)
+	m.killContainers(ctx, pod, first, gracePeriodOverride, &result)
+	for _, c := range sidecars {
+		m.killContainers(ctx, pod, []*container.Container{c}, graceLeft(pod, gracePeriodOverride, m.clock.Since(start)), &result)
+	}
+	if result.Error() != nil {
+		// Stopping the sandbox under a container that may still run would
+		// pull its network away; try again on the next sync instead.
+		return result
+	}
+	for _, sb := range running.Sandboxes {
+		r := result.Add(container.KillPodSandbox, sb.ID)
+		if err := m.stopSandbox(ctx, pod, sb.ID); err != nil {
+			r.Fail(container.ErrKillPodSandbox, err.Error())
+		}
+	}
+	return result
+}
+
+// terminationOrder splits the containers still to stop into those that
+// stop first, all at once, and the sidecars, in the order they stop: the
+// reverse of their declaration.
+func terminationOrder(pod *v1.Pod, cs []*container.Container) (first, sidecars []*container.Container) {
+	index := map[string]int{}
+	if pod != nil {
+		for i := range pod.Spec.InitContainers {
+			if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
+				index[pod.Spec.InitContainers[i].Name] = i
+			}
+		}
+	}
+	for _, c := range cs {
+		if c.State == container.StateExited {
+			continue
+		}
+		if _, ok := index[c.Name]; ok {
+			sidecars = append(sidecars, c)
+		} else {
+			first = append(first, c)
+		}
+	}
+	sort.SliceStable(sidecars, func(i, j int) bool { return index[sidecars[i].Name] > index[sidecars[j].Name] })
+	return first, sidecars
+}
+
+// graceLeft is what is left of the pod's grace period once elapsed has
+// gone by (never less than the minimum).
+func graceLeft(pod *v1.Pod, override *int64, elapsed time.Duration) *int64 {
+	grace := podutil.GracePeriodSeconds(pod)
+	if override != nil {
+		grace = *override
+	}
+	left := grace - int64(elapsed/time.Second)
+	if left < minGracePeriodSeconds {
+		left = minGracePeriodSeconds
+	}
+	return &left
+}
+
+// killContainers stops cs at once and records each in result.
+func (m *Manager) killContainers(ctx context.Context, pod *v1.Pod, cs []*container.Container, gracePeriodOverride *int64, result *container.PodSyncResult) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	for _, c := range running.Containers {
-		if c.State == container.StateExited {
-			continue
-		}
+	for _, c := range cs {
 		wg.Add(1)
 		go func(c *container.Container) {
 			defer wg.Done()
@@ -354,18 +433,6 @@ func (m *Manager) killPodWithResult(ctx context.Context, pod *v1.Pod, running co
 		}(c)
 	}
 	wg.Wait()
-	if result.Error() != nil {
-		// Stopping the sandbox under a container that may still run would
-		// pull its network away; try again on the next sync instead.
-		return result
-	}
-	for _, sb := range running.Sandboxes {
-		r := result.Add(container.KillPodSandbox, sb.ID)
-		if err := m.stopSandbox(ctx, pod, sb.ID); err != nil {
-			r.Fail(container.ErrKillPodSandbox, err.Error())
-		}
-	}
-	return result
 }
 
 // errHookTimeout classifies a hook that ran out of time.

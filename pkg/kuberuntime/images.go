@@ -110,6 +110,10 @@ func (p *imagePuller) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	if p.observer != nil {
 		p.observer.ObservePull(pod.UID, start, p.clock.Now())
 	}
+	if err != nil && ctx.Err() != nil {
+		// The pod is being torn down: its pull was abandoned, not failed.
+		return "", "", fmt.Errorf("pulling image %q: %w", image, ctx.Err())
+	}
 	if err != nil {
 		p.backOff.Next(backOffKey, p.clock.Now())
 		p.mu.Lock()

@@ -446,3 +446,137 @@ func TestVolumeFailureIsAFailedMountEvent(t *testing.T) {
 		t.Fatalf("events %q: no FailedMount", events)
 	}
 }
+
+// A sidecar in crash-loop back-off does not hold back the app: the app
+// container that crashed beside it is restarted at once.
+func TestSidecarBackOffDoesNotBlockTheApp(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").sidecar("proxy").pod
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+	f.sync(t, pod) // sandbox and the sidecar
+	f.sync(t, pod) // the app
+	if n := len(f.rt.ContainerIDs("app", &running)); n != 1 {
+		t.Fatalf("app running %d times", n)
+	}
+	// The sidecar crashes twice: restarted once, then backing off.
+	f.rt.Exit(f.rt.ContainerIDs("proxy", &running)[0], 1)
+	f.sync(t, pod)
+	f.rt.Exit(f.rt.ContainerIDs("proxy", &running)[0], 1)
+	// Now the app crashes too.
+	f.rt.Exit(f.rt.ContainerIDs("app", &running)[0], 1)
+	f.rt.ResetCalls()
+	res := f.sync(t, pod)
+	if !errors.Is(res.Error(), container.ErrCrashLoopBackOff) {
+		t.Fatalf("sidecar not backing off: %v", res.Error())
+	}
+	if got := calls(f.rt, "StartContainer"); strings.Join(got, ",") != "StartContainer app" {
+		t.Fatalf("started %v, want the app restarted while the sidecar backs off", got)
+	}
+}
+
+// The crash-loop back-off belongs to a container's spec: a new image or
+// command starts at once.
+func TestChangedSpecEscapesTheBackOff(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+	f.sync(t, pod)
+	f.rt.Exit(f.rt.ContainerIDs("app", &running)[0], 1)
+	f.sync(t, pod)
+	f.rt.Exit(f.rt.ContainerIDs("app", &running)[0], 1)
+	if res := f.sync(t, pod); !errors.Is(res.Error(), container.ErrCrashLoopBackOff) {
+		t.Fatalf("want a back-off first, got %v", res.Error())
+	}
+	fixed := pod.DeepCopy()
+	fixed.Spec.Containers[0].Command = []string{"/bin/fixed"}
+	f.rt.ResetCalls()
+	if err := f.sync(t, fixed).Error(); err != nil {
+		t.Fatalf("changed container still backing off: %v", err)
+	}
+	if got := calls(f.rt, "StartContainer"); len(got) != 1 {
+		t.Fatalf("started %v", got)
+	}
+}
+
+// A pod stops its app containers first, then its sidecars one at a time,
+// the last declared first, each with what is left of the grace period;
+// a sidecar's preStop hook runs only once the app containers are gone.
+func TestKillPodStopsSidecarsLastInReverseOrder(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a", "b").sidecar("s1").sidecar("s2").pod
+	grace := int64(10)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.InitContainers[1].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"drain"}}}}
+	for i := 0; i < 3; i++ {
+		f.sync(t, pod)
+	}
+	if n := len(f.status(t, pod).RunningContainers()); n != 4 {
+		t.Fatalf("%d containers running, want 4", n)
+	}
+	// Stopping "a" takes 4 s of the grace period.
+	f.rt.OnStop = func(id string, _ int64) {
+		if f.rt.ContainerConfig(id).GetMetadata().GetName() == "a" {
+			f.clock.Step(4 * time.Second)
+		}
+	}
+	f.rt.ResetCalls()
+	if err := f.m.KillPod(context.Background(), pod, f.status(t, pod).ToRunningPod(), nil); err != nil {
+		t.Fatal(err)
+	}
+	got := calls(f.rt, "StopContainer", "ExecSync", "StopPodSandbox")
+	if len(got) != 6 {
+		t.Fatalf("calls %v", got)
+	}
+	apps := []string{got[0], got[1]}
+	slices.Sort(apps)
+	want := []string{"StopContainer a timeout=10", "StopContainer b timeout=10"}
+	if !slices.Equal(apps, want) {
+		t.Errorf("first %v, want %v", apps, want)
+	}
+	want = []string{"ExecSync drain", "StopContainer s2 timeout=6", "StopContainer s1 timeout=6"}
+	if !strings.HasPrefix(got[5], "StopPodSandbox") || !slices.Equal(got[2:5], want) {
+		t.Errorf("then %v, want %v and the sandbox", got[2:], want)
+	}
+}
+
+// A pod torn down while its image is pulled did not fail: no Failed
+// event, no ErrImagePull for its status, and no back-off for the image.
+func TestCancelledPullIsNoFailure(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	pod.Spec.Containers[0].Image = "remote"
+	ctx, cancel := context.WithCancel(context.Background())
+	f.rt.OnPull = func(context.Context, string) error {
+		cancel() // the pod is deleted mid-pull
+		return context.Canceled
+	}
+	res := f.m.SyncPod(ctx, pod, f.status(t, pod), nil)
+	if !errors.Is(res.Error(), context.Canceled) {
+		t.Fatalf("result %v, want the cancellation", res.Error())
+	}
+	for _, r := range res.Results {
+		if r.Action == container.StartContainer {
+			t.Errorf("start of %s recorded as %v (%s)", r.Target, r.Err, r.Message)
+		}
+	}
+	for done := false; !done; {
+		select {
+		case e := <-f.recorder.Events:
+			if strings.HasPrefix(e, "Warning") {
+				t.Errorf("event %q", e)
+			}
+		default:
+			done = true
+		}
+	}
+	// The image is pulled at once by the next pod that wants it.
+	f.rt.OnPull = nil
+	if err := f.sync(t, newPod(v1.RestartPolicyAlways, "app").pod).Error(); err != nil {
+		t.Fatal(err)
+	}
+	other := newPod(v1.RestartPolicyAlways, "x").pod
+	other.UID, other.Spec.Containers[0].Image = "uid2", "remote"
+	if err := f.sync(t, other).Error(); err != nil {
+		t.Fatalf("image backing off after a cancelled pull: %v", err)
+	}
+}

@@ -45,6 +45,10 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 			klog.ErrorS(kill.Error(), "Failed to kill pod before recreating its sandbox", "pod", klog.KObj(pod), "podUID", pod.UID)
 			return result
 		}
+		if !actions.CreateSandbox {
+			// The pod is done: nothing starts in it again.
+			return result
+		}
 	} else {
 		// Step 3.
 		for id, k := range actions.ContainersToKill {
@@ -96,6 +100,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 	}
 
 	start := func(kind containerKind, c *v1.Container) error {
+		if err := ctx.Err(); err != nil {
+			return err // torn down meanwhile: start nothing more
+		}
 		r := result.Add(container.StartContainer, c.Name)
 		if kind != kindEphemeral {
 			if msg, left, err := m.crashLoopBackOff(pod, c, status); err != nil {
@@ -106,6 +113,14 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 			}
 		}
 		if msg, err := m.startContainer(ctx, sandboxID, sandboxCfg, c, pod, status, pullSecrets, podIPs); err != nil {
+			if ctx.Err() != nil {
+				// Cancelled: the pod is being torn down. The container did
+				// not fail, and its status must not say it did.
+				result.Results = result.Results[:len(result.Results)-1]
+				result.Fail(fmt.Errorf("starting container %s: %w", c.Name, ctx.Err()))
+				klog.V(3).InfoS("Container start cancelled", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name)
+				return ctx.Err()
+			}
 			r.Fail(err, msg)
 			if errors.Is(err, container.ErrImagePullBackOff) {
 				r.RetryAfter = m.images.backOffLeft(c.Image)
@@ -121,9 +136,12 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 		c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
 		start(kindEphemeral, &c)
 	}
-	// Step 6: init containers in order; a failure stops the rest.
+	// Step 6: init containers in order. A regular init container that
+	// fails to start stops the rest; a sidecar that fails (or is backing
+	// off) does not hold back what comes after it.
 	for _, i := range actions.InitContainersToStart {
-		if err := start(kindInit, &pod.Spec.InitContainers[i]); err != nil {
+		c := &pod.Spec.InitContainers[i]
+		if err := start(kindInit, c); err != nil && !podutil.IsRestartableInitContainer(c) {
 			return result
 		}
 	}
@@ -143,7 +161,9 @@ func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *contain
 	if last == nil || last.State != container.StateExited {
 		return "", 0, nil
 	}
-	key := fmt.Sprintf("%s_%s_%s_%s", pod.Namespace, pod.Name, pod.UID, c.Name)
+	// The spec hash is part of the key: a container whose image or
+	// command changed is a new container and starts at once.
+	key := fmt.Sprintf("%s_%s_%s_%s_%s", pod.Name, pod.Namespace, pod.UID, c.Name, HashContainer(c))
 	ts := last.FinishedAt
 	if ts.IsZero() {
 		ts = m.clock.Now()

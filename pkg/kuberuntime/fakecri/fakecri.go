@@ -36,6 +36,9 @@ type Runtime struct {
 	NetworkReady bool
 	// OnStop runs when StopContainer is called, before it returns.
 	OnStop func(id string, timeout int64)
+	// OnPull runs when PullImage is called; an error it returns fails
+	// the pull.
+	OnPull func(ctx context.Context, image string) error
 	// ExecResult is what ExecSync returns.
 	ExecResult func(id string, cmd []string) (*runtimeapi.ExecSyncResponse, error)
 	events     chan *runtimeapi.ContainerEventResponse
@@ -430,6 +433,11 @@ func (r *Runtime) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, 
 
 // PullImage adds the image.
 func (r *Runtime) PullImage(ctx context.Context, in *runtimeapi.PullImageRequest, _ ...grpc.CallOption) (*runtimeapi.PullImageResponse, error) {
+	if r.OnPull != nil {
+		if err := r.OnPull(ctx, in.Image.Image); err != nil {
+			return nil, err
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.record("PullImage", in.Image.Image); err != nil {

@@ -378,3 +378,145 @@ func TestCrashLoopBackOffGrows(t *testing.T) {
 		t.Fatalf("second back-off took %v: the pod waited for a resync", second)
 	}
 }
+
+// marksLog reads the lines the pod's containers appended to a shared file.
+func marksLog(dir string) []string {
+	b, _ := os.ReadFile(filepath.Join(dir, "log"))
+	return strings.Fields(string(b))
+}
+
+// nth is the index of the n-th (from 1) occurrence of v in s, or -1.
+func nth(s []string, v string, n int) int {
+	for i, x := range s {
+		if x == v {
+			if n--; n == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// A sidecar in crash-loop back-off does not hold back the app: the app,
+// crashing while the sidecar backs off, is restarted before the sidecar.
+func TestSidecarBackOffDoesNotBlockTheApp(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	marks := t.TempDir()
+	// The sidecar crashes a second after each start: its second crash
+	// puts it in a 10 s back-off. The app crashes once, 3 s after the
+	// sidecar's second start, then runs.
+	n.WriteManifest("sideloop.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: sideloop
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: proxy
+    image: %[1]s
+    restartPolicy: Always
+    command: ["sh", "-c", "echo side >> /marks/log; sleep 1; exit 1"]
+    volumeMounts: [{name: marks, mountPath: /marks}]
+  containers:
+  - name: main
+    image: %[1]s
+    command: ["sh", "-c", "echo app >> /marks/log; test -e /marks/crashed && exec sleep 3600; until [ $(grep -c side /marks/log) -ge 2 ]; do sleep 0.2; done; sleep 3; touch /marks/crashed; exit 1"]
+    volumeMounts: [{name: marks, mountPath: /marks}]
+  volumes:
+  - name: marks
+    hostPath: {path: %[2]s, type: DirectoryOrCreate}
+`, testbed.BusyboxImage, marks))
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		l := marksLog(marks)
+		return nth(l, "app", 2) >= 0 && nth(l, "side", 3) >= 0, fmt.Sprintf("log %v", l)
+	})
+	l := marksLog(marks)
+	if nth(l, "app", 2) > nth(l, "side", 3) {
+		t.Fatalf("the app was restarted only after the sidecar's back-off: %v", l)
+	}
+}
+
+// A stopping pod stops its app containers first, then its sidecars, the
+// last declared first; a sidecar's preStop hook runs only once the app
+// is gone.
+func TestSidecarsStopAfterTheApp(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	marks := t.TempDir()
+	sidecar := func(name string) string {
+		return fmt.Sprintf(`  - name: %[1]s
+    image: %[2]s
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'echo %[1]s-term >> /marks/log; exit 0' TERM; sleep 3600 & wait"]
+    lifecycle:
+      preStop:
+        exec: {command: ["sh", "-c", "echo %[1]s-prestop >> /marks/log"]}
+    volumeMounts: [{name: marks, mountPath: /marks}]
+`, name, testbed.BusyboxImage)
+	}
+	n.WriteManifest("ordered.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: ordered
+spec:
+  terminationGracePeriodSeconds: 20
+  initContainers:
+%[3]s%[4]s  containers:
+  - name: main
+    image: %[1]s
+    command: ["sh", "-c", "trap 'sleep 1; echo main-term >> /marks/log; exit 0' TERM; sleep 3600 & wait"]
+    volumeMounts: [{name: marks, mountPath: /marks}]
+  volumes:
+  - name: marks
+    hostPath: {path: %[2]s, type: DirectoryOrCreate}
+`, testbed.BusyboxImage, marks, sidecar("first"), sidecar("second")))
+	waitRunning(t, n, "ordered", "main")
+	n.RemoveManifest("ordered.yaml")
+	want := []string{"main-term", "second-prestop", "second-term", "first-prestop", "first-term"}
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		l := marksLog(marks)
+		return len(l) >= len(want), fmt.Sprintf("log %v", l)
+	})
+	if l := marksLog(marks); strings.Join(l, " ") != strings.Join(want, " ") {
+		t.Fatalf("stopped in the order %v, want %v", l, want)
+	}
+}
+
+// An init container nodelet created but never started (it died in
+// between) is started when nodelet comes back, even under
+// restartPolicy Never: it did not fail.
+func TestInitContainerLeftCreatedIsStarted(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.Failpoint("container-created", "kill")
+	n.WriteManifest("created.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: created
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: setup
+    image: %[1]s
+    command: ["true"]
+  containers:
+  - name: main
+    image: %[1]s
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+`, testbed.BusyboxImage))
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		return n.Exited(), "nodelet did not stop at the failpoint"
+	})
+	cs := n.RuntimeContainers("created")
+	if len(cs) != 1 || cs[0].State != runtimeapi.ContainerState_CONTAINER_CREATED {
+		t.Fatalf("containers %v, want the init container left created", cs)
+	}
+	n.ClearFailpoint("container-created")
+	n.Start()
+	waitRunning(t, n, "created", "main")
+	p := waitPod(t, n, "created", podTimeout, func(p *v1.Pod) (bool, string) {
+		return p.Status.Phase == v1.PodRunning, fmt.Sprintf("phase %s", p.Status.Phase)
+	})
+	if s := p.Status.InitContainerStatuses; len(s) != 1 || s[0].State.Terminated == nil || s[0].State.Terminated.ExitCode != 0 {
+		t.Fatalf("init container status %+v", s)
+	}
+}
