@@ -86,6 +86,12 @@ func TestValidation(t *testing.T) {
 	if err := validatePod(valid()); err != nil {
 		t.Fatalf("valid pod: %v", err)
 	}
+	relaxed := valid()
+	relaxed.Spec.Containers[0].Env = []v1.EnvVar{{Name: "1st-key.v2"}, {Name: "with space"}}
+	relaxed.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{Prefix: "9-"}}
+	if err := validatePod(relaxed); err != nil {
+		t.Fatalf("relaxed environment variable names: %v", err)
+	}
 	for _, tc := range []struct {
 		want   string
 		mutate func(p *v1.Pod)
@@ -99,6 +105,9 @@ func TestValidation(t *testing.T) {
 		{"Duplicate value", func(p *v1.Pod) { p.Spec.InitContainers = []v1.Container{p.Spec.Containers[0]} }},
 		{"image", func(p *v1.Pod) { p.Spec.Containers[0].Image = " " }},
 		{"restartPolicy", func(p *v1.Pod) { p.Spec.RestartPolicy = "Sometimes" }},
+		{"spec.containers[0].env[0].name", func(p *v1.Pod) { p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "A=B"}} }},
+		{"spec.containers[0].env[0].name", func(p *v1.Pod) { p.Spec.Containers[0].Env = []v1.EnvVar{{Name: ""}} }},
+		{"spec.containers[0].envFrom[0].prefix", func(p *v1.Pod) { p.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{Prefix: "é"}} }},
 		{"containerPort", func(p *v1.Pod) {
 			p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 70000, Protocol: "TCP"}}
 		}},

@@ -118,6 +118,21 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 				errs = append(errs, field.Invalid(mp.Child("mountPath"), m.MountPath, "must be an absolute path"))
 			}
 		}
+		// Environment variable names follow the API's current rule
+		// (relaxed validation, GA in v1.34): printable ASCII but '='.
+		for j, e := range c.Env {
+			for _, msg := range validation.IsRelaxedEnvVarName(e.Name) {
+				errs = append(errs, field.Invalid(p.Child("env").Index(j).Child("name"), e.Name, msg))
+			}
+		}
+		for j, from := range c.EnvFrom {
+			if from.Prefix == "" {
+				continue
+			}
+			for _, msg := range validation.IsRelaxedEnvVarName(from.Prefix) {
+				errs = append(errs, field.Invalid(p.Child("envFrom").Index(j).Child("prefix"), from.Prefix, msg))
+			}
+		}
 		for name, limit := range c.Resources.Limits {
 			if req, ok := c.Resources.Requests[name]; ok && req.Cmp(limit) > 0 {
 				errs = append(errs, field.Invalid(p.Child("resources", "requests").Key(string(name)), req.String(),

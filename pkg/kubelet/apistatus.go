@@ -193,6 +193,12 @@ func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting stri
 				f := false
 				cs.Started = &f
 			}
+			if init && !podutil.IsRestartableInitContainer(c) {
+				// A regular init container is ready once it succeeded,
+				// and not while it runs (upstream's prober rule).
+				t := cs.State.Terminated
+				cs.Ready = t != nil && t.ExitCode == 0
+			}
 		}
 		// A container that will be started again shows why it is waiting:
 		// its last start failed, or it is backing off.

@@ -272,3 +272,37 @@ func TestQOSClass(t *testing.T) {
 		}
 	}
 }
+
+// Init container statuses as upstream's prober reports them: a regular
+// init container is ready once it succeeded and not while it runs; a
+// sidecar is ready while it runs and is started (no readiness probe);
+// only running containers are started.
+func TestInitContainerStatusFields(t *testing.T) {
+	pod := phasePod(v1.RestartPolicyAlways, []string{"setup", "migrate"}, []string{"proxy"}, "app")
+	pod.UID = "uid"
+	run := rs(true, []string{"10.0.0.5"}, ctrStatus("proxy", container.StateRunning, 0, now),
+		ctrStatus("setup", container.StateExited, 0, now), ctrStatus("migrate", container.StateRunning, 0, now.Add(time.Second)))
+	s := generateAPIPodStatus(statusInput{pod: pod, runtime: run})
+	want := map[string][2]bool{ // started, ready
+		"proxy": {true, true}, "setup": {false, true}, "migrate": {true, false},
+	}
+	for _, c := range s.InitContainerStatuses {
+		w := want[c.Name]
+		if c.Started == nil || *c.Started != w[0] || c.Ready != w[1] {
+			t.Errorf("%s: started %v ready %v, want %v", c.Name, ptrBool(c.Started), c.Ready, w)
+		}
+	}
+	// A failed init container is not ready.
+	failedRun := rs(true, []string{"10.0.0.5"}, ctrStatus("proxy", container.StateRunning, 0, now), ctrStatus("setup", container.StateExited, 1, now))
+	s = generateAPIPodStatus(statusInput{pod: pod, runtime: failedRun})
+	if c, _ := findStatus(s.InitContainerStatuses, "setup"); c.Ready {
+		t.Errorf("failed init container reported ready")
+	}
+}
+
+func ptrBool(b *bool) any {
+	if b == nil {
+		return nil
+	}
+	return *b
+}

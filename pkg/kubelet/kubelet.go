@@ -409,16 +409,24 @@ func (kl *Kubelet) podsToSync() []*v1.Pod {
 	for _, uid := range kl.workQueue.GetWork() {
 		due[uid] = true
 	}
-	if len(due) == 0 {
-		return nil
-	}
 	var out []*v1.Pod
+	now := kl.clock.Now()
 	for _, p := range kl.pods.pods() {
-		if due[p.UID] {
+		if due[p.UID] || kl.deadlinePassed(p, now) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// deadlinePassed reports whether a running pod just passed its active
+// deadline: its worker must sync it now to fail it.
+func (kl *Kubelet) deadlinePassed(p *v1.Pod, now time.Time) bool {
+	if p.Spec.ActiveDeadlineSeconds == nil {
+		return false
+	}
+	s := oldStatus(kl.status, p)
+	return !isTerminal(s.Phase) && pastDeadline(p, s.StartTime, now)
 }
 
 // HandlePodAdditions admits new pods, oldest first, and starts them.
@@ -439,8 +447,10 @@ func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
 			kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateUpdate, StartTime: start})
 			continue
 		}
-		// Pods being terminated already went through admission.
-		if !kl.workers.IsPodTerminationRequested(pod.UID) {
+		// Pods being terminated already went through admission, and a
+		// pod that already finished is never admitted again: its status
+		// stays what it ended with, and nothing of it starts.
+		if !kl.workers.IsPodTerminationRequested(pod.UID) && !kl.terminalInStatus(pod) {
 			if ok, reason, message := kl.canAdmitPod(kl.activePods(existing), pod); !ok {
 				kl.rejectPod(pod, reason, message)
 				continue
@@ -597,6 +607,9 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing runtime pods: %w", err)
 	}
+	// Restarts first: a pod started again is the workers' own, and what
+	// is left running that they do not own is stopped.
+	kl.restartUnknown(all, working)
 	kl.killOrphans(running, byUID, working)
 
 	// Whatever still has something in the runtime keeps its directory and
@@ -607,8 +620,13 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	kl.cleaner.request(cleanupRequest{keep: keep, cgroups: cgroups, active: kl.activePods(all)})
 	kl.runtime.ForgetBackOffs()
 
-	// A desired pod without a worker is one whose previous incarnation
-	// under the same UID finished: start it again.
+	return nil
+}
+
+// restartUnknown starts again the desired pods the workers do not know:
+// their previous incarnation under the same UID finished (a static pod
+// put back). Pods that finished or were rejected stay as they are.
+func (kl *Kubelet) restartUnknown(all []*v1.Pod, working map[types.UID]podworkers.PodWorkerSync) {
 	start := kl.clock.Now()
 	for _, p := range all {
 		if _, known := working[p.UID]; known || kl.terminalInStatus(p) {
@@ -616,21 +634,28 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		}
 		klog.V(3).InfoS("Pod will be restarted because it is in the desired set and not known to the pod workers", "pod", klog.KObj(p), "podUID", p.UID)
 		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: p, MirrorPod: kl.pods.mirrorPodOf(p), UpdateType: podworkers.UpdateCreate, StartTime: start})
+		working[p.UID] = podworkers.PodWorkerSync{State: podworkers.SyncPod}
 	}
-	return nil
 }
 
-// killOrphans stops runtime pods that no worker runs and nobody wants.
+// killOrphans stops runtime pods that no worker runs: pods nobody wants
+// any more, and desired pods that were not admitted (after a restart
+// under pressure, or that no longer fit). Only the workers' pods run.
 func (kl *Kubelet) killOrphans(running []*container.Pod, desired map[types.UID]*v1.Pod, working map[types.UID]podworkers.PodWorkerSync) {
 	for _, rp := range running {
 		if w, ok := working[rp.ID]; ok && (w.State == podworkers.SyncPod || w.State == podworkers.TerminatingPod) {
 			continue
 		}
-		if _, ok := desired[rp.ID]; ok {
-			continue
-		}
 		if !hasRunning(rp) {
 			continue // nothing to stop; garbage collection removes it
+		}
+		if pod, ok := desired[rp.ID]; ok {
+			why := "it is not running on this node"
+			if s, ok := kl.status.GetPodStatus(pod.UID); ok && s.Reason != "" {
+				why = fmt.Sprintf("it was not admitted (%s)", s.Reason)
+			}
+			klog.InfoS("Stopping the containers of a pod no worker runs", "pod", klog.KObj(pod), "podUID", pod.UID, "why", why)
+			kl.recorder.Eventf(pod, v1.EventTypeWarning, "Killing", "Stopping the pod's containers: %s", why)
 		}
 		klog.V(3).InfoS("Clean up orphaned pod containers", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
 		one := int64(1)

@@ -164,6 +164,33 @@ func TestAdditionsAreAdmittedOldestFirstUpToMaxPods(t *testing.T) {
 	}
 }
 
+// A pod that already finished is not admitted again (after a restart, on
+// a full node): its status is not rewritten to a rejection, and the
+// worker, which knows a terminal pod, gets it to finish its teardown.
+func TestTerminalPodsAreNotAdmittedAgain(t *testing.T) {
+	f := newCore(t, 1)
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("a", "running", now)})
+	done := apiPod("b", "done", now.Add(time.Second))
+	done.Status = v1.PodStatus{Phase: v1.PodSucceeded, Reason: "Completed"}
+	f.kl.HandlePodAdditions([]*v1.Pod{done})
+	if got := strings.Join(f.workers.take(), ";"); got != "create running;create done" {
+		t.Fatalf("workers got %q", got)
+	}
+	if s, ok := f.status.GetPodStatus("b"); ok {
+		t.Fatalf("a finished pod's status was rewritten: %+v", s)
+	}
+	select {
+	case e := <-f.recorder.Events:
+		t.Fatalf("event %q", e)
+	default:
+	}
+	// The check ran: a new pod on the full node is rejected.
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("c", "new", now.Add(2*time.Second))})
+	if s, ok := f.status.GetPodStatus("c"); !ok || s.Reason != "OutOfpods" {
+		t.Fatalf("new pod status %+v", s)
+	}
+}
+
 func TestRemovesWaitForAllSources(t *testing.T) {
 	f := newCore(t, 10)
 	f.sources.Register("file")
@@ -237,21 +264,32 @@ func TestHousekeeping(t *testing.T) {
 	f.kl.HandlePodAdditions([]*v1.Pod{desired, done})
 	f.status.SetPodStatus(done, v1.PodStatus{Phase: v1.PodSucceeded})
 	f.workers.take()
+	// "rejected" was not admitted after a restart, but its containers
+	// from before still run.
+	rejected := apiPod("rejected", "rejected", now)
+	f.kl.pods.addOrUpdate(rejected)
+	f.kl.rejectPod(rejected, "OutOfmemory", "Node didn't have enough resource: memory")
+	<-f.recorder.Events
 	f.runtime.pods = []*container.Pod{
 		{ID: "orphan", Name: "orphan", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
 		{ID: "dead", Name: "dead", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateExited}}},
 		{ID: "desired", Name: "desired", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
+		{ID: "rejected", Name: "rejected", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
 	}
-	// Neither desired pod is known to the workers: "desired" is started
-	// again, "done" (terminal) is not; the orphan is killed at once, the
-	// dead leftovers are garbage collected.
+	// No desired pod is known to the workers: "desired" is started
+	// again, "done" (terminal) and "rejected" are not; the orphan and the
+	// rejected pod's containers are killed at once, the dead leftovers
+	// are garbage collected.
 	if err := f.kl.HandlePodCleanups(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	got := f.workers.take()
 	sort.Strings(got)
-	if strings.Join(got, ";") != "create desired;kill runtime:orphan grace=1" {
+	if strings.Join(got, ";") != "create desired;kill runtime:orphan grace=1;kill runtime:rejected grace=1" {
 		t.Fatalf("workers got %v", got)
+	}
+	if e := <-f.recorder.Events; !strings.Contains(e, "Killing") || !strings.Contains(e, "not admitted (OutOfmemory)") {
+		t.Fatalf("event %q", e)
 	}
 	// The slow part is handed to the cleaner, off the loop.
 	if f.runtime.gc != 0 {
@@ -486,5 +524,64 @@ func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 			t.Fatal("nothing waits on the clock")
 		}
 		time.Sleep(time.Millisecond) // polling interval
+	}
+}
+
+// A pod past its active deadline fails with DeadlineExceeded and an event;
+// the deadline counts from the start time the API recorded, so it holds
+// across a nodelet restart (no status of nodelet's own yet).
+func TestActiveDeadline(t *testing.T) {
+	clk := testingclock.NewFakeClock(now)
+	rt := fakecri.New(clk, "img")
+	st := status.New(clk)
+	rec := record.NewFakeRecorder(100)
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: NewContainerOptions(t.TempDir(), "n", nil),
+		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
+	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: rec, Clock: clk})
+
+	deadline := int64(30)
+	young, old := apiPod("young", "young", now), apiPod("old", "old", now)
+	for i, p := range []*v1.Pod{young, old} {
+		p.Spec.ActiveDeadlineSeconds = &deadline
+		started := metav1.NewTime(now.Add(-time.Duration(10+20*i) * time.Second))
+		p.Status = v1.PodStatus{Phase: v1.PodRunning, StartTime: &started}
+	}
+	ctx := context.Background()
+	if terminal, err := s.SyncPod(ctx, podworkers.UpdateCreate, young, nil, &container.PodStatus{ID: "young"}); terminal || err != nil {
+		t.Fatalf("pod within its deadline: terminal=%v err=%v", terminal, err)
+	}
+	if got, _ := st.GetPodStatus("young"); !got.StartTime.Equal(young.Status.StartTime) {
+		t.Fatalf("start time %v, want the API's %v", got.StartTime, young.Status.StartTime)
+	}
+	if terminal, err := s.SyncPod(ctx, podworkers.UpdateCreate, old, nil, &container.PodStatus{ID: "old"}); !terminal || err != nil {
+		t.Fatalf("pod past its deadline: terminal=%v err=%v", terminal, err)
+	}
+	got, _ := st.GetPodStatus("old")
+	if got.Phase != v1.PodFailed || got.Reason != "DeadlineExceeded" || got.Message != "Pod was active on the node longer than the specified deadline" {
+		t.Fatalf("status %s %s %q", got.Phase, got.Reason, got.Message)
+	}
+	if e := <-rec.Events; e != "Normal DeadlineExceeded Pod was active on the node longer than the specified deadline" {
+		t.Fatalf("event %q", e)
+	}
+	if n, _ := rt.Counts(); n != 1 {
+		t.Fatalf("%d sandboxes: want only the young pod's", n)
+	}
+}
+
+// The sync loop hands a pod to its worker the moment its deadline passes,
+// not at its next periodic resync.
+func TestDeadlineMakesThePodDue(t *testing.T) {
+	f := newCore(t, 10)
+	deadline := int64(30)
+	p := apiPod("a", "a", now)
+	p.Spec.ActiveDeadlineSeconds = &deadline
+	f.kl.HandlePodAdditions([]*v1.Pod{p, apiPod("b", "b", now)})
+	f.status.SetPodStatus(p, v1.PodStatus{Phase: v1.PodRunning})
+	if due := f.kl.podsToSync(); len(due) != 0 {
+		t.Fatalf("due before the deadline: %v", due)
+	}
+	f.clock.Step(30 * time.Second)
+	if due := f.kl.podsToSync(); len(due) != 1 || due[0].UID != "a" {
+		t.Fatalf("due at the deadline: %v", due)
 	}
 }

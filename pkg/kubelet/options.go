@@ -216,7 +216,9 @@ func (o *ContainerOptions) env(ctx context.Context, pod *v1.Pod, c *v1.Container
 		var invalid []string
 		for k, v := range data {
 			name := from.Prefix + k
-			if errs := validation.IsEnvVarName(name); len(errs) > 0 {
+			// The API's current rule (relaxed validation, GA in v1.34):
+			// any printable ASCII character but '='.
+			if errs := validation.IsRelaxedEnvVarName(name); len(errs) > 0 {
 				invalid = append(invalid, name)
 				continue
 			}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,8 @@ func envMap(kvs []*runtimeapi.KeyValue) map[string]string {
 
 func TestEnvironment(t *testing.T) {
 	o, api := clusterOptions(t)
-	api.SetConfigMap("cfg", map[string]string{"MODE": "fast", "LEVEL": "3", "bad-name=": "x"})
+	api.SetConfigMap("cfg", map[string]string{"MODE": "fast", "LEVEL": "3", "bad-name=": "x", "1st-key.v2": "relaxed"})
+	api.SetConfigMap("raw", map[string]string{"9lives": "cat", "with space": "ok", "tab\tkey": "no"})
 	api.SetSecret("creds", map[string][]byte{"password": []byte("hunter2")})
 	api.Svcs = []*v1.Service{
 		{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: v1.ServiceSpec{ClusterIP: "10.96.0.1", Ports: []v1.ServicePort{{Name: "https", Port: 443, Protocol: v1.ProtocolTCP}}}},
@@ -62,7 +64,10 @@ func TestEnvironment(t *testing.T) {
 	}
 	c := v1.Container{Name: "main",
 		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}},
-		EnvFrom:   []v1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}},
+		EnvFrom: []v1.EnvFromSource{
+			{Prefix: "CFG_", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}},
+			{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "raw"}}},
+		},
 		Env: []v1.EnvVar{
 			{Name: "PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "creds"}, Key: "password"}}},
 			{Name: "MODE", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}, Key: "MODE"}}},
@@ -82,6 +87,7 @@ func TestEnvironment(t *testing.T) {
 	for k, want := range map[string]string{
 		"CFG_MODE": "fast", "CFG_LEVEL": "3", "PASSWORD": "hunter2", "MODE": "fast", "POD_IP": "10.1.0.5",
 		"CPU_LIMIT": "2", "MEM_REQUEST_MI": "64", "URL": "redis://10.96.0.7:6379/3",
+		"CFG_1st-key.v2": "relaxed", "9lives": "cat", "with space": "ok",
 		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
 		"KUBERNETES_PORT": "tcp://10.96.0.1:443", "KUBERNETES_PORT_443_TCP_ADDR": "10.96.0.1",
 		"REDIS_MAIN_SERVICE_HOST": "10.96.0.7", "REDIS_MAIN_PORT_6379_TCP": "tcp://10.96.0.7:6379", "REDIS_MAIN_PORT_6379_TCP_PROTO": "tcp",
@@ -90,13 +96,16 @@ func TestEnvironment(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], want)
 		}
 	}
-	for _, k := range []string{"MAYBE", "CFG_bad-name=", "HEADLESS_SERVICE_HOST"} {
+	for _, k := range []string{"MAYBE", "CFG_bad-name=", "HEADLESS_SERVICE_HOST", "tab\tkey"} {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s is set", k)
 		}
 	}
-	if ev := events(o); len(ev) != 1 || !strings.Contains(ev[0], "Warning InvalidEnvironmentVariableNames Keys [CFG_bad-name=] from the EnvFrom configmap ns/cfg were skipped") {
-		t.Errorf("events %q, want one InvalidEnvironmentVariableNames warning", ev)
+	ev := events(o)
+	sort.Strings(ev)
+	if len(ev) != 2 || !strings.Contains(ev[0], "Warning InvalidEnvironmentVariableNames Keys [CFG_bad-name=] from the EnvFrom configmap ns/cfg were skipped") ||
+		!strings.Contains(ev[1], "Keys [tab\tkey] from the EnvFrom configmap ns/raw were skipped") {
+		t.Errorf("events %q, want one InvalidEnvironmentVariableNames warning per configmap", ev)
 	}
 
 	// Without service links only the kubernetes service remains.

@@ -131,7 +131,7 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 	if rs == nil {
 		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
-	old, _ := s.status.GetPodStatus(pod.UID)
+	old := oldStatus(s.status, pod)
 	in := statusInput{
 		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
 		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs,
@@ -146,7 +146,9 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 			return c == nil || s.probes.Started(c, st.ID.ID)
 		}
 	}
-	return generateAPIPodStatus(in)
+	status := generateAPIPodStatus(in)
+	failPastDeadline(pod, &status, s.clock.Now())
+	return status
 }
 
 // SyncPod sets a pod up, in seed 002's order: compute the API status and
@@ -160,6 +162,9 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 
 	status := s.apiStatus(pod, rs, false)
 	if isTerminal(status.Phase) {
+		if status.Reason == deadlineReason {
+			s.recorder.Event(pod, v1.EventTypeNormal, deadlineReason, deadlineMessage)
+		}
 		s.status.SetPodStatus(pod, status)
 		return true, nil
 	}
