@@ -3,7 +3,6 @@ package kubelet
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
@@ -30,9 +29,6 @@ type MirrorPods interface {
 type APIClient struct {
 	client   kubernetes.Interface
 	nodeName string
-
-	mu      sync.Mutex
-	nodeUID types.UID
 }
 
 // NewAPIClient returns the API client of the node's sync scripts.
@@ -44,10 +40,17 @@ func NewAPIClient(client kubernetes.Interface, nodeName string) *APIClient {
 // the mirror annotation set to the manifest's hash (so an outdated mirror
 // is recognised) and owned by the node (so it goes with the node).
 func (c *APIClient) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
-	nodeUID, err := c.getNodeUID(ctx)
+	node, err := c.node(ctx)
 	if err != nil {
 		return fmt.Errorf("creating mirror pod: %w", err)
 	}
+	if node.DeletionTimestamp != nil {
+		// The mirror is owned by the node: created now, it would only be
+		// collected with it (upstream does not create it either).
+		klog.V(4).InfoS("Not creating a mirror pod: the node is being deleted", "pod", klog.KObj(pod), "podUID", pod.UID, "node", c.nodeName)
+		return nil
+	}
+	nodeUID := node.UID
 	hash, ok := pod.Annotations[podutil.ConfigHashAnnotationKey]
 	if !ok {
 		return fmt.Errorf("creating mirror pod of %s: the static pod has no %s annotation", podutil.FullName(pod), podutil.ConfigHashAnnotationKey)
@@ -99,22 +102,14 @@ func (c *APIClient) DeleteMirrorPod(ctx context.Context, fullName string, uid *t
 	return true, nil
 }
 
-func (c *APIClient) getNodeUID(ctx context.Context) (types.UID, error) {
-	c.mu.Lock()
-	uid := c.nodeUID
-	c.mu.Unlock()
-	if uid != "" {
-		return uid, nil
-	}
-	// No lock across the call: two callers racing both read the same UID.
+// node reads the node afresh: a mirror pod is created rarely, and must
+// not be when the node is going away.
+func (c *APIClient) node(ctx context.Context) (*v1.Node, error) {
 	node, err := c.client.CoreV1().Nodes().Get(ctx, c.nodeName, metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("node %s not registered yet: %w", c.nodeName, err)
+		return nil, fmt.Errorf("node %s not registered: %w", c.nodeName, err)
 	}
-	c.mu.Lock()
-	c.nodeUID = node.UID
-	c.mu.Unlock()
-	return node.UID, nil
+	return node, nil
 }
 
 // isMirrorOf reports whether mirror is the current mirror of pod.

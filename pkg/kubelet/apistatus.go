@@ -92,6 +92,14 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 		containersReadyCondition(pod, all, s.Phase),
 		v1.PodCondition{Type: v1.PodScheduled, Status: v1.ConditionTrue},
 	)
+	// The status and nodelet's conditions were computed from this spec
+	// (PodObservedGenerationTracking, on by default since v1.34).
+	s.ObservedGeneration = pod.Generation
+	for i := range s.Conditions {
+		if kubeletCondition(s.Conditions[i].Type) {
+			s.Conditions[i].ObservedGeneration = pod.Generation
+		}
+	}
 
 	for _, ip := range in.hostIPs {
 		s.HostIPs = append(s.HostIPs, v1.HostIP{IP: ip})

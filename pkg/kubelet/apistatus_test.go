@@ -306,3 +306,25 @@ func ptrBool(b *bool) any {
 	}
 	return *b
 }
+
+// The status and nodelet's own conditions carry the generation of the
+// spec they were computed from; others' conditions keep theirs.
+func TestObservedGeneration(t *testing.T) {
+	pod := phasePod(v1.RestartPolicyAlways, nil, nil, "app")
+	pod.UID, pod.Generation = "uid", 3
+	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/lb"}}
+	pod.Status.Conditions = []v1.PodCondition{{Type: "example.com/lb", Status: v1.ConditionTrue, ObservedGeneration: 1}}
+	s := generateAPIPodStatus(statusInput{pod: pod, runtime: rs(true, []string{"10.0.0.1"}, ctrStatus("app", container.StateRunning, 0, now))})
+	if s.ObservedGeneration != 3 {
+		t.Errorf("status observedGeneration %d, want 3", s.ObservedGeneration)
+	}
+	for _, c := range s.Conditions {
+		want := int64(3)
+		if c.Type == "example.com/lb" {
+			want = 1
+		}
+		if c.ObservedGeneration != want {
+			t.Errorf("%s observedGeneration %d, want %d", c.Type, c.ObservedGeneration, want)
+		}
+	}
+}

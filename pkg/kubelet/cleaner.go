@@ -76,6 +76,16 @@ func (c cleaner) request(r cleanupRequest) {
 	}
 }
 
+// evicted reports whether the pod was evicted, by its source or by
+// nodelet: none of its dead containers is kept.
+func (kl *Kubelet) evicted(uid types.UID) bool {
+	if p, ok := kl.pods.podByUID(uid); ok && isEvicted(p.Status) {
+		return true
+	}
+	s, ok := kl.status.GetPodStatus(uid)
+	return ok && isEvicted(s)
+}
+
 // runCleaner serves the cleaner until ctx ends.
 func (kl *Kubelet) runCleaner(ctx context.Context) {
 	for {
@@ -84,7 +94,7 @@ func (kl *Kubelet) runCleaner(ctx context.Context) {
 			return
 		case uid := <-kl.cleaner.deadContainers:
 			keep := kl.cfg.DeadContainersKept
-			if kl.workers.ShouldPodContentBeRemoved(uid) {
+			if kl.workers.ShouldPodContentBeRemoved(uid) || kl.evicted(uid) {
 				keep = 0
 			}
 			if err := kl.runtime.PruneDeadContainers(ctx, uid, keep); err != nil {

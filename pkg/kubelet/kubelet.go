@@ -499,8 +499,10 @@ func (kl *Kubelet) HandlePodRemoves(pods []*v1.Pod) {
 }
 
 // HandlePodReconcile records pods whose status alone changed at the
-// source. nodelet owns pod status, so only a terminal phase reported by
-// the source (the API server failing a pod) needs acting on.
+// source, as seed 001 describes. nodelet owns pod status, so it acts only
+// on a terminal phase reported by the source (the API server failing a
+// pod), on a readiness gate whose change moves the Ready condition, and
+// on an evicted pod, whose dead containers all go.
 func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
 	start := kl.clock.Now()
 	for _, pod := range pods {
@@ -509,11 +511,35 @@ func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
 		if pod == nil {
 			continue
 		}
-		if isTerminal(pod.Status.Phase) || len(pod.Spec.ReadinessGates) > 0 {
+		if isTerminal(pod.Status.Phase) || readinessNeedsReconcile(pod) {
 			kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateSync, StartTime: start})
+		}
+		if isEvicted(pod.Status) {
+			kl.cleaner.containerDied(pod.UID)
 		}
 	}
 }
+
+// readinessNeedsReconcile reports whether a pod with readiness gates has
+// a Ready condition its gates' conditions no longer agree with.
+func readinessNeedsReconcile(pod *v1.Pod) bool {
+	if len(pod.Spec.ReadinessGates) == 0 {
+		return false
+	}
+	s := &pod.Status
+	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
+	want := readyCondition(pod, s.Conditions, all, s.Phase)
+	for _, c := range s.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status != want.Status || c.Message != want.Message
+		}
+	}
+	return false
+}
+
+// isEvicted reports whether a pod was evicted (upstream's eviction
+// manager's reason, which the API and nodelet both set).
+func isEvicted(s v1.PodStatus) bool { return s.Phase == v1.PodFailed && s.Reason == "Evicted" }
 
 // HandlePodSyncs asks the workers to sync pods again.
 func (kl *Kubelet) HandlePodSyncs(pods []*v1.Pod) {

@@ -74,7 +74,8 @@ func (w *fakeWorkers) take() []string {
 type fakeRuntime struct {
 	pods   []*container.Pod
 	gc     int
-	pruned chan types.UID
+	// pruned receives "uid keep=N" for each PruneDeadContainers.
+	pruned chan string
 	mu     sync.Mutex
 	health error
 }
@@ -87,7 +88,7 @@ func (r *fakeRuntime) setHealth(err error) {
 
 func (r *fakeRuntime) PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error {
 	if r.pruned != nil {
-		r.pruned <- uid
+		r.pruned <- fmt.Sprintf("%s keep=%d", uid, keep)
 	}
 	return nil
 }
@@ -583,5 +584,45 @@ func TestDeadlineMakesThePodDue(t *testing.T) {
 	f.clock.Step(30 * time.Second)
 	if due := f.kl.podsToSync(); len(due) != 1 || due[0].UID != "a" {
 		t.Fatalf("due at the deadline: %v", due)
+	}
+}
+
+// Reconcile: a readiness-gate pod is synced only when its Ready condition
+// disagrees with its gates; an evicted pod's dead containers all go.
+func TestReconcile(t *testing.T) {
+	f := newCore(t, 10)
+	gated := apiPod("g", "gated", now)
+	gated.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/lb"}}
+	gated.Status = v1.PodStatus{Phase: v1.PodRunning,
+		ContainerStatuses: []v1.ContainerStatus{{Name: "c", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}},
+		Conditions: []v1.PodCondition{
+			{Type: "example.com/lb", Status: v1.ConditionFalse},
+			{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "ReadinessGatesNotReady",
+				Message: `corresponding condition of pod readiness gate ["example.com/lb"] does not exist or is not true`},
+		}}
+	f.kl.HandlePodAdditions([]*v1.Pod{gated})
+	f.workers.take()
+	f.kl.HandlePodReconcile([]*v1.Pod{gated})
+	if got := f.workers.take(); len(got) != 0 {
+		t.Fatalf("synced a pod whose Ready condition agrees with its gates: %v", got)
+	}
+	opened := gated.DeepCopy()
+	opened.Status.Conditions[0].Status = v1.ConditionTrue
+	f.kl.HandlePodReconcile([]*v1.Pod{opened})
+	if got := strings.Join(f.workers.take(), ";"); got != "sync gated" {
+		t.Fatalf("gate opened: workers got %q", got)
+	}
+
+	f.runtime.pruned = make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.kl.runCleaner(ctx)
+	evicted := apiPod("e", "evicted", now)
+	f.kl.HandlePodAdditions([]*v1.Pod{evicted})
+	evicted = evicted.DeepCopy()
+	evicted.Status = v1.PodStatus{Phase: v1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}
+	f.kl.HandlePodReconcile([]*v1.Pod{evicted})
+	if got := <-f.runtime.pruned; got != "e keep=0" {
+		t.Fatalf("pruned %q, want every dead container of the evicted pod", got)
 	}
 }

@@ -181,6 +181,11 @@ func (m *Manager) update(pod *v1.Pod, status v1.PodStatus, finished bool) {
 			status.Phase = oldStatus.Phase
 		}
 	}
+	if hadOld && oldStatus.ObservedGeneration > status.ObservedGeneration {
+		// A status computed from an older spec (a sync that was under
+		// way when the spec changed) must not move it back.
+		status.ObservedGeneration = oldStatus.ObservedGeneration
+	}
 	now := metav1.NewTime(m.clock.Now())
 	for i := range status.Conditions {
 		keepTransitionTime(&status.Conditions[i], oldStatus, now)

@@ -126,3 +126,23 @@ func TestRemoveOrphanedStatuses(t *testing.T) {
 		t.Error("kept pod removed")
 	}
 }
+
+// observedGeneration never moves back: a status computed from an older
+// spec does not undo a newer one's.
+func TestObservedGenerationNeverRegresses(t *testing.T) {
+	m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
+	pod := testPod("a")
+	s := ready(v1.ConditionTrue)
+	s.ObservedGeneration = 4
+	m.SetPodStatus(pod, s)
+	s.ObservedGeneration = 3
+	m.SetPodStatus(pod, s)
+	if got, _ := m.GetPodStatus("a"); got.ObservedGeneration != 4 {
+		t.Fatalf("observedGeneration %d, want 4", got.ObservedGeneration)
+	}
+	s.ObservedGeneration = 5
+	m.SetPodStatus(pod, s)
+	if got, _ := m.GetPodStatus("a"); got.ObservedGeneration != 5 {
+		t.Fatalf("observedGeneration %d, want 5", got.ObservedGeneration)
+	}
+}
