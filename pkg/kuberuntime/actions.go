@@ -167,7 +167,7 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus, health Containe
 			}
 			continue
 		}
-		if s.Hash != HashContainer(c) {
+		if !specUnchanged(s.Hash, c) {
 			// A changed spec needs a new container whatever the restart policy.
 			a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Container %s definition changed, will be restarted", c.Name)}
 			a.ContainersToStart = append(a.ContainersToStart, i)
@@ -309,7 +309,7 @@ func runningSidecar(inits []v1.Container, i int, s *container.Status, reached bo
 		a.InitContainersToStart = append(a.InitContainersToStart, i+1)
 	}
 	switch {
-	case s.Hash != HashContainer(c):
+	case !specUnchanged(s.Hash, c):
 		restart(fmt.Sprintf("Init container %s definition changed", c.Name), "", nil)
 	case health.LivenessFailed(s.ID.ID):
 		restart(fmt.Sprintf("Init container %s failed liveness probe", c.Name), "Unhealthy", c.LivenessProbe)

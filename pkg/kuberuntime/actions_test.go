@@ -312,23 +312,45 @@ func TestComputePodActions(t *testing.T) {
 	}
 }
 
-func TestHashIgnoresResourcesAndUnsetFields(t *testing.T) {
+// The container hash is the upstream kubelet's, value for value, so that
+// moving a node between them restarts nothing. The golden values were
+// computed with k8s.io/kubernetes v1.37's kubecontainer.HashContainer.
+func TestHashIsUpstreams(t *testing.T) {
+	for _, tc := range []struct {
+		c    v1.Container
+		want string
+	}{
+		{v1.Container{Name: "main", Image: "busybox"}, "b34e1a14"},
+		{v1.Container{Name: "app", Image: "docker.io/library/busybox:1.36", Command: []string{"sleep", "3600"}}, "13385bb0"},
+	} {
+		if got := HashContainer(&tc.c); got != tc.want {
+			t.Errorf("hash of %s (%s) = %s, upstream's is %s", tc.c.Name, tc.c.Image, got, tc.want)
+		}
+	}
+	// Only a new image (or name) needs a new container.
 	c := v1.Container{Name: "a", Image: "img", Command: []string{"sh"}}
-	h := HashContainer(&c)
 	c2 := c
-	c2.Resources.Limits = v1.ResourceList{v1.ResourceCPU: *resourceQuantity("1")}
-	if HashContainer(&c2) != h {
-		t.Error("changing resources changed the hash")
-	}
+	c2.Command, c2.Resources.Limits = []string{"bash"}, v1.ResourceList{v1.ResourceCPU: *resourceQuantity("1")}
 	c3 := c
-	c3.Command = []string{"bash"}
-	if HashContainer(&c3) == h {
-		t.Error("changing the command kept the hash")
+	c3.Image = "img:2"
+	if HashContainer(&c2) != HashContainer(&c) || HashContainer(&c3) == HashContainer(&c) {
+		t.Error("the hash must follow the image and the name only")
 	}
-	// The hash of an unchanged spec is part of nodelet's compatibility:
-	// a new value restarts every running container on upgrade.
-	if h != "fcef7d16" {
-		t.Errorf("hash of a fixed spec changed to %s: upgrading would restart containers", h)
+}
+
+// Containers nodelet started before it used upstream's hash keep
+// running: their recorded hash still counts as unchanged.
+func TestLegacyHashStillMatches(t *testing.T) {
+	c := v1.Container{Name: "a", Image: "img", Command: []string{"sh"}}
+	if legacyHash(&c) != "fcef7d16" {
+		t.Fatalf("legacy hash %s: it must stay what nodelet recorded", legacyHash(&c))
+	}
+	if !specUnchanged("fcef7d16", &c) || !specUnchanged(HashContainer(&c), &c) {
+		t.Error("a recorded hash of the same spec counts as changed")
+	}
+	c.Image = "img:2"
+	if specUnchanged("fcef7d16", &c) {
+		t.Error("a new image counts as unchanged")
 	}
 }
 

@@ -474,10 +474,10 @@ func TestSidecarBackOffDoesNotBlockTheApp(t *testing.T) {
 	}
 }
 
-// The crash-loop back-off belongs to a container's spec: a new image or
-// command starts at once.
+// The crash-loop back-off belongs to a container's spec: a new image
+// starts at once. (A static pod's new command is a new pod, with a new UID.)
 func TestChangedSpecEscapesTheBackOff(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, "img:fixed")
 	pod := newPod(v1.RestartPolicyAlways, "app").pod
 	running := runtimeapi.ContainerState_CONTAINER_RUNNING
 	f.sync(t, pod)
@@ -488,7 +488,7 @@ func TestChangedSpecEscapesTheBackOff(t *testing.T) {
 		t.Fatalf("want a back-off first, got %v", res.Error())
 	}
 	fixed := pod.DeepCopy()
-	fixed.Spec.Containers[0].Command = []string{"/bin/fixed"}
+	fixed.Spec.Containers[0].Image = "img:fixed"
 	f.rt.ResetCalls()
 	if err := f.sync(t, fixed).Error(); err != nil {
 		t.Fatalf("changed container still backing off: %v", err)
