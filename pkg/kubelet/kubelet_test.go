@@ -72,8 +72,8 @@ func (w *fakeWorkers) take() []string {
 }
 
 type fakeRuntime struct {
-	pods   []*container.Pod
-	gc     int
+	pods []*container.Pod
+	gc   int
 	// pruned receives "uid keep=N" for each PruneDeadContainers.
 	pruned chan string
 	mu     sync.Mutex

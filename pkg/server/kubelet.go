@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -98,6 +99,7 @@ func NewKubelet(src KubeletSources) *Kubelet {
 }
 
 func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
+	klog.V(4).InfoS("Serving a container log", "url", r.URL.String(), "webSocket", wsstream.IsWebSocketRequest(r))
 	q := r.URL.Query()
 	opts := kuberuntime.LogOptions{
 		Follow: q.Get("follow") == "true", Previous: q.Get("previous") == "true", Timestamps: q.Get("timestamps") == "true",
@@ -129,9 +131,37 @@ func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if wsstream.IsWebSocketRequest(r) {
+		s.logsOverWebSocket(w, r, opts)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain")
+	if f, ok := w.(http.Flusher); ok {
+		w.WriteHeader(http.StatusOK)
+		f.Flush()
+	}
 	err = s.runtime.ContainerLogs(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("container"), opts, w)
 	writeError(w, err)
+}
+
+// logsOverWebSocket serves a container's log to a WebSocket client, in
+// binary frames (binary.k8s.io, or no subprotocol) or base64 text frames
+// (base64.binary.k8s.io), as the API server serves pods/log.
+func (s *Kubelet) logsOverWebSocket(w http.ResponseWriter, r *http.Request, opts kuberuntime.LogOptions) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	defer pr.Close() // a client gone stops the log reader's writes
+	go func() {
+		err := s.runtime.ContainerLogs(ctx, r.PathValue("ns"), r.PathValue("pod"), r.PathValue("container"), opts, pw)
+		if err != nil {
+			klog.V(2).InfoS("Container log over WebSocket ended", "pod", klog.KRef(r.PathValue("ns"), r.PathValue("pod")), "container", r.PathValue("container"), "err", err)
+		}
+		pw.CloseWithError(err)
+	}()
+	if err := wsstream.NewReader(pr, true, wsstream.NewDefaultReaderProtocols()).Copy(w, r); err != nil {
+		klog.V(4).InfoS("WebSocket log stream closed", "err", err)
+	}
 }
 
 // handleSummary serves the stats summary; only_cpu_and_memory=true is

@@ -2,16 +2,21 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
 )
 
 type pods []*v1.Pod
@@ -118,5 +123,60 @@ func TestStatsSummary(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusInternalServerError || !only || !strings.Contains(string(body), "runtime unavailable") {
 		t.Fatalf("status %d %q, only %v", resp.StatusCode, body, only)
+	}
+}
+
+// logRuntime serves a fixed log.
+type logRuntime struct {
+	Runtime
+	log string
+}
+
+func (r logRuntime) ContainerLogs(ctx context.Context, ns, pod, c string, opts kuberuntime.LogOptions, w io.Writer) error {
+	_, err := io.WriteString(w, fmt.Sprintf("%s/%s/%s: %s", ns, pod, c, r.log))
+	return err
+}
+
+// containerLogs also serves WebSocket clients, in binary or base64 frames
+// as they ask, as the API server serves pods/log.
+func TestContainerLogsOverWebSocket(t *testing.T) {
+	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "hello\n"}}))
+	defer srv.Close()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/containerLogs/ns/p/c"
+	for _, tc := range []struct{ protocol, want string }{
+		{"base64.binary.k8s.io", base64.StdEncoding.EncodeToString([]byte("ns/p/c: hello\n"))},
+		{"binary.k8s.io", "ns/p/c: hello\n"},
+	} {
+		cfg, err := websocket.NewConfig(url, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Protocol = []string{tc.protocol}
+		conn, err := websocket.DialConfig(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.protocol, err)
+		}
+		var got []byte
+		for {
+			var frame []byte
+			if err := websocket.Message.Receive(conn, &frame); err != nil {
+				break // the server closes the stream at the log's end
+			}
+			got = append(got, frame...)
+		}
+		conn.Close()
+		if string(got) != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.protocol, got, tc.want)
+		}
+	}
+	// A plain GET still gets the log as text.
+	resp, err := http.Get(srv.URL + "/containerLogs/ns/p/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "ns/p/c: hello\n" {
+		t.Errorf("plain GET: %q", body)
 	}
 }
