@@ -203,9 +203,11 @@ func (n *Nodelet) Start() {
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
-	n.done = make(chan error, 1)
+	// The goroutine owns its channel: a later Start replaces n.done.
+	done := make(chan error, 1)
+	n.done = done
 	go func(cmd *exec.Cmd) {
-		n.done <- cmd.Wait()
+		done <- cmd.Wait()
 		logf.Close()
 	}(n.cmd)
 	Eventually(n.t, 30*time.Second, func() (bool, string) {
@@ -225,7 +227,9 @@ func (n *Nodelet) Exited() bool {
 	if n.cmd == nil || n.cmd.Process == nil {
 		return true
 	}
-	return n.cmd.ProcessState != nil || n.peekDone()
+	// Only the channel says so: cmd.ProcessState is written by Wait in
+	// another goroutine.
+	return n.peekDone()
 }
 
 func (n *Nodelet) peekDone() bool {

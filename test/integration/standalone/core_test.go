@@ -145,8 +145,11 @@ func TestHousekeepingRemovesUnknownPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Housekeeping may already have stopped the intruder's sandbox (it
+	// runs every 2 s): then the start fails, and the removal below is
+	// still what is checked.
 	if _, err := cd.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
-		t.Fatal(err)
+		t.Logf("starting the intruder: %v", err)
 	}
 	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
 		r, err := cd.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sb.PodSandboxId}})
