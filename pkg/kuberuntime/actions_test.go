@@ -338,6 +338,24 @@ func TestHashIsUpstreams(t *testing.T) {
 	}
 }
 
+// The hash is recorded where the upstream kubelet reads it (an
+// annotation) and read from there first; nodelet's older containers have
+// it only as a label.
+func TestHashIsRecordedAsUpstreamDoes(t *testing.T) {
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	c := &pod.Spec.Containers[0]
+	a := containerAnnotations(pod, c, 0)
+	if a["io.kubernetes.container.hash"] != HashContainer(c) {
+		t.Fatalf("annotations %v lack the hash", a)
+	}
+	if got := recordedHash(map[string]string{"io.kubernetes.container.hash": "old"}, a); got != HashContainer(c) {
+		t.Errorf("read %s, want the annotation's %s", got, HashContainer(c))
+	}
+	if got := recordedHash(map[string]string{"io.kubernetes.container.hash": "fcef7d16"}, nil); got != "fcef7d16" {
+		t.Errorf("read %q from a label-only container", got)
+	}
+}
+
 // Containers nodelet started before it used upstream's hash keep
 // running: their recorded hash still counts as unchanged.
 func TestLegacyHashStillMatches(t *testing.T) {

@@ -19,8 +19,11 @@ const (
 	labelPodNamespace  = "io.kubernetes.pod.namespace"
 	labelPodUID        = "io.kubernetes.pod.uid"
 	labelContainerName = "io.kubernetes.container.name"
-	// labelContainerHash is a label, not an annotation, so that
-	// `crictl ps --label` can find containers by spec version.
+	// labelContainerHash is where the container hash is recorded: an
+	// annotation, as the upstream kubelet records and reads it (so a node
+	// moves between them without restarts), and a label too, so that
+	// `crictl ps --label` finds containers by spec version (and as
+	// nodelet recorded it before).
 	labelContainerHash = "io.kubernetes.container.hash"
 
 	annotationRestartCount             = "io.kubernetes.container.restartCount"
@@ -62,6 +65,7 @@ func containerLabels(pod *v1.Pod, c *v1.Container) map[string]string {
 
 func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int) map[string]string {
 	a := map[string]string{
+		labelContainerHash:                 HashContainer(c),
 		annotationRestartCount:             strconv.Itoa(restartCount),
 		annotationTerminationMessagePath:   c.TerminationMessagePath,
 		annotationTerminationMessagePolicy: string(c.TerminationMessagePolicy),
@@ -131,4 +135,14 @@ func containerInfoFromAnnotations(a map[string]string) containerInfo {
 		}
 	}
 	return info
+}
+
+// recordedHash is the container hash a container was created with: the
+// annotation (upstream's and nodelet's), else the label (nodelet's
+// containers from before it wrote the annotation).
+func recordedHash(labels, annotations map[string]string) string {
+	if h, ok := annotations[labelContainerHash]; ok {
+		return h
+	}
+	return labels[labelContainerHash]
 }

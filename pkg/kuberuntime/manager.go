@@ -281,7 +281,7 @@ func (m *Manager) GetPods(ctx context.Context) ([]*container.Pod, error) {
 			Name:      c.GetMetadata().GetName(),
 			Image:     c.GetImage().GetImage(),
 			ImageID:   c.ImageRef,
-			Hash:      c.Labels[labelContainerHash],
+			Hash:      recordedHash(c.Labels, c.Annotations),
 			State:     stateFromCRI(c.State),
 			CreatedAt: time.Unix(0, c.CreatedAt),
 		})
@@ -386,7 +386,7 @@ func (m *Manager) containerStatusFromCRI(s *runtimeapi.ContainerStatus) *contain
 		Image:        s.GetImage().GetImage(),
 		ImageID:      s.ImageId,
 		ImageRef:     s.ImageRef,
-		Hash:         s.Labels[labelContainerHash],
+		Hash:         recordedHash(s.Labels, s.Annotations),
 		RestartCount: info.RestartCount,
 		ExitCode:     int(s.ExitCode),
 		Reason:       s.Reason,

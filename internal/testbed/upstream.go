@@ -1,0 +1,131 @@
+package testbed
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// UpstreamKubelet is the upstream kubelet (built by hack/cluster/build.sh)
+// run on a nodelet's node: the same node name, kubeconfig, root directory,
+// runtime, pod log directory, cgroup root and ports, so that a test can
+// move the node from one agent to the other.
+type UpstreamKubelet struct {
+	n          *Nodelet
+	bin        string
+	config     string
+	healthz    int
+	LogPath    string
+	cmd        *exec.Cmd
+	done       chan error
+	clientCA   string
+	cgroupRoot string
+}
+
+// NewUpstreamKubelet prepares the upstream kubelet for n's node; binDir
+// holds the upstream binaries and clientCA verifies the API server's
+// client certificate.
+func NewUpstreamKubelet(n *Nodelet, binDir, clientCA string) *UpstreamKubelet {
+	n.t.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	u := &UpstreamKubelet{n: n, bin: filepath.Join(binDir, "kubelet"), config: filepath.Join(n.Dir, "upstream.yaml"),
+		healthz: ports[0], LogPath: filepath.Join(n.Dir, "upstream-kubelet.log"), clientCA: clientCA, cgroupRoot: n.opts.CgroupRoot}
+	// The upstream kubelet needs its cgroup root to exist (nodelet creates
+	// its own).
+	for _, c := range []string{"cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb", "systemd", "blkio", "devices", "freezer"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c)); err == nil {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", c, u.cgroupRoot), 0o755); err != nil {
+				n.t.Fatal(err)
+			}
+		}
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: %s
+containerRuntimeEndpoint: %s
+podLogsDir: %s
+readOnlyPort: %d
+port: %d
+address: 0.0.0.0
+healthzPort: %d
+cgroupRoot: %s
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %s}
+authorization: {mode: AlwaysAllow}
+`, n.Manifests, n.CD.Endpoint, n.LogsDir, n.Port, n.APIPort, u.healthz, u.cgroupRoot, clientCA)
+	if err := os.WriteFile(u.config, []byte(cfg), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	return u
+}
+
+// Start starts the upstream kubelet and waits for its /healthz; nodelet
+// must be stopped.
+func (u *UpstreamKubelet) Start() {
+	t := u.n.t
+	t.Helper()
+	logf, err := os.OpenFile(u.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", u.config, "--root-dir", u.n.RootDir, "--hostname-override", u.n.NodeName, "-v", "4"}
+	if u.n.opts.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", u.n.opts.Kubeconfig)
+	}
+	u.cmd = exec.Command(u.bin, args...)
+	u.cmd.Stdout, u.cmd.Stderr = logf, logf
+	u.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := u.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	u.done = done
+	go func(cmd *exec.Cmd) { done <- cmd.Wait(); logf.Close() }(u.cmd)
+	t.Cleanup(u.Stop)
+	Eventually(t, 60*time.Second, func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", u.healthz))
+		if err != nil {
+			return false, fmt.Sprintf("upstream kubelet not healthy: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("upstream kubelet healthz %d", resp.StatusCode)
+	})
+}
+
+// Stop ends the upstream kubelet with SIGTERM (its pods keep running).
+func (u *UpstreamKubelet) Stop() {
+	if u.cmd == nil || u.cmd.Process == nil {
+		return
+	}
+	select {
+	case err := <-u.done:
+		u.done <- err
+		return
+	default:
+	}
+	u.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-u.done:
+		u.done <- err
+	case <-time.After(20 * time.Second):
+		u.cmd.Process.Kill()
+	}
+}
+
+// Log returns the upstream kubelet's log.
+func (u *UpstreamKubelet) Log() string {
+	b, _ := os.ReadFile(u.LogPath)
+	return string(b)
+}

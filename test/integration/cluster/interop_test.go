@@ -1,0 +1,87 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+)
+
+// A node moves from the upstream kubelet to nodelet and back without
+// restarting its API pod: the same sandbox and container keep running and
+// the restart count stays 0, because both agents record and compare the
+// same identity (labels, annotations, container hash).
+func TestMoveBetweenUpstreamKubeletAndNodelet(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	n := startNode(t, "node-interop", cd, "")
+	waitNodeReady(t, n.NodeName, 10*time.Second)
+	n.Stop()
+	up := testbed.NewUpstreamKubelet(n, cl.BinDir, cl.CAFile())
+	up.Start()
+	waitNodeReady(t, n.NodeName, 60*time.Second)
+
+	pod := busyboxPod("moved", n.NodeName)
+	pod.Spec.TerminationGracePeriodSeconds = new(int64(1))
+	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, 60*time.Second, ns, "moved", running)
+	started := map[string]*runtimeapi.Container{"moved": n.RunningPodContainer("moved", "main")}
+	if started["moved"] == nil {
+		t.Fatal("no running container")
+	}
+	unchanged := func(who, name string) {
+		t.Helper()
+		first := started[name]
+		c := n.RunningPodContainer(name, "main")
+		if c == nil || c.Id != first.Id || c.PodSandboxId != first.PodSandboxId {
+			t.Fatalf("%s replaced %s's container: %+v, was %s in sandbox %s", who, name, c, first.Id, first.PodSandboxId)
+		}
+		p, err := cl.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs := p.Status.ContainerStatuses; len(cs) != 1 || cs[0].RestartCount != 0 || cs[0].ContainerID != "containerd://"+first.Id {
+			t.Fatalf("%s: %s's container status %+v", who, name, cs)
+		}
+	}
+	synced := func(log func() string, offset int, name string) func() (bool, string) {
+		return func() (bool, string) {
+			return strings.Contains(log()[offset:], fmt.Sprintf(`"SyncPod exit" pod=%q`, ns+"/"+name)), "not synced yet: " + name
+		}
+	}
+
+	// To nodelet: it has synced the pod (and so decided whether the
+	// container must be replaced) once its log says so.
+	up.Stop()
+	offset := len(n.Log())
+	n.Start()
+	testbed.Eventually(t, 60*time.Second, synced(n.Log, offset, "moved"))
+	unchanged("nodelet", "moved")
+
+	// A pod born under nodelet, then everything back to the upstream
+	// kubelet, which has synced them once its log says so.
+	native := busyboxPod("native", n.NodeName)
+	native.Spec.TerminationGracePeriodSeconds = new(int64(1))
+	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, native, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, 60*time.Second, ns, "native", running)
+	started["native"] = n.RunningPodContainer("native", "main")
+	n.Stop()
+	offset = len(up.Log())
+	up.Start()
+	for _, name := range []string{"moved", "native"} {
+		testbed.Eventually(t, 60*time.Second, synced(up.Log, offset, name))
+		unchanged("the upstream kubelet", name)
+	}
+	up.Stop()
+	n.Start() // the test's cleanup stops the pods through nodelet
+}
