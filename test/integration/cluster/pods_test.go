@@ -68,11 +68,16 @@ func TestPodLifecycle(t *testing.T) {
 		}
 	}
 
+	// Checked while it runs: once deleted, its dead containers may be
+	// garbage collected at any moment.
+	if len(n.PodContainers("bound")) == 0 {
+		t.Error("no containers of the pod in the runtime: nodelet labelled them otherwise")
+	}
 	start := time.Now()
 	if err := pods.Delete(ctx, "bound", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testbed.Eventually(t, 4*time.Second, func() (bool, string) {
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
 		_, err := pods.Get(ctx, "bound", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("pod still there: %v", err)
 	})
@@ -82,9 +87,6 @@ func TestPodLifecycle(t *testing.T) {
 		t.Errorf("pod gone after %v: the grace period was not honoured", took)
 	}
 	waitEvents(t, ns, "bound", "Killing")
-	if len(n.PodContainers("bound")) == 0 {
-		t.Error("no containers of the pod in the runtime: nodelet labelled them otherwise")
-	}
 	if n.RunningPodContainer("bound", "main") != nil {
 		t.Error("the container still runs")
 	}
