@@ -30,29 +30,29 @@ clean-pods:
 # Everything: formatting, vet, unit and integration tests, all with the
 # race detector (integration tests also build nodelet with it).
 test: setup lint
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m -tags integration ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/integration/)
+	$(GO) test -race -count=1 ./...
 
 integration: setup
-	$(GO) test -race -count=1 -timeout 30m ./test/integration/...
+	$(GO) test -race -count=1 -timeout 30m -tags integration ./test/integration/...
 
 # Benchmarks: start-up latency against the raw CRI cost, delete to
 # terminated against StopContainer, and manifest write to ADD.
 bench: setup
-	$(GO) test -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
-	$(GO) test -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
+	$(GO) test -tags integration -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
+	$(GO) test -tags integration -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
 	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/config/
 
 # Density in cluster mode: 1, 30 and 110 pods created through the API at
 # once, then deleted, three rounds on one nodelet, beside the raw CRI floor.
 bench-density: setup
-	$(GO) test -run XXX -bench Density -benchtime 1x -timeout 90m ./test/integration/density/ $(BENCHFLAGS)
+	$(GO) test -tags integration -run XXX -bench Density -benchtime 1x -timeout 90m ./test/integration/density/ $(BENCHFLAGS)
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/config/

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package cluster tests nodelet in cluster mode against the real upstream
 // control plane (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler) on loopback ports, with real containerd instances as

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package density measures nodelet at density in cluster mode, against
 // the real upstream control plane: bursts of pods created through the API
 // as a client would, then deleted, each beside the raw CRI floor for the

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package runtime tests the CRI runtime manager against a real containerd:
 // sandboxes, containers, restarts, hooks and teardown as the runtime
 // actually carries them out.

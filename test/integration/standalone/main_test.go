@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package standalone tests nodelet end to end as an operator runs it:
 // the real binary, static pod manifests, a real containerd, and the
 // read-only API.
