@@ -60,11 +60,11 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 	s.Phase = podPhase(pod, s.InitContainerStatuses, s.ContainerStatuses, in.podIsTerminal)
 	// A terminal phase, once reached (by us or reported by the source),
 	// never changes.
-	if !isTerminal(s.Phase) {
+	if !podutil.IsTerminal(s.Phase) {
 		switch {
-		case isTerminal(in.old.Phase):
+		case podutil.IsTerminal(in.old.Phase):
 			s.Phase = in.old.Phase
-		case isTerminal(pod.Status.Phase):
+		case podutil.IsTerminal(pod.Status.Phase):
 			s.Phase = pod.Status.Phase
 		}
 	}
@@ -131,8 +131,6 @@ func kubeletCondition(t v1.PodConditionType) bool {
 	}
 	return false
 }
-
-func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
 
 // regularContainerCreated reports whether any app container exists in
 // the runtime: initialisation then happened at some point.

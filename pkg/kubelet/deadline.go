@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // The active deadline (spec.activeDeadlineSeconds) fails a pod that has
@@ -35,7 +37,7 @@ func oldStatus(store statusStore, pod *v1.Pod) v1.PodStatus {
 
 // failPastDeadline fails a status whose pod ran past its deadline.
 func failPastDeadline(pod *v1.Pod, s *v1.PodStatus, now time.Time) bool {
-	if isTerminal(s.Phase) || !pastDeadline(pod, s.StartTime, now) {
+	if podutil.IsTerminal(s.Phase) || !pastDeadline(pod, s.StartTime, now) {
 		return false
 	}
 	s.Phase, s.Reason, s.Message = v1.PodFailed, deadlineReason, deadlineMessage

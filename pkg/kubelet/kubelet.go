@@ -426,7 +426,7 @@ func (kl *Kubelet) deadlinePassed(p *v1.Pod, now time.Time) bool {
 		return false
 	}
 	s := oldStatus(kl.status, p)
-	return !isTerminal(s.Phase) && pastDeadline(p, s.StartTime, now)
+	return !podutil.IsTerminal(s.Phase) && pastDeadline(p, s.StartTime, now)
 }
 
 // HandlePodAdditions admits new pods, oldest first, and starts them.
@@ -511,7 +511,7 @@ func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
 		if pod == nil {
 			continue
 		}
-		if isTerminal(pod.Status.Phase) || readinessNeedsReconcile(pod) {
+		if podutil.IsTerminal(pod.Status.Phase) || readinessNeedsReconcile(pod) {
 			kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateSync, StartTime: start})
 		}
 		if isEvicted(pod.Status) {
@@ -556,11 +556,11 @@ func (kl *Kubelet) HandlePodSyncs(pods []*v1.Pod) {
 // terminalInStatus reports whether the pod reached a terminal phase, by
 // its source or by our own account.
 func (kl *Kubelet) terminalInStatus(pod *v1.Pod) bool {
-	if isTerminal(pod.Status.Phase) {
+	if podutil.IsTerminal(pod.Status.Phase) {
 		return true
 	}
 	s, ok := kl.status.GetPodStatus(pod.UID)
-	return ok && isTerminal(s.Phase)
+	return ok && podutil.IsTerminal(s.Phase)
 }
 
 // activePods are the pods that count against the node's capacity: not

@@ -161,7 +161,7 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 	defer klog.V(4).InfoS("SyncPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
 
 	status := s.apiStatus(pod, rs, false)
-	if isTerminal(status.Phase) {
+	if podutil.IsTerminal(status.Phase) {
 		if status.Reason == deadlineReason {
 			s.recorder.Event(pod, v1.EventTypeNormal, deadlineReason, deadlineMessage)
 		}

@@ -153,3 +153,6 @@ func QOSClass(pod *v1.Pod) v1.PodQOSClass {
 		return v1.PodQOSBurstable
 	}
 }
+
+// IsTerminal reports whether a pod phase is final: Succeeded or Failed.
+func IsTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }

@@ -286,7 +286,7 @@ func (p *PodWorkers) UpdatePod(options UpdatePodOptions) {
 		// A pod in a terminal phase seen for the first time (typically
 		// after a nodelet restart) whose runtime state agrees has already
 		// been through termination: only the cleanup is left to do.
-		if options.Pod != nil && isTerminalPhase(options.Pod.Status.Phase) {
+		if options.Pod != nil && podutil.IsTerminal(options.Pod.Status.Phase) {
 			if cached, err := p.status.Get(uid); err == nil && cached.IsTerminal() {
 				status.terminatingAt, status.terminatedAt = now, now
 				status.startedTerminating = true
@@ -341,7 +341,7 @@ func (p *PodWorkers) UpdatePod(options UpdatePodOptions) {
 			status.deleted = true
 			status.terminatingAt = now
 			becameTerminating = true
-		case isTerminalPhase(pod.Status.Phase):
+		case podutil.IsTerminal(pod.Status.Phase):
 			klog.V(4).InfoS("Pod is in a terminal phase (success/failed), begin teardown", "pod", klog.KRef(ns, name), "podUID", uid)
 			status.terminatingAt = now
 			becameTerminating = true
@@ -966,5 +966,3 @@ func (p *PodWorkers) IsPodForMirrorPodTerminatingByFullName(fullname string) boo
 	}
 	return s.IsTerminationRequested() && !s.IsTerminated()
 }
-
-func isTerminalPhase(p v1.PodPhase) bool { return p == v1.PodFailed || p == v1.PodSucceeded }

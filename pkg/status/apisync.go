@@ -311,7 +311,7 @@ func (s *APISyncer) base(ctx context.Context, p pending) (obj *v1.Pod, done bool
 // obj's UID, so it can never land on a recreated pod of the same name.
 func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) error {
 	merged := mergeStatus(obj.Status, p.status)
-	if isTerminal(obj.Status.Phase) && !isTerminal(merged.Phase) {
+	if podutil.IsTerminal(obj.Status.Phase) && !podutil.IsTerminal(merged.Phase) {
 		klog.ErrorS(nil, "The API has the pod in a terminal phase; not moving it back", "pod", klog.KObj(obj), "podUID", p.uid,
 			"apiPhase", obj.Status.Phase, "phase", merged.Phase)
 		merged.Phase = obj.Status.Phase

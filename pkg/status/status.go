@@ -175,7 +175,7 @@ func (m *Manager) update(pod *v1.Pod, status v1.PodStatus, finished bool) {
 			klog.V(4).InfoS("Ignoring status update for a finished pod", "pod", klog.KObj(pod), "podUID", pod.UID)
 			return
 		}
-		if isTerminal(oldStatus.Phase) && !isTerminal(status.Phase) {
+		if podutil.IsTerminal(oldStatus.Phase) && !podutil.IsTerminal(status.Phase) {
 			klog.ErrorS(nil, "Refusing to move a pod out of its terminal phase", "pod", klog.KObj(pod), "podUID", pod.UID,
 				"oldPhase", oldStatus.Phase, "newPhase", status.Phase)
 			status.Phase = oldStatus.Phase
@@ -262,8 +262,6 @@ func normalizeTimes(s *v1.PodStatus) {
 		}
 	}
 }
-
-func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
 
 // RemoveOrphanedStatuses forgets the statuses of pods not in keep.
 func (m *Manager) RemoveOrphanedStatuses(keep map[types.UID]bool) {
