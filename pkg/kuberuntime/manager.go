@@ -71,9 +71,6 @@ type Options struct {
 	RuntimeName    string
 	PodLogsDir     string
 	RequestTimeout time.Duration
-	// SandboxImage is the pause image; the runtime picks it, but the image
-	// garbage collector must never remove it.
-	SandboxImage string
 	// CgroupParent returns the cgroup a pod's sandbox goes under ("" lets
 	// the runtime choose).
 	CgroupParent func(pod *v1.Pod) string
