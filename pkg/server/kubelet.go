@@ -2,16 +2,11 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -23,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
+	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -300,31 +297,20 @@ func ServingTLS(certFile, keyFile, certDir, hostname string, hostIPs []string, c
 }
 
 func selfSigned(certFile, keyFile, hostname string, hostIPs []string) error {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano()), Subject: pkix.Name{CommonName: hostname + "@" + strconv.FormatInt(now.Unix(), 10)},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{hostname},
-	}
+	var ips []net.IP
 	for _, ip := range hostIPs {
 		if p := net.ParseIP(ip); p != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, p)
+			ips = append(ips, p)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	// As the upstream kubelet makes its kubelet.crt: a self-signed CA and a
+	// serving certificate for the hostname and the node's addresses.
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey(hostname, ips, nil)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(certFile), 0o700); err != nil {
+	if err := cert.WriteCert(certFile, certPEM); err != nil {
 		return err
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return keyutil.WriteKey(keyFile, keyPEM)
 }

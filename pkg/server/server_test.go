@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -178,5 +180,33 @@ func TestContainerLogsOverWebSocket(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "ns/p/c: hello\n" {
 		t.Errorf("plain GET: %q", body)
+	}
+}
+
+// Without a certificate, the kubelet API serves a self-signed one made
+// once and kept in the certificate directory, valid for the hostname and
+// the node's addresses.
+func TestSelfSignedServingCertificate(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := ServingTLS("", "", dir, "node1", []string{"192.0.2.7"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaf.VerifyHostname("node1"); err != nil {
+		t.Error(err)
+	}
+	if err := leaf.VerifyHostname("192.0.2.7"); err != nil {
+		t.Error(err)
+	}
+	again, err := ServingTLS("", "", dir, "node1", []string{"192.0.2.7"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again.Certificates[0].Certificate[0], cfg.Certificates[0].Certificate[0]) {
+		t.Error("a second start made a new certificate instead of keeping the first")
 	}
 }
