@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -70,7 +70,8 @@ func (certAuthenticator) Authenticate(r *http.Request) (User, bool, error) {
 // TokenReview, caching the answers.
 type tokenAuthenticator struct {
 	client kubernetes.Interface
-	cache  *ttlCache[tokenResult]
+	cache  answers[tokenResult]
+	ttl    time.Duration
 }
 
 type tokenResult struct {
@@ -96,7 +97,7 @@ func (a *tokenAuthenticator) Authenticate(r *http.Request) (User, bool, error) {
 		u := review.Status.User
 		res.user = User{Name: u.Username, UID: u.UID, Groups: u.Groups}
 	}
-	a.cache.set(token, res, a.cache.ttl)
+	a.cache.set(token, res, a.ttl)
 	return res.user, res.ok, nil
 }
 
@@ -105,7 +106,7 @@ func (a *tokenAuthenticator) Authenticate(r *http.Request) (User, bool, error) {
 type webhookAuthorizer struct {
 	client            kubernetes.Interface
 	nodeName          string
-	cache             *ttlCache[bool]
+	cache             answers[bool]
 	allowTTL, denyTTL time.Duration
 }
 
@@ -186,13 +187,13 @@ func WithAuth(h http.Handler, o AuthOptions) http.Handler {
 	}
 	authns := []Authenticator{certAuthenticator{}}
 	if o.TokenWebhook && o.Client != nil {
-		authns = append(authns, &tokenAuthenticator{client: o.Client, cache: newTTLCache[tokenResult](o.Clock, o.TokenCacheTTL)})
+		authns = append(authns, &tokenAuthenticator{client: o.Client, cache: newAnswers[tokenResult](o.Clock), ttl: o.TokenCacheTTL})
 	}
 	var authz Authorizer = alwaysAllow{}
 	if o.AuthorizeWebhook {
 		authz = denyAll{}
 		if o.Client != nil {
-			authz = &webhookAuthorizer{client: o.Client, nodeName: o.NodeName, cache: newTTLCache[bool](o.Clock, 0),
+			authz = &webhookAuthorizer{client: o.Client, nodeName: o.NodeName, cache: newAnswers[bool](o.Clock),
 				allowTTL: o.AuthorizedTTL, denyTTL: o.UnauthorizedTTL}
 		}
 	}
@@ -233,46 +234,30 @@ func WithAuth(h http.Handler, o AuthOptions) http.Handler {
 	})
 }
 
-// ttlCache remembers answers for a while.
-type ttlCache[V any] struct {
-	clock clock.PassiveClock
-	ttl   time.Duration
+// answersKept bounds each cache of answers: the least recently used go
+// first, so a flood of distinct tokens cannot grow nodelet's memory.
+const answersKept = 4096
 
-	mu sync.Mutex
-	m  map[string]ttlEntry[V]
+// answers remembers the API server's answers for a while, on
+// apimachinery's LRU cache with expiry.
+type answers[V any] struct{ c *cache.LRUExpireCache }
+
+func newAnswers[V any](clk clock.PassiveClock) answers[V] {
+	return answers[V]{c: cache.NewLRUExpireCacheWithClock(answersKept, clk)}
 }
 
-type ttlEntry[V any] struct {
-	v       V
-	expires time.Time
-}
-
-func newTTLCache[V any](clk clock.PassiveClock, ttl time.Duration) *ttlCache[V] {
-	return &ttlCache[V]{clock: clk, ttl: ttl, m: map[string]ttlEntry[V]{}}
-}
-
-func (c *ttlCache[V]) get(k string) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[k]
-	if !ok || !c.clock.Now().Before(e.expires) {
+func (a answers[V]) get(k string) (V, bool) {
+	v, ok := a.c.Get(k)
+	if !ok {
 		var zero V
 		return zero, false
 	}
-	return e.v, true
+	return v.(V), true
 }
 
-func (c *ttlCache[V]) set(k string, v V, ttl time.Duration) {
-	if ttl <= 0 {
-		return
+// set keeps an answer for ttl; with no ttl it is not kept.
+func (a answers[V]) set(k string, v V, ttl time.Duration) {
+	if ttl > 0 {
+		a.c.Add(k, v, ttl)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.clock.Now()
-	for key, e := range c.m {
-		if !now.Before(e.expires) {
-			delete(c.m, key)
-		}
-	}
-	c.m[k] = ttlEntry[V]{v: v, expires: now.Add(ttl)}
 }
