@@ -180,10 +180,6 @@ func ParseReserved(maps ...map[string]string) (v1.ResourceList, error) {
 	return out, nil
 }
 
-// DefaultEvictionHard is the kubelet's default hard eviction thresholds
-// for the signals that are subtracted from allocatable.
-var DefaultEvictionHard = map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"}
-
 // EvictionReserved turns hard eviction thresholds into the resources they
 // hold back from allocatable: memory.available from memory and
 // nodefs.available from ephemeral storage, as absolute values or

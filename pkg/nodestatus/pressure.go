@@ -36,9 +36,10 @@ var signalCondition = map[string]v1.NodeConditionType{
 	SignalPIDAvailable:      v1.NodePIDPressure,
 }
 
-// DefaultPressureThresholds are upstream's default evictionHard on Linux,
-// all of which the pressure conditions watch.
-var DefaultPressureThresholds = map[string]string{
+// DefaultEvictionHard is upstream's default evictionHard on Linux: the
+// pressure conditions watch all of it, and allocatable holds back its
+// memory.available and nodefs.available.
+var DefaultEvictionHard = map[string]string{
 	SignalMemoryAvailable: "100Mi", SignalNodeFsAvailable: "10%", SignalNodeFsInodesFree: "5%",
 	SignalImageFsAvailable: "15%", SignalImageFsInodesFree: "5%",
 }

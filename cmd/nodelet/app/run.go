@@ -391,7 +391,7 @@ func maxParallelPulls(c *kubeletv1beta1.KubeletConfiguration) int {
 func pressureMonitor(c *kubeletv1beta1.KubeletConfiguration, p *stats.Provider, clk clock.WithTicker) (*nodestatus.PressureMonitor, error) {
 	evictionHard := c.EvictionHard
 	if evictionHard == nil {
-		evictionHard = nodestatus.DefaultPressureThresholds
+		evictionHard = nodestatus.DefaultEvictionHard
 	}
 	th, err := nodestatus.ParseThresholds(evictionHard)
 	if err != nil {
