@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/periodic"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -54,16 +55,7 @@ func NewHTTPSource(url string, header http.Header, nodeName string, period time.
 // Run polls until ctx ends.
 func (s *HTTPSource) Run(ctx context.Context) {
 	klog.InfoS("Polling static pod manifests", "url", s.url, "period", s.period)
-	t := s.clock.NewTicker(s.period)
-	defer t.Stop()
-	for {
-		s.poll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	periodic.Run(ctx, s.clock, s.period, true, s.poll)
 }
 
 func (s *HTTPSource) poll(ctx context.Context) {

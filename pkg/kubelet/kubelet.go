@@ -32,6 +32,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/periodic"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -272,18 +273,7 @@ func (kl *Kubelet) syncLoopHealthy() error {
 func (kl *Kubelet) Run(ctx context.Context, updates <-chan config.PodUpdate) {
 	kl.checkRuntime(ctx)
 	go kl.runCleaner(ctx)
-	go func() {
-		t := kl.clock.NewTicker(runtimeCheckPeriod)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-				kl.checkRuntime(ctx)
-			}
-		}
-	}()
+	go periodic.Run(ctx, kl.clock, runtimeCheckPeriod, false, kl.checkRuntime)
 	kl.syncLoop(ctx, updates)
 }
 

@@ -11,6 +11,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/periodic"
 )
 
 // ImageGCPolicy says when unused images are removed: once the image
@@ -191,16 +193,9 @@ func (m *Manager) imageFsMount(ctx context.Context) (string, error) {
 
 // RunImageGC collects images every period until ctx ends.
 func (m *Manager) RunImageGC(ctx context.Context, p ImageGCPolicy, period time.Duration) {
-	t := m.clock.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			if err := m.ImageGC(ctx, p); err != nil {
-				klog.ErrorS(err, "Image garbage collection failed")
-			}
+	periodic.Run(ctx, m.clock, period, false, func(ctx context.Context) {
+		if err := m.ImageGC(ctx, p); err != nil {
+			klog.ErrorS(err, "Image garbage collection failed")
 		}
-	}
+	})
 }

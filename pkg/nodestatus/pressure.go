@@ -14,6 +14,8 @@ import (
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/periodic"
 )
 
 // Eviction signals, as upstream names them in evictionHard.
@@ -160,16 +162,7 @@ func NewPressureMonitor(o PressureOptions) *PressureMonitor {
 
 // Run checks every Interval until ctx ends.
 func (m *PressureMonitor) Run(ctx context.Context) {
-	t := m.o.Clock.NewTicker(m.o.Interval)
-	defer t.Stop()
-	for {
-		m.Check(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	periodic.Run(ctx, m.o.Clock, m.o.Interval, true, m.Check)
 }
 
 // Check measures the node once.

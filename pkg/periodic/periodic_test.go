@@ -1,0 +1,43 @@
+package periodic
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+func TestRun(t *testing.T) {
+	for _, immediately := range []bool{true, false} {
+		clk := testingclock.NewFakeClock(time.Unix(0, 0))
+		calls := make(chan struct{}, 10)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			Run(ctx, clk, time.Second, immediately, func(context.Context) { calls <- struct{}{} })
+			close(done)
+		}()
+		if immediately {
+			<-calls // the first call, before any tick
+		}
+		// The ticker exists once Run started (or made its first call).
+		deadline := time.Now().Add(10 * time.Second)
+		for !clk.HasWaiters() {
+			if time.Now().After(deadline) {
+				t.Fatal("Run made no ticker")
+			}
+			runtime.Gosched()
+		}
+		select {
+		case <-calls:
+			t.Fatalf("immediately=%v: called before the first tick", immediately)
+		default:
+		}
+		clk.Step(time.Second)
+		<-calls
+		cancel()
+		<-done
+	}
+}
