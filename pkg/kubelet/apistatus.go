@@ -84,7 +84,7 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 			s.Conditions = append(s.Conditions, c)
 		}
 	}
-	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
+	all := allContainerStatuses(&s)
 	s.Conditions = append(s.Conditions,
 		readyToStartContainersCondition(pod, in.runtime),
 		initializedCondition(pod, all, s.Phase),
@@ -510,4 +510,9 @@ func readyCondition(pod *v1.Pod, conditions []v1.PodCondition, all []v1.Containe
 			Message: fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist or is not true", unready)}
 	}
 	return v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionTrue}
+}
+
+// allContainerStatuses lists a status's init and app container statuses.
+func allContainerStatuses(s *v1.PodStatus) []v1.ContainerStatus {
+	return append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
 }

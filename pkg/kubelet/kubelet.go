@@ -517,8 +517,7 @@ func readinessNeedsReconcile(pod *v1.Pod) bool {
 		return false
 	}
 	s := &pod.Status
-	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
-	want := readyCondition(pod, s.Conditions, all, s.Phase)
+	want := readyCondition(pod, s.Conditions, allContainerStatuses(s), s.Phase)
 	for _, c := range s.Conditions {
 		if c.Type == v1.PodReady {
 			return c.Status != want.Status || c.Message != want.Message

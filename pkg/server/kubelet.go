@@ -133,7 +133,11 @@ func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain")
-	if f, ok := w.(http.Flusher); ok {
+	if f, ok := w.(http.Flusher); ok && opts.Follow {
+		// A following stream of a quiet container must not hold its
+		// headers (and an API server's WebSocket upgrade) until the first
+		// line. Only then: committing 200 early would hide a missing
+		// container's 404 from a plain read.
 		w.WriteHeader(http.StatusOK)
 		f.Flush()
 	}
