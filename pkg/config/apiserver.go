@@ -2,18 +2,14 @@ package config
 
 import (
 	"context"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/apiwatch"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -40,14 +36,6 @@ func strip(obj interface{}) interface{} {
 	return obj
 }
 
-// WatchBackoff is how list-and-watch retries while the API server is
-// away: capped at 8 s (client-go's default reaches a minute with
-// jitter), so a node catches up within seconds of the API server's
-// return, while thousands of nodes still spread their retries out.
-func WatchBackoff() *wait.Backoff {
-	return &wait.Backoff{Duration: 500 * time.Millisecond, Cap: 8 * time.Second, Steps: 16, Factor: 2, Jitter: 0.5}
-}
-
 // APISource lists and watches the pods bound to the node (fieldSelector
 // spec.nodeName=<node>) and delivers the whole set, as seed 004 says,
 // after every change: the merge turns it into ADD, UPDATE, DELETE,
@@ -67,18 +55,8 @@ func NewAPISource(client kubernetes.Interface, nodeName string, out Setter) *API
 
 // Run lists and watches until ctx ends.
 func (s *APISource) Run(ctx context.Context) {
-	selector := fields.OneTermEqualSelector("spec.nodeName", s.nodeName).String()
 	pods := s.client.CoreV1().Pods(metav1.NamespaceAll)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (apiwatch.Interface, error) {
-			o.FieldSelector = selector
-			return pods.Watch(ctx, o)
-		},
-	}
+	lw := apiwatch.FieldSelected("spec.nodeName", s.nodeName, pods.List, pods.Watch)
 	// The undelta store hands over the complete set after every event. The
 	// objects are the store's own: the merge only reads them.
 	undelta := cache.NewUndeltaStore(func(objs []interface{}) {
@@ -90,7 +68,5 @@ func (s *APISource) Run(ctx context.Context) {
 	}, cache.MetaNamespaceKeyFunc)
 	store := stripManagedFields{undelta}
 	klog.InfoS("Watching pods bound to the node", "node", s.nodeName)
-	// The wrapper tells the reflector whether the client can stream the
-	// initial list (client-go's fake cannot).
-	cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.client), &v1.Pod{}, store, cache.ReflectorOptions{Name: "api pod source", Backoff: WatchBackoff()}).RunWithContext(ctx)
+	apiwatch.Reflect(ctx, "api pod source", s.client, lw, &v1.Pod{}, store, nil)
 }

@@ -18,7 +18,7 @@ import (
 // its updates backed up past the channel's buffer, is blocked sending.
 // If the merge held its lock across that send, neither would ever move.
 func TestBurstDuringRemoveDoesNotDeadlock(t *testing.T) {
-	f := newCore(t, 1000)
+	f := newCoreReading(t, 1000, true)
 	f.sources.Register("api")
 	// The loop handles the first pod's ADD, then stalls there until the
 	// source has filled the channel and has more to send.
@@ -32,7 +32,7 @@ func TestBurstDuringRemoveDoesNotDeadlock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loopDone := make(chan struct{})
-	go func() { f.kl.Run(ctx, f.sources.Updates()); close(loopDone) }()
+	go func() { _ = f.kl.Run(ctx); close(loopDone) }()
 	defer func() { cancel(); <-loopDone }()
 
 	first := apiPod("first", "first", now)

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
@@ -118,19 +117,14 @@ func (kl *Kubelet) cleanup(ctx context.Context, r cleanupRequest) error {
 	if err := kl.cleanupOrphanedPodDirs(r.keep); err != nil {
 		errs = append(errs, err)
 	}
-	if kl.cfg.Cgroups != nil {
-		errs = append(errs, kl.cleanupOrphanedPodCgroups(r.cgroups, r.keep))
-		errs = append(errs, kl.cfg.Cgroups.UpdateQoS(r.active))
-	}
+	errs = append(errs, kl.cleanupOrphanedPodCgroups(r.cgroups, r.keep))
+	errs = append(errs, kl.cfg.Cgroups.UpdateQoS(r.active))
 	return errors.Join(errs...)
 }
 
 // deleteOrphanedMirrorPods deletes mirror pods whose static pod is gone
 // and done terminating.
 func (kl *Kubelet) deleteOrphanedMirrorPods(ctx context.Context) {
-	if kl.mirrors == nil {
-		return
-	}
 	for _, m := range kl.pods.mirrorPods() {
 		if static, _, _ := kl.pods.podAndMirror(m); static != nil {
 			continue
@@ -167,43 +161,26 @@ func (kl *Kubelet) cleanupOrphanedPodCgroups(cgroups map[types.UID]string, keep 
 // after keep was computed is safe: its directory is made only after its
 // worker exists, and the workers never let a live pod's content go.
 func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
-	dir := filepath.Join(kl.cfg.RootDir, "pods")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
+	err := poddirs.Sweep(poddirs.Root(kl.cfg.RootDir).Pods(), poddirs.PodUID, func(uid types.UID, path string) error {
+		if keep[uid] || !kl.workers.ShouldPodContentBeRemoved(uid) {
 			return nil
 		}
-		return err
-	}
-	var errs []string
-	for _, e := range entries {
-		uid := types.UID(e.Name())
-		if !e.IsDir() || keep[uid] || !kl.workers.ShouldPodContentBeRemoved(uid) {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		if kl.volumes != nil {
-			if err := kl.volumes.TearDown(uid); err != nil {
-				errs = append(errs, err.Error())
-				continue
-			}
-		}
-		mounted, err := volume.MountPointsUnder(path)
-		if err != nil {
+		if err := kl.volumes.TearDown(uid); err != nil {
 			return err
 		}
-		if len(mounted) > 0 {
-			klog.V(3).InfoS("Orphaned pod directory still has mounts, leaving it", "podUID", uid, "path", path)
-			continue
+		mounted, err := volume.MountPointsUnder(path)
+		if err != nil || len(mounted) > 0 {
+			klog.V(3).InfoS("Orphaned pod directory still has mounts, leaving it", "podUID", uid, "path", path, "err", err)
+			return err
 		}
 		if err := os.RemoveAll(path); err != nil {
-			errs = append(errs, err.Error())
-			continue
+			return err
 		}
 		klog.V(3).InfoS("Removed orphaned pod directory", "podUID", uid, "path", path)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("removing orphaned pod directories: %s", strings.Join(errs, "; "))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("removing orphaned pod directories: %w", err)
 	}
 	return nil
 }

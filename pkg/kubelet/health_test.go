@@ -2,7 +2,6 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
@@ -29,10 +29,9 @@ func TestStuckSyncLoopIsUnhealthyAndNotReady(t *testing.T) {
 			})
 		}
 	}
-	updates := make(chan config.PodUpdate, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { f.kl.Run(ctx, updates); close(done) }()
+	go func() { _ = f.kl.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	// A loop that iterates is healthy however much time passes: the sync
@@ -41,44 +40,26 @@ func TestStuckSyncLoopIsUnhealthyAndNotReady(t *testing.T) {
 		waitForWaiter(t, f.clock)
 		f.clock.Step(time.Second)
 	}
-	waitUntil(t, func() bool { return f.kl.Healthz() == nil })
-	if err := f.kl.ReadyError(); err != nil {
+	waitUntil(t, func() bool { return f.health.Healthz() == nil })
+	if err := f.health.ReadyError(); err != nil {
 		t.Fatalf("an iterating loop is not ready: %v", err)
 	}
 
-	updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("w", "wedge", now)}, Source: "api"}
+	f.updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("w", "wedge", now)}, Source: "api"}
 	<-entered
-	f.clock.Step(DefaultSyncLoopThreshold - time.Second)
-	if err := f.kl.Healthz(); err != nil {
+	f.clock.Step(health.DefaultSyncLoopThreshold - time.Second)
+	if err := f.health.Healthz(); err != nil {
 		t.Fatalf("unhealthy before the threshold: %v", err)
 	}
 	f.clock.Step(2 * time.Second)
-	for name, err := range map[string]error{"healthz": f.kl.Healthz(), "ready": f.kl.ReadyError()} {
+	for name, err := range map[string]error{"healthz": f.health.Healthz(), "ready": f.health.ReadyError()} {
 		if err == nil || !strings.Contains(err.Error(), "sync loop last completed an iteration") {
 			t.Fatalf("%s with a wedged loop: %v", name, err)
 		}
 	}
 
 	close(release)
-	waitUntil(t, func() bool { return f.kl.Healthz() == nil && f.kl.ReadyError() == nil })
-}
-
-// TestHealthChecksCountForHealthAndReadiness: a failing component check
-// (the container event watcher, say) fails both, naming the component.
-func TestHealthChecksCountForHealthAndReadiness(t *testing.T) {
-	f := newCore(t, 10)
-	var watcherErr error
-	f.kl.cfg.HealthChecks = []HealthCheck{{Name: "container event watcher", Check: func() error { return watcherErr }}}
-	f.kl.checkRuntime(context.Background())
-	if err := f.kl.ReadyError(); err != nil {
-		t.Fatal(err)
-	}
-	watcherErr = errors.New("stream down for 2m0s")
-	for _, err := range []error{f.kl.Healthz(), f.kl.ReadyError()} {
-		if err == nil || err.Error() != "container event watcher: stream down for 2m0s" {
-			t.Fatalf("err %v", err)
-		}
-	}
+	waitUntil(t, func() bool { return f.health.Healthz() == nil && f.health.ReadyError() == nil })
 }
 
 // TestCleanupRequestsCoalesce: the loop never waits for the cleaner, and

@@ -18,21 +18,20 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/periodic"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -53,7 +52,6 @@ type PodWorkers interface {
 type Runtime interface {
 	GetPods(ctx context.Context) ([]*container.Pod, error)
 	GarbageCollect(ctx context.Context, policy kuberuntime.GCPolicy, state kuberuntime.PodState) error
-	RuntimeHealth(ctx context.Context) (runtimeErr, networkErr error)
 	ForgetBackOffs()
 	PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error
 }
@@ -87,29 +85,17 @@ type Config struct {
 	// DeadContainersKept is how many dead instances of each container a
 	// live pod keeps, for its last state and logs.
 	DeadContainersKept int
-	// Cgroups is the container manager; nil when cgroupsPerQOS is off.
+	// Cgroups is the container manager; nil (cm.Disabled) when
+	// cgroupsPerQOS is off.
 	Cgroups Cgroups
-	// SyncLoopThreshold is how long the sync loop may go without
-	// completing an iteration before /healthz fails and the node is not
-	// Ready: a loop that does nothing must not look alive. Zero means
-	// DefaultSyncLoopThreshold.
-	SyncLoopThreshold time.Duration
-	// HealthChecks are further components whose failure makes /healthz
-	// fail and the node not Ready (the container event watcher).
-	HealthChecks []HealthCheck
 }
 
-// HealthCheck names a component and says whether it is stuck.
-type HealthCheck struct {
-	Name  string
-	Check func() error
+// Health is where the sync loop learns whether it may sync pods, and
+// reports that it is alive.
+type Health interface {
+	SyncError() error
+	SyncLoopIterated()
 }
-
-// DefaultSyncLoopThreshold bounds a sync loop iteration. The loop's own
-// work is in memory (the slow parts of housekeeping run on the cleaner),
-// so an iteration is normally milliseconds; the sync tick starts one
-// every second even when nothing happens.
-const DefaultSyncLoopThreshold = 30 * time.Second
 
 // Cgroups is what housekeeping asks of the container manager.
 type Cgroups interface {
@@ -126,11 +112,14 @@ type Deps struct {
 	PLEG      PLEG
 	Status    statusStore
 	Sources   *config.SourcesReady
-	Recorder  record.EventRecorder
-	Clock     clock.WithTicker
+	// Updates are the merged pod sources' changes.
+	Updates  <-chan config.PodUpdate
+	Health   Health
+	Recorder record.EventRecorder
+	Clock    clock.WithTicker
 	// Probes is nil when nothing is probed.
 	Probes Probes
-	// Mirrors is nil without an API server.
+	// Mirrors is nil (NoAPIServer) without an API server.
 	Mirrors MirrorPods
 	// Volumes tears down the volumes of pods nodelet forgot (after a
 	// restart, say) before their directories go; nil for none.
@@ -145,7 +134,6 @@ type VolumeTearDown interface {
 const (
 	syncTickPeriod     = time.Second
 	housekeepingPeriod = 2 * time.Second
-	runtimeCheckPeriod = 5 * time.Second
 	// The sync loop backs off while the runtime is unhealthy.
 	runtimeBackOffBase = 100 * time.Millisecond
 	runtimeBackOffMax  = 5 * time.Second
@@ -166,11 +154,9 @@ type Kubelet struct {
 	probes    Probes
 	mirrors   MirrorPods
 	volumes   VolumeTearDown
-	health    runtimeHealth
+	health    Health
+	updates   <-chan config.PodUpdate
 
-	// syncLoopMonitor is when the sync loop last completed an iteration
-	// (or, before the first, when the core was built).
-	syncLoopMonitor atomic.Int64
 	// cleaner does housekeeping's slow work off the sync loop.
 	cleaner   cleaner
 	admission admission
@@ -178,103 +164,42 @@ type Kubelet struct {
 
 // New builds the core.
 func New(cfg Config, d Deps) *Kubelet {
-	if cfg.SyncLoopThreshold == 0 {
-		cfg.SyncLoopThreshold = DefaultSyncLoopThreshold
+	if cfg.Cgroups == nil {
+		cfg.Cgroups = cm.Disabled{}
+	}
+	if d.Probes == nil {
+		d.Probes = noProbes{}
+	}
+	if d.Mirrors == nil {
+		d.Mirrors = NoAPIServer{}
+	}
+	if d.Volumes == nil {
+		d.Volumes = noVolumes{}
 	}
 	kl := &Kubelet{
 		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
-		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, volumes: d.Volumes,
+		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, volumes: d.Volumes, health: d.Health, updates: d.Updates,
 		cleaner:   newCleaner(),
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure},
 	}
-	// A loop that never starts its first iteration is as stuck as one
-	// that stops: the threshold counts from now.
-	kl.syncLoopMonitor.Store(d.Clock.Now().UnixNano())
 	return kl
 }
 
-// runtimeHealth is the last verdict on the runtime and its network.
-type runtimeHealth struct {
-	mu         sync.RWMutex
-	checked    bool
-	runtimeErr error
-	networkErr error
-}
-
-func (h *runtimeHealth) set(runtimeErr, networkErr error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.checked, h.runtimeErr, h.networkErr = true, runtimeErr, networkErr
-}
-
-// NetworkError is non-nil while the runtime's pod network is not ready.
-func (kl *Kubelet) NetworkError() error {
-	kl.health.mu.RLock()
-	defer kl.health.mu.RUnlock()
-	return kl.health.networkErr
-}
-
-// runtimeErrors is non-nil while pods must not be synced: the runtime is
-// unreachable or not ready, or the PLEG has stalled.
-func (kl *Kubelet) runtimeErrors() error {
-	kl.health.mu.RLock()
-	checked, err := kl.health.checked, kl.health.runtimeErr
-	kl.health.mu.RUnlock()
-	if !checked {
-		return fmt.Errorf("container runtime status check may not have completed yet")
-	}
-	if err != nil {
-		return err
-	}
-	return kl.pleg.Healthy()
-}
-
-func (kl *Kubelet) checkRuntime(ctx context.Context) {
-	runtimeErr, networkErr := kl.runtime.RuntimeHealth(ctx)
-	if runtimeErr != nil {
-		klog.ErrorS(runtimeErr, "Container runtime is not healthy")
-	}
-	if networkErr != nil {
-		klog.V(2).InfoS("Container runtime network is not ready", "err", networkErr)
-	}
-	kl.health.set(runtimeErr, networkErr)
-}
-
-// Healthz reports whether the sync loop, the PLEG and the other checked
-// components are alive.
-func (kl *Kubelet) Healthz() error {
-	if err := kl.syncLoopHealthy(); err != nil {
-		return err
-	}
-	if err := kl.pleg.Healthy(); err != nil {
-		return err
-	}
-	for _, h := range kl.cfg.HealthChecks {
-		if err := h.Check(); err != nil {
-			return fmt.Errorf("%s: %w", h.Name, err)
-		}
-	}
-	return nil
-}
-
-// syncLoopHealthy fails when the sync loop has not completed an iteration
-// within the threshold.
-func (kl *Kubelet) syncLoopHealthy() error {
-	last := time.Unix(0, kl.syncLoopMonitor.Load())
-	if since := kl.clock.Since(last); since > kl.cfg.SyncLoopThreshold {
-		return fmt.Errorf("sync loop last completed an iteration %v ago; threshold is %v", since.Round(time.Second), kl.cfg.SyncLoopThreshold)
-	}
-	return nil
-}
-
-// Run runs the sync loop until ctx ends or the updates channel closes.
-// Stopping it leaves every pod running.
-func (kl *Kubelet) Run(ctx context.Context, updates <-chan config.PodUpdate) {
-	kl.checkRuntime(ctx)
-	go kl.runCleaner(ctx)
-	go periodic.Run(ctx, kl.clock, runtimeCheckPeriod, false, kl.checkRuntime)
-	kl.syncLoop(ctx, updates)
+// Run runs the sync loop, and the cleaner that does housekeeping's slow
+// work, until ctx ends or the updates channel closes. Stopping it leaves
+// every pod running.
+func (kl *Kubelet) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var g errgroup.Group
+	g.Go(func() error { kl.runCleaner(ctx); return nil })
+	g.Go(func() error {
+		// The cleaner goes when the loop does.
+		defer cancel()
+		kl.syncLoop(ctx, kl.updates)
+		return nil
+	})
+	return g.Wait()
 }
 
 func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate) {
@@ -284,13 +209,10 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 	housekeeping := kl.clock.NewTicker(housekeepingPeriod)
 	defer housekeeping.Stop()
 	plegCh := kl.pleg.Watch()
-	var probeCh <-chan prober.Update
-	if kl.probes != nil {
-		probeCh = kl.probes.Updates()
-	}
+	probeCh := kl.probes.Updates()
 	backOff := runtimeBackOffBase
 	for {
-		if err := kl.runtimeErrors(); err != nil {
+		if err := kl.health.SyncError(); err != nil {
 			klog.ErrorS(err, "Skipping pod synchronization")
 			select {
 			case <-ctx.Done():
@@ -301,11 +223,11 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 			continue
 		}
 		backOff = runtimeBackOffBase
-		kl.syncLoopMonitor.Store(kl.clock.Now().UnixNano())
+		kl.health.SyncLoopIterated()
 		if !kl.syncLoopIteration(ctx, updates, syncTicker.C(), housekeeping.C(), plegCh, probeCh) {
 			return
 		}
-		kl.syncLoopMonitor.Store(kl.clock.Now().UnixNano())
+		kl.health.SyncLoopIterated()
 	}
 }
 
@@ -592,12 +514,9 @@ func (kl *Kubelet) rejectPod(pod *v1.Pod, reason, message string) {
 func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	// The cgroups are read before the pods: a pod added meanwhile has a
 	// cgroup that is not in this list, rather than one wrongly orphaned.
-	var cgroups map[types.UID]string
-	if kl.cfg.Cgroups != nil {
-		var err error
-		if cgroups, err = kl.cfg.Cgroups.PodCgroups(); err != nil {
-			return fmt.Errorf("listing pod cgroups: %w", err)
-		}
+	cgroups, err := kl.cfg.Cgroups.PodCgroups()
+	if err != nil {
+		return fmt.Errorf("listing pod cgroups: %w", err)
 	}
 	all := kl.pods.pods()
 	byUID := make(map[types.UID]*v1.Pod, len(all))
@@ -614,9 +533,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 		keep[uid] = true
 	}
 	kl.status.RemoveOrphanedStatuses(keep)
-	if kl.probes != nil {
-		kl.probes.CleanupPods(keep)
-	}
+	kl.probes.CleanupPods(keep)
 
 	running, err := kl.runtime.GetPods(ctx)
 	if err != nil {
@@ -695,22 +612,6 @@ func (kl *Kubelet) APIPod(uid types.UID) *v1.Pod {
 		return kl.pods.mirrorPodOf(pod)
 	}
 	return pod
-}
-
-// ReadyError says why the node is not ready to run pods (the runtime, its
-// network, the PLEG, the sync loop or another checked component is
-// unhealthy), or nil.
-func (kl *Kubelet) ReadyError() error {
-	if err := kl.runtimeErrors(); err != nil {
-		return err
-	}
-	if err := kl.Healthz(); err != nil {
-		return err
-	}
-	if err := kl.NetworkError(); err != nil {
-		return err
-	}
-	return nil
 }
 
 func hasRunning(p *container.Pod) bool {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
@@ -63,6 +66,11 @@ func (w *fakeWorkers) ShouldPodContentBeRemoved(uid types.UID) bool { return fal
 func (w *fakeWorkers) IsPodForMirrorPodTerminatingByFullName(fullName string) bool {
 	return w.mirrorTerminating[fullName]
 }
+func (w *fakeWorkers) peek() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.updates...)
+}
 func (w *fakeWorkers) take() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -76,14 +84,6 @@ type fakeRuntime struct {
 	gc   int
 	// pruned receives "uid keep=N" for each PruneDeadContainers.
 	pruned chan string
-	mu     sync.Mutex
-	health error
-}
-
-func (r *fakeRuntime) setHealth(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.health = err
 }
 
 func (r *fakeRuntime) PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error {
@@ -97,11 +97,6 @@ func (r *fakeRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) { r
 func (r *fakeRuntime) GarbageCollect(ctx context.Context, p kuberuntime.GCPolicy, s kuberuntime.PodState) error {
 	r.gc++
 	return nil
-}
-func (r *fakeRuntime) RuntimeHealth(ctx context.Context) (error, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.health, nil
 }
 func (r *fakeRuntime) ForgetBackOffs() {}
 
@@ -118,18 +113,48 @@ type coreFixture struct {
 	sources  *config.PodConfig
 	recorder *record.FakeRecorder
 	clock    *testingclock.FakeClock
+	updates  chan config.PodUpdate
+	health   *countingHealth
 }
 
+// countingHealth counts the sync loop's questions, so a test can prove
+// the loop ran while it dispatched nothing.
+type countingHealth struct {
+	*health.Node
+	asked atomic.Int32
+}
+
+func (h *countingHealth) SyncError() error {
+	h.asked.Add(1)
+	return h.Node.SyncError()
+}
+
+// newCore builds the core on fakes; the loop reads f.updates, and the
+// runtime is healthy until the test says otherwise.
 func newCore(t *testing.T, maxPods int) *coreFixture {
+	return newCoreReading(t, maxPods, false)
+}
+
+// newCoreReading builds the core reading the pod sources' merged updates,
+// or f.updates.
+func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 	clk := testingclock.NewFakeClock(now)
 	f := &coreFixture{workers: &fakeWorkers{known: map[types.UID]podworkers.PodWorkerSync{}}, runtime: &fakeRuntime{},
 		status: status.New(clk), recorder: record.NewFakeRecorder(100), clock: clk}
 	f.sources = config.New(f.recorder, clk)
+	f.updates = make(chan config.PodUpdate, 10)
+	var updates <-chan config.PodUpdate = f.updates
+	if fromSources {
+		updates = f.sources.Updates()
+	}
+	f.health = &countingHealth{Node: health.New(health.Options{Clock: clk})}
+	f.health.SetRuntime(nil, nil)
 	node := nodestatus.Node(nodestatus.Config{NodeName: "n", MaxPods: maxPods},
 		nodestatus.Machine{CPUs: 4, MemoryBytes: 8 << 30, EphemeralStorage: 100 << 30})
 	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), Node: func() *v1.Node { return node }, DeadContainersKept: 1}, Deps{
 		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
 		Status: f.status, Sources: config.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
+		Updates: updates, Health: f.health,
 	})
 	return f
 }
@@ -316,7 +341,7 @@ func TestSyncLoopStopsWithContext(t *testing.T) {
 	f := newCore(t, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { f.kl.Run(ctx, make(chan config.PodUpdate)); close(done) }()
+	go func() { _ = f.kl.Run(ctx); close(done) }()
 	cancel()
 	<-done
 }
@@ -327,7 +352,7 @@ func newSyncer(t *testing.T, network func() error) (*PodSyncer, *status.Manager,
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
 	st := status.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: NewContainerOptions(t.TempDir(), "n", nil),
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	return NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, Network: network, RootDir: t.TempDir(),
 		Recorder: record.NewFakeRecorder(100), Clock: clk}), st, rt
@@ -435,7 +460,7 @@ func TestSoftAdmissionBlocksWithoutStarting(t *testing.T) {
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
 	st := status.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: NewContainerOptions(t.TempDir(), "n", nil),
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	blockAppArmor := func(p *v1.Pod) *Rejection {
 		if wantsAppArmor(p) {
@@ -479,40 +504,47 @@ func TestRuntimeBackOffDoublesUpToFiveSeconds(t *testing.T) {
 
 func TestSyncLoopWaitsWhileTheRuntimeIsUnhealthy(t *testing.T) {
 	f := newCore(t, 10)
-	f.runtime.setHealth(errors.New("runtime down"))
-	updates := make(chan config.PodUpdate, 1)
+	f.health.SetRuntime(errors.New("runtime down"), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { f.kl.Run(ctx, updates); close(done) }()
+	go func() { _ = f.kl.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "file"}
-	// While unhealthy, time passes and nothing is dispatched.
+	f.updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "file"}
+	// While unhealthy, time passes and nothing is dispatched: the loop
+	// asks, backs off and asks again (counted), but never reads the update.
 	for i := 0; i < 20; i++ {
-		waitForWaiter(t, f.clock)
-		f.clock.Step(100 * time.Millisecond)
+		asked := f.health.asked.Load()
+		stepUntil(t, f.clock, time.Second, func() bool { return f.health.asked.Load() > asked })
 	}
 	if got := f.workers.take(); len(got) != 0 {
 		t.Fatalf("dispatched %v while the runtime was down", got)
 	}
-	// Healthy again (seen at the next 5 s check): the update goes through.
-	f.runtime.setHealth(nil)
+	if len(f.updates) != 1 {
+		t.Fatal("the update was read while the runtime was down")
+	}
+	// Healthy again: the update goes through.
+	f.health.SetRuntime(nil, nil)
+	stepUntil(t, f.clock, time.Second, func() bool { return len(f.workers.peek()) > 0 })
+	for _, g := range f.workers.take() {
+		// Housekeeping may dispatch the pod a second time: the fake
+		// workers never report it known.
+		if g != "create a" {
+			t.Fatalf("dispatched %q", g)
+		}
+	}
+}
+
+// stepUntil moves the fake clock on by d until cond holds: whatever the
+// goroutine under test waits for comes, however late it starts waiting.
+func stepUntil(t *testing.T, clk *testingclock.FakeClock, d time.Duration, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		waitForWaiter(t, f.clock)
-		f.clock.Step(500 * time.Millisecond)
-		if got := f.workers.take(); len(got) > 0 {
-			// Housekeeping may dispatch the pod a second time within the
-			// same clock step: the fake workers never report it known.
-			for _, g := range got {
-				if g != "create a" {
-					t.Fatalf("dispatched %v", got)
-				}
-			}
-			return
-		}
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("the update was never dispatched once the runtime recovered")
+			t.Fatal("condition not met while the clock moved on")
 		}
+		clk.Step(d)
+		time.Sleep(time.Millisecond) // polling interval
 	}
 }
 
@@ -536,7 +568,7 @@ func TestActiveDeadline(t *testing.T) {
 	rt := fakecri.New(clk, "img")
 	st := status.New(clk)
 	rec := record.NewFakeRecorder(100)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: NewContainerOptions(t.TempDir(), "n", nil),
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: rec, Clock: clk})
 

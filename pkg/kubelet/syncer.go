@@ -13,9 +13,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/prober"
 )
 
 // syncRuntime is what the sync scripts ask of the container runtime.
@@ -62,24 +65,26 @@ type podObjects interface {
 	UnregisterPod(pod *v1.Pod)
 }
 
-// SyncerOptions configure the PodSyncer.
+// SyncerOptions configure the PodSyncer. The optional parts have null
+// objects: nil means "none" and the syncer never asks which it has.
 type SyncerOptions struct {
 	// Volumes sets up and tears down the pods' volumes; nil leaves it to
 	// the runtime manager's helper.
 	Volumes podVolumes
-	// Objects watches what pods refer to; nil without an API server.
+	// Objects watches what pods refer to, and Secrets reads the pods'
+	// image pull secrets; nil without an API server (NoAPIServer).
 	Objects podObjects
-	// Probes runs the pods' probes; nil when nothing is probed.
+	Secrets SecretGetter
+	// Mirrors manages mirror pods; nil without an API server.
+	Mirrors MirrorPods
+	// Probes runs the pods' probes; nil when nothing is probed (every
+	// container counts as started and ready when running).
 	Probes probes
 	// Cgroups manages pod cgroups; nil when cgroupsPerQOS is off.
 	Cgroups podCgroups
-	// Mirrors manages mirror pods; nil without an API server.
-	Mirrors MirrorPods
-	// Secrets reads the pods' image pull secrets; nil without an API
-	// server.
-	Secrets SecretGetter
 	Runtime syncRuntime
 	Status  statusStore
+	// Network says why the pod network is not ready; nil when it always is.
 	Network func() error
 	// CanRun are soft admission checks: an admitted pod that fails one is
 	// kept Pending with its containers stopped until it passes.
@@ -88,6 +93,51 @@ type SyncerOptions struct {
 	HostIPs  []string
 	Recorder record.EventRecorder
 	Clock    clock.Clock
+}
+
+// noProbes is the prober when nothing is probed.
+type noProbes struct{}
+
+func (noProbes) AddPod(*v1.Pod)                     {}
+func (noProbes) RemovePod(*v1.Pod)                  {}
+func (noProbes) StopLivenessAndStartup(*v1.Pod)     {}
+func (noProbes) Ready(*v1.Container, string) bool   { return true }
+func (noProbes) Started(*v1.Container, string) bool { return true }
+func (noProbes) Updates() <-chan prober.Update      { return nil }
+func (noProbes) CleanupPods(map[types.UID]bool)     {}
+
+// noVolumes is the volume manager when the runtime manager's helper
+// resolves volumes by itself.
+type noVolumes struct{}
+
+func (noVolumes) WaitForAttachAndMount(context.Context, *v1.Pod) error { return nil }
+func (noVolumes) WaitForUnmount(context.Context, *v1.Pod) error        { return nil }
+func (noVolumes) TearDown(types.UID) error                             { return nil }
+
+// withDefaults fills the optional parts with their null objects.
+func (o SyncerOptions) withDefaults() SyncerOptions {
+	if o.Network == nil {
+		o.Network = func() error { return nil }
+	}
+	if o.Volumes == nil {
+		o.Volumes = noVolumes{}
+	}
+	if o.Objects == nil {
+		o.Objects = NoAPIServer{}
+	}
+	if o.Secrets == nil {
+		o.Secrets = NoAPIServer{}
+	}
+	if o.Mirrors == nil {
+		o.Mirrors = NoAPIServer{}
+	}
+	if o.Probes == nil {
+		o.Probes = noProbes{}
+	}
+	if o.Cgroups == nil {
+		o.Cgroups = cm.Disabled{}
+	}
+	return o
 }
 
 // PodSyncer carries out the lifecycle steps the pod workers decide on:
@@ -106,7 +156,7 @@ type PodSyncer struct {
 	secrets  SecretGetter
 	volumes  podVolumes
 	objects  podObjects
-	dirs     podDirs
+	dirs     poddirs.Root
 	hostIPs  []string
 	recorder record.EventRecorder
 	clock    clock.Clock
@@ -117,11 +167,10 @@ var _ podworkers.Syncer = (*PodSyncer)(nil)
 
 // NewPodSyncer returns the sync scripts.
 func NewPodSyncer(o SyncerOptions) *PodSyncer {
-	if o.Network == nil {
-		o.Network = func() error { return nil }
-	}
+	o = o.withDefaults()
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes, mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: podDirs(o.RootDir), hostIPs: o.HostIPs,
+		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
+		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
 	}
 }
@@ -136,15 +185,13 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
 		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs,
 	}
-	if s.probes != nil {
-		in.ready = func(name string, st *container.Status) bool {
-			c := specContainer(pod, name)
-			return c == nil || s.probes.Ready(c, st.ID.ID)
-		}
-		in.started = func(name string, st *container.Status) bool {
-			c := specContainer(pod, name)
-			return c == nil || s.probes.Started(c, st.ID.ID)
-		}
+	in.ready = func(name string, st *container.Status) bool {
+		c := specContainer(pod, name)
+		return c == nil || s.probes.Ready(c, st.ID.ID)
+	}
+	in.started = func(name string, st *container.Status) bool {
+		c := specContainer(pod, name)
+		return c == nil || s.probes.Started(c, st.ID.ID)
 	}
 	status := generateAPIPodStatus(in)
 	failPastDeadline(pod, &status, s.clock.Now())
@@ -205,24 +252,18 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "error making pod data directories: %v", err)
 		return false, err
 	}
-	if s.objects != nil {
-		s.objects.RegisterPod(pod)
-	}
-	if s.volumes != nil {
-		// Set up, or refreshed: configMaps, secrets, tokens and the
-		// downward API follow their sources while the pod runs.
-		if err := s.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
-			klog.ErrorS(err, "Unable to attach or mount volumes for pod; skipping pod", "pod", klog.KObj(pod), "podUID", pod.UID)
-			return false, fmt.Errorf("unable to attach or mount volumes: %w", err)
-		}
+	s.objects.RegisterPod(pod)
+	// Set up, or refreshed: configMaps, secrets, tokens and the
+	// downward API follow their sources while the pod runs.
+	if err := s.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
+		klog.ErrorS(err, "Unable to attach or mount volumes for pod; skipping pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+		return false, fmt.Errorf("unable to attach or mount volumes: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		// Cancelled: the pod workers want it torn down, start nothing new.
 		return false, err
 	}
-	if s.probes != nil {
-		s.probes.AddPod(pod)
-	}
+	s.probes.AddPod(pod)
 
 	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod))
 	s.reasons.update(pod.UID, result)
@@ -249,7 +290,7 @@ type SecretGetter interface {
 // cannot be read is logged and left out, as upstream does: the pull
 // then fails visibly if it needed it.
 func (s *PodSyncer) pullSecrets(ctx context.Context, pod *v1.Pod) []v1.Secret {
-	if s.secrets == nil || podutil.IsStatic(pod) {
+	if podutil.IsStatic(pod) {
 		return nil
 	}
 	var out []v1.Secret
@@ -273,7 +314,7 @@ func (s *PodSyncer) pullSecrets(ctx context.Context, pod *v1.Pod) []v1.Secret {
 // replaced. Failures are logged and retried at the next sync: the pod
 // itself runs regardless.
 func (s *PodSyncer) syncMirrorPod(ctx context.Context, pod, mirrorPod *v1.Pod) {
-	if s.mirrors == nil || !podutil.IsStatic(pod) {
+	if !podutil.IsStatic(pod) {
 		return
 	}
 	fullName := podutil.FullName(pod)
@@ -298,7 +339,7 @@ func (s *PodSyncer) syncMirrorPod(ctx context.Context, pod, mirrorPod *v1.Pod) {
 // started with cgroups per QoS): it is killed and restarted inside one,
 // except that a RestartPolicy Never pod is not run again.
 func (s *PodSyncer) ensurePodCgroup(ctx context.Context, pod *v1.Pod, rs *container.PodStatus, status v1.PodStatus) error {
-	if s.cgroups == nil || ctx.Err() != nil || s.cgroups.Exists(pod) {
+	if ctx.Err() != nil || s.cgroups.Exists(pod) {
 		return nil
 	}
 	firstSync := true
@@ -348,17 +389,13 @@ func (s *PodSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, rs *con
 	if rs == nil {
 		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
-	if s.probes != nil {
-		// Nothing may restart a container of a pod being torn down.
-		s.probes.StopLivenessAndStartup(pod)
-	}
+	// Nothing may restart a container of a pod being torn down.
+	s.probes.StopLivenessAndStartup(pod)
 	if err := s.runtime.KillPod(ctx, pod, rs.ToRunningPod(), gracePeriod); err != nil {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
 		return fmt.Errorf("killing pod %s: %w", pod.Name, err)
 	}
-	if s.probes != nil {
-		s.probes.RemovePod(pod)
-	}
+	s.probes.RemovePod(pod)
 
 	final, err := s.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
@@ -398,20 +435,14 @@ func (s *PodSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, rs *cont
 	klog.V(4).InfoS("SyncTerminatedPod enter", "pod", klog.KObj(pod), "podUID", pod.UID)
 	defer klog.V(4).InfoS("SyncTerminatedPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
 	s.status.SetPodStatus(pod, s.apiStatus(pod, rs, true))
-	if s.volumes != nil {
-		if err := s.volumes.WaitForUnmount(ctx, pod); err != nil {
-			return err
-		}
-		klog.V(4).InfoS("Pod termination unmounted volumes", "pod", klog.KObj(pod), "podUID", pod.UID)
+	if err := s.volumes.WaitForUnmount(ctx, pod); err != nil {
+		return err
 	}
+	klog.V(4).InfoS("Pod termination unmounted volumes", "pod", klog.KObj(pod), "podUID", pod.UID)
 	// The volumes are gone: the pod needs its objects no more.
-	if s.objects != nil {
-		s.objects.UnregisterPod(pod)
-	}
-	if s.cgroups != nil {
-		if err := s.cgroups.Destroy(s.cgroups.PodCgroup(pod)); err != nil {
-			return err
-		}
+	s.objects.UnregisterPod(pod)
+	if err := s.cgroups.Destroy(s.cgroups.PodCgroup(pod)); err != nil {
+		return err
 	}
 	s.status.TerminatePod(pod)
 	s.reasons.remove(pod.UID)
@@ -420,7 +451,7 @@ func (s *PodSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, rs *cont
 
 func (s *PodSyncer) makePodDirs(uid types.UID) error {
 	for _, d := range []string{"volumes", "plugins", "containers"} {
-		if err := os.MkdirAll(filepath.Join(s.dirs.pod(uid), d), 0o750); err != nil {
+		if err := os.MkdirAll(filepath.Join(s.dirs.Pod(uid), d), 0o750); err != nil {
 			return err
 		}
 	}

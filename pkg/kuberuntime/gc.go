@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/logs"
+	"github.com/nodelet/nodelet/pkg/poddirs"
 )
 
 // GCPolicy bounds what garbage collection keeps.
@@ -173,31 +172,15 @@ func (m *Manager) removeSandbox(ctx context.Context, id string) error {
 }
 
 // removeOrphanedLogDirs deletes the log directories of pods that left the
-// runtime and whose content may go. Directory names end in the pod UID.
+// runtime and whose content may go.
 func (m *Manager) removeOrphanedLogDirs(live map[types.UID]bool, state PodState) error {
 	if m.podLogsDir == "" {
 		return nil
 	}
-	entries, err := os.ReadDir(m.podLogsDir)
-	if err != nil {
-		if os.IsNotExist(err) {
+	return poddirs.Sweep(m.podLogsDir, poddirs.LogDirUID, func(uid types.UID, path string) error {
+		if live[uid] || !state.ShouldPodContentBeRemoved(uid) {
 			return nil
 		}
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		i := strings.LastIndex(e.Name(), "_")
-		if !e.IsDir() || i < 0 {
-			continue
-		}
-		uid := types.UID(e.Name()[i+1:])
-		if live[uid] || !state.ShouldPodContentBeRemoved(uid) {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(m.podLogsDir, e.Name())); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+		return os.RemoveAll(path)
+	})
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -53,11 +52,9 @@ type Helper interface {
 	PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error)
 }
 
-// PodState tells the runtime manager what the pod workers decided, so a
-// sandbox that fails to start because its pod is being torn down is not
-// reported as a failure, and garbage collection knows what may go.
+// PodState tells garbage collection what the pod workers decided: which
+// pods' content may go.
 type PodState interface {
-	IsPodTerminationRequested(uid types.UID) bool
 	ShouldPodContentBeRemoved(uid types.UID) bool
 }
 
@@ -117,11 +114,6 @@ type Manager struct {
 	// crashBackOff delays restarts of failing containers: 10 s doubling
 	// to 5 min, forgotten after 10 min of good behaviour.
 	crashBackOff *flowcontrol.Backoff
-
-	// podState is set after construction: the pod workers depend on the
-	// runtime and the runtime asks the pod workers, so one side is wired late.
-	podStateMu sync.RWMutex
-	podState   PodState
 }
 
 const (
@@ -166,19 +158,6 @@ func New(o Options) *Manager {
 	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout, o.MaxParallelPulls)
 	m.images.observer = o.Pulls
 	return m
-}
-
-// SetPodState wires the pod workers in after construction.
-func (m *Manager) SetPodState(s PodState) {
-	m.podStateMu.Lock()
-	defer m.podStateMu.Unlock()
-	m.podState = s
-}
-
-func (m *Manager) terminationRequested(uid types.UID) bool {
-	m.podStateMu.RLock()
-	defer m.podStateMu.RUnlock()
-	return m.podState != nil && m.podState.IsPodTerminationRequested(uid)
 }
 
 // Unexpected filters exit reports from the runtime down to the containers

@@ -68,8 +68,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 		r := result.Add(container.CreatePodSandbox, podutil.Ref(pod))
 		id, msg, err := m.createPodSandbox(ctx, pod, actions.Attempt)
 		if err != nil {
-			if m.terminationRequested(pod.UID) {
-				// The pod is being torn down: failing to start it is expected.
+			if ctx.Err() != nil {
+				// The pod workers cancel a sync when the pod's termination
+				// is requested: failing to start it is expected then.
 				klog.V(4).InfoS("Pod was deleted and its sandbox failed to start", "pod", klog.KObj(pod), "podUID", pod.UID)
 				return result
 			}

@@ -60,7 +60,7 @@ type pullWindow struct{ first, last time.Time }
 type RuntimePods func(ctx context.Context) ([]*container.Pod, error)
 
 // New registers nodelet's metrics.
-func New(pods RuntimePods) *Metrics {
+func New() *Metrics {
 	m := &Metrics{registry: prometheus.NewRegistry(), pulls: map[types.UID]pullWindow{}}
 	m.podStart = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Subsystem: subsystem, Name: "pod_start_duration_seconds", Buckets: podStartBuckets,
@@ -93,14 +93,19 @@ func New(pods RuntimePods) *Metrics {
 		Help: "Duration in seconds of runtime operations. Broken down by operation type.",
 	}, []string{"operation_type"})
 	m.registry.MustRegister(m.podStart, m.podStartSLI, m.podWorker, m.plegRelist, m.plegRelistPeriod,
-		m.runtimeOps, m.runtimeOpsErrors, m.runtimeOpsSeconds, &runningCollector{pods: pods},
+		m.runtimeOps, m.runtimeOpsErrors, m.runtimeOpsSeconds,
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), prometheus.NewGoCollector())
 	return m
 }
 
-// Handler serves the metrics in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+// Handler serves the metrics in the Prometheus text format, with the
+// running pods and containers read from pods at scrape time. (The
+// runtime is dialled through this package's interceptor, so the gauges
+// that read it join here rather than at New.)
+func (m *Metrics) Handler(pods RuntimePods) http.Handler {
+	running := prometheus.NewRegistry()
+	running.MustRegister(&runningCollector{pods: pods})
+	return promhttp.HandlerFor(prometheus.Gatherers{m.registry, running}, promhttp.HandlerOpts{})
 }
 
 // ObserveRelist records one PLEG relist that started at start.

@@ -22,10 +22,10 @@ import (
 )
 
 // scrape fetches and parses the metrics as Prometheus would.
-func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
+func scrape(t *testing.T, m *Metrics, pods RuntimePods) map[string]*dto.MetricFamily {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	m.Handler(pods).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(rec.Body)
 	if err != nil {
@@ -48,7 +48,8 @@ func (s statuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) { st, ok := s
 func TestMetrics(t *testing.T) {
 	pods := []*container.Pod{{ID: "a", Sandboxes: []*container.Sandbox{{Ready: true}},
 		Containers: []*container.Container{{State: container.StateRunning}, {State: container.StateExited}}}}
-	m := New(func(context.Context) ([]*container.Pod, error) { return pods, nil })
+	m := New()
+	runtimePods := func(context.Context) ([]*container.Pod, error) { return pods, nil }
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	st := statuses{}
 	s := m.InstrumentSyncer(fakeSyncer{}, st, clk)
@@ -78,7 +79,7 @@ func TestMetrics(t *testing.T) {
 	m.ObserveRelist(time.Unix(1000, 0), 20*time.Millisecond)
 	m.ObserveRelist(time.Unix(1001, 0), 30*time.Millisecond)
 
-	f := scrape(t, m)
+	f := scrape(t, m, runtimePods)
 	if h := f["kubelet_pod_start_duration_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 3 {
 		t.Errorf("pod start histogram: count %d sum %v, want one 3 s start", h.GetSampleCount(), h.GetSampleSum())
 	}

@@ -7,16 +7,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodelet/nodelet/pkg/apiwatch"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -62,7 +61,7 @@ type ReporterOptions struct {
 	StatusUpdateFrequency time.Duration
 	StatusReportFrequency time.Duration
 	LeaseDuration         time.Duration
-	// WatchBackoff paces the node watch's retries; nil for client-go's.
+	// WatchBackoff paces the node watch's retries; nil for apiwatch.Backoff.
 	WatchBackoff *wait.Backoff
 }
 
@@ -171,19 +170,9 @@ func (r *Reporter) register(ctx context.Context) bool {
 
 // watchNode keeps the store in step with the API's Node.
 func (r *Reporter) watchNode(ctx context.Context) {
-	selector := fields.OneTermEqualSelector("metadata.name", r.o.Node.Name).String()
 	nodes := r.o.Client.CoreV1().Nodes()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return nodes.Watch(ctx, o)
-		},
-	}
-	cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, r.o.Client), &v1.Node{}, r.store, cache.ReflectorOptions{Name: "node " + r.o.Node.Name, Backoff: r.o.WatchBackoff}).RunWithContext(ctx)
+	lw := apiwatch.FieldSelected("metadata.name", r.o.Node.Name, nodes.List, nodes.Watch)
+	apiwatch.Reflect(ctx, "node "+r.o.Node.Name, r.o.Client, lw, &v1.Node{}, r.store, r.o.WatchBackoff)
 }
 
 // runStatus checks the status every StatusUpdateFrequency (more often

@@ -21,10 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodelet/nodelet/pkg/apiwatch"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -59,7 +60,13 @@ type Manager struct {
 	client kubernetes.Interface
 	// OnChange receives the pods referring to an object that changed.
 	onChange func([]types.UID)
-	ctx      context.Context
+	// ctx bounds the per-object watches, started as pods register,
+	// possibly before Run; Run's end cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// servicesInformer lists and watches every service, for the
+	// containers' environment.
+	servicesInformer cache.Controller
 
 	mu      sync.Mutex
 	objects map[key]*watched
@@ -69,13 +76,14 @@ type Manager struct {
 	servicesSynced cache.InformerSynced
 }
 
-// NewManager returns a manager; its watches run until ctx ends. onChange
+// NewManager returns a manager; its watches run until Run ends. onChange
 // may be nil.
-func NewManager(ctx context.Context, client kubernetes.Interface, onChange func([]types.UID)) *Manager {
+func NewManager(client kubernetes.Interface, onChange func([]types.UID)) *Manager {
 	if onChange == nil {
 		onChange = func([]types.UID) {}
 	}
-	m := &Manager{client: client, onChange: onChange, ctx: ctx, objects: map[key]*watched{}, refs: map[types.UID][]key{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{client: client, onChange: onChange, ctx: ctx, cancel: cancel, objects: map[key]*watched{}, refs: map[types.UID][]key{}}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Services("").List(ctx, o)
@@ -85,9 +93,15 @@ func NewManager(ctx context.Context, client kubernetes.Interface, onChange func(
 		},
 	}
 	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &v1.Service{}, Handler: cache.ResourceEventHandlerFuncs{}})
-	m.services, m.servicesSynced = store, ctrl.HasSynced
-	go ctrl.RunWithContext(ctx)
+	m.services, m.servicesSynced, m.servicesInformer = store, ctrl.HasSynced, ctrl
 	return m
+}
+
+// Run watches the services until ctx ends, then stops every watch.
+func (m *Manager) Run(ctx context.Context) error {
+	defer m.cancel()
+	m.servicesInformer.RunWithContext(ctx)
+	return nil
 }
 
 // references lists the configMaps and secrets a pod refers to.
@@ -190,33 +204,14 @@ func (m *Manager) release(uid types.UID) {
 // watch starts a single-object watch. Call with mu held.
 func (m *Manager) watch(k key) *watched {
 	ctx, cancel := context.WithCancel(m.ctx)
-	sel := fields.OneTermEqualSelector("metadata.name", k.name).String()
 	var lw *cache.ListWatch
 	var obj runtime.Object
 	if k.kind == KindSecret {
-		obj = &v1.Secret{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return m.client.CoreV1().Secrets(k.namespace).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return m.client.CoreV1().Secrets(k.namespace).Watch(ctx, o)
-			},
-		}
+		secrets := m.client.CoreV1().Secrets(k.namespace)
+		obj, lw = &v1.Secret{}, apiwatch.FieldSelected("metadata.name", k.name, secrets.List, secrets.Watch)
 	} else {
-		obj = &v1.ConfigMap{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return m.client.CoreV1().ConfigMaps(k.namespace).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return m.client.CoreV1().ConfigMaps(k.namespace).Watch(ctx, o)
-			},
-		}
+		configMaps := m.client.CoreV1().ConfigMaps(k.namespace)
+		obj, lw = &v1.ConfigMap{}, apiwatch.FieldSelected("metadata.name", k.name, configMaps.List, configMaps.Watch)
 	}
 	changed := func() { m.changed(k) }
 	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{

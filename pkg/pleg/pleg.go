@@ -83,14 +83,26 @@ type Generic struct {
 	observe func(start time.Time, took time.Duration)
 }
 
-// ObserveRelists sets a function told each successful relist's start and
-// length (for metrics). Call it before Run.
-func (g *Generic) ObserveRelists(fn func(start time.Time, took time.Duration)) { g.observe = fn }
+// GenericOptions configure a Generic PLEG.
+type GenericOptions struct {
+	Runtime Runtime
+	// Cache is the status cache to maintain; nil for a new one.
+	Cache *Cache
+	// Period is how often to relist everything.
+	Period time.Duration
+	Clock  clock.WithTicker
+	// ObserveRelist, if set, is told each successful relist's start and
+	// length (for metrics).
+	ObserveRelist func(start time.Time, took time.Duration)
+}
 
 // NewGeneric returns a PLEG relisting every period.
-func NewGeneric(rt Runtime, cache *Cache, period time.Duration, clk clock.WithTicker) *Generic {
+func NewGeneric(o GenericOptions) *Generic {
+	if o.Cache == nil {
+		o.Cache = NewCache()
+	}
 	return &Generic{
-		runtime: rt, cache: cache, clock: clk, period: period,
+		runtime: o.Runtime, cache: o.Cache, clock: o.Clock, period: o.Period, observe: o.ObserveRelist,
 		events:  make(chan *Event, eventCapacity),
 		wake:    make(chan struct{}, 1),
 		records: map[types.UID]*container.Pod{}, owner: map[string]types.UID{},

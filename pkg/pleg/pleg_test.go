@@ -99,7 +99,7 @@ func TestRelistEmitsEvents(t *testing.T) {
 	R, E, U := container.StateRunning, container.StateExited, container.StateUnknown
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
 	ctx := context.Background()
 	steps := []struct {
 		pods []*container.Pod
@@ -128,7 +128,7 @@ func TestRelistEmitsEvents(t *testing.T) {
 func TestRelistCachesChangedPodsOnly(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
 	rt.set(pod("a", ctr("1", container.StateRunning)), pod("b", ctr("2", container.StateRunning)))
 	g.Relist(context.Background())
 	rt.set(pod("a", ctr("1", container.StateExited)), pod("b", ctr("2", container.StateRunning)))
@@ -141,7 +141,7 @@ func TestRelistCachesChangedPodsOnly(t *testing.T) {
 func TestGetNewerThanReadsOnDemandOnlyWhenStale(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
 	ctx := context.Background()
 	rt.set(pod("p", ctr("1", container.StateRunning)))
 
@@ -186,7 +186,7 @@ func TestCacheKeepsTheNewerStatus(t *testing.T) {
 func TestHealthy(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
 	g.Relist(context.Background())
 	if err := g.Healthy(); err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestHealthy(t *testing.T) {
 func TestRunStopsWithContext(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Second, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { g.Run(ctx); close(done) }()
@@ -213,7 +213,7 @@ func TestRunStopsWithContext(t *testing.T) {
 func TestTriggerRelistsAtOnce(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Hour, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Hour, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go g.Run(ctx)
@@ -240,7 +240,7 @@ func TestTriggerRelistsAtOnce(t *testing.T) {
 func TestTriggerReadsOnlyTheChangedPod(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Hour, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Hour, Clock: clk})
 	rt.set(pod("a", ctr("1", container.StateRunning)), pod("b", ctr("2", container.StateRunning)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -289,7 +289,7 @@ func TestTriggerReadsOnlyTheChangedPod(t *testing.T) {
 func TestTriggerRetriesAnExitNotRecordedYet(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(rt, NewCache(), time.Hour, clk)
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Hour, Clock: clk})
 	rt.set(pod("a", ctr("1", container.StateRunning)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

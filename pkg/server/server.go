@@ -73,35 +73,43 @@ func (s *ReadOnly) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "ok")
 }
 
-// Serve listens on addr and serves h until ctx ends. The listener is
-// opened before Serve returns its first error, so a busy port fails start-up.
-func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, <-chan error, error) {
-	return ServeTLS(ctx, addr, h, nil)
+// Listener serves a handler on an address opened at Listen, so a busy
+// port fails start-up rather than a running node.
+type Listener struct {
+	ln  net.Listener
+	srv *http.Server
 }
 
-// ServeTLS is Serve over TLS (plain HTTP when cfg is nil).
-func ServeTLS(ctx context.Context, addr string, h http.Handler, cfg *tls.Config) (net.Addr, <-chan error, error) {
+// Listen opens addr for h, over TLS unless cfg is nil.
+func Listen(addr string, h http.Handler, cfg *tls.Config) (*Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listening on %s: %w", addr, err)
+		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	if cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
+	return &Listener{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+// Addr is the address listened on.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Run serves until ctx ends, then gives requests in flight 5 s to finish.
+// It returns early only when serving fails.
+func (l *Listener) Run(ctx context.Context) error {
+	stopped := make(chan struct{})
 	go func() {
-		err := srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		done <- err
-	}()
-	go func() {
+		defer close(stopped)
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		l.srv.Shutdown(sctx) //nolint:errcheck // a server slow to stop is closed anyway
 	}()
-	return ln.Addr(), done, nil
+	err := l.srv.Serve(l.ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-stopped
+		return nil
+	}
+	return err
 }

@@ -81,15 +81,40 @@ func TestHealthz(t *testing.T) {
 	}
 }
 
-func TestServeFailsOnABusyPort(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addr, _, err := Serve(ctx, "127.0.0.1:0", http.NotFoundHandler())
+func TestListenFailsOnABusyPort(t *testing.T) {
+	l, err := Listen("127.0.0.1:0", http.NotFoundHandler(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Serve(ctx, addr.String(), http.NotFoundHandler()); err == nil {
+	if _, err := Listen(l.Addr().String(), http.NotFoundHandler(), nil); err == nil {
 		t.Fatal("second listener on the same port succeeded")
+	}
+}
+
+// TestListenerServesUntilCancelled: Run serves, and returns nil once ctx
+// ends and the server has shut down.
+func TestListenerServesUntilCancelled(t *testing.T) {
+	l, err := Listen("127.0.0.1:0", NewReadOnly(pods{}, func() error { return nil }), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	resp, err := http.Get("http://" + l.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %d", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if _, err := http.Get("http://" + l.Addr().String() + "/healthz"); err == nil {
+		t.Fatal("still serving after Run returned")
 	}
 }
 

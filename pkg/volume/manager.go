@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -56,8 +56,8 @@ type Options struct {
 	RootDir  string
 	NodeName string
 	HostIPs  []string
-	// Objects and Tokens are nil without an API server; volumes that need
-	// them then fail with a clear error.
+	// Objects and Tokens are nil without an API server (NoAPIServer
+	// stands in): volumes that need them then fail with a clear error.
 	Objects Objects
 	Tokens  Tokens
 	// Allocatable is the node's allocatable resources, the value of a
@@ -65,6 +65,26 @@ type Options struct {
 	Allocatable func() v1.ResourceList
 	Recorder    record.EventRecorder
 	Clock       clock.PassiveClock
+}
+
+// ErrNoAPIServer is returned for a volume or variable that needs an API
+// object on a node without an API server.
+var ErrNoAPIServer = errors.New("needs an API server")
+
+// NoAPIServer is the Objects and Tokens of a node without an API server:
+// every read fails with ErrNoAPIServer.
+type NoAPIServer struct{}
+
+func (NoAPIServer) GetSecret(_ context.Context, _, name string) (*v1.Secret, error) {
+	return nil, fmt.Errorf("secret %q: a secret %w", name, ErrNoAPIServer)
+}
+
+func (NoAPIServer) GetConfigMap(_ context.Context, _, name string) (*v1.ConfigMap, error) {
+	return nil, fmt.Errorf("configmap %q: a configmap %w", name, ErrNoAPIServer)
+}
+
+func (NoAPIServer) CreateToken(context.Context, string, string, *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	return nil, fmt.Errorf("a service account token %w", ErrNoAPIServer)
 }
 
 // ErrStaticPodAPIObject is returned for a static pod that refers to API
@@ -89,17 +109,21 @@ func NewManager(o Options) *Manager {
 	if o.Recorder == nil {
 		o.Recorder = &record.FakeRecorder{}
 	}
+	if o.Objects == nil {
+		o.Objects = NoAPIServer{}
+	}
+	if o.Tokens == nil {
+		o.Tokens = NoAPIServer{}
+	}
+	if o.Allocatable == nil {
+		o.Allocatable = func() v1.ResourceList { return nil }
+	}
 	return &Manager{o: o, tokens: newTokenCache(o.Clock), mounted: map[types.UID]map[string]string{}}
-}
-
-// podDir is <root>/pods/<uid>.
-func (m *Manager) podDir(uid types.UID) string {
-	return filepath.Join(m.o.RootDir, "pods", string(uid))
 }
 
 // Dir is where a volume's files live: volumes/kubernetes.io~<plugin>/<name>.
 func (m *Manager) Dir(uid types.UID, plugin, name string) string {
-	return filepath.Join(m.podDir(uid), "volumes", "kubernetes.io~"+plugin, name)
+	return poddirs.Root(m.o.RootDir).Volume(uid, plugin, name)
 }
 
 // WaitForAttachAndMount sets up every volume of the pod, or refreshes its
@@ -167,7 +191,7 @@ func (m *Manager) WaitForUnmount(ctx context.Context, pod *v1.Pod) error {
 // nothing of its spec: housekeeping uses it for pods nodelet has
 // forgotten (after a restart, say).
 func (m *Manager) TearDown(uid types.UID) error {
-	dir := filepath.Join(m.podDir(uid), "volumes")
+	dir := poddirs.Root(m.o.RootDir).Volumes(uid)
 	if err := unmountUnder(dir); err != nil {
 		return fmt.Errorf("tearing down the volumes of pod %s: %w", uid, err)
 	}

@@ -96,7 +96,7 @@ func (m *Manager) downwardAPI(pod *v1.Pod, items []v1.DownwardAPIVolumeFile, add
 		case item.FieldRef != nil:
 			v, err = podutil.FieldRef(pod, item.FieldRef.FieldPath, env)
 		case item.ResourceFieldRef != nil:
-			v, err = podutil.ResourceFieldRef(pod, "", item.ResourceFieldRef, m.allocatable())
+			v, err = podutil.ResourceFieldRef(pod, "", item.ResourceFieldRef, m.o.Allocatable())
 		default:
 			err = fmt.Errorf("downwardAPI item %q has neither fieldRef nor resourceFieldRef", item.Path)
 		}
@@ -108,13 +108,6 @@ func (m *Manager) downwardAPI(pod *v1.Pod, items []v1.DownwardAPIVolumeFile, add
 		}
 	}
 	return nil
-}
-
-func (m *Manager) allocatable() v1.ResourceList {
-	if m.o.Allocatable == nil {
-		return nil
-	}
-	return m.o.Allocatable()
 }
 
 // projectKeys adds the keys of a configMap or secret: the items listed,
@@ -153,9 +146,6 @@ func (m *Manager) projectKeys(ctx context.Context, pod *v1.Pod, kind, name strin
 
 // objectData reads a configMap's or secret's keys.
 func (m *Manager) objectData(ctx context.Context, namespace, kind, name string) (map[string][]byte, error) {
-	if m.o.Objects == nil {
-		return nil, fmt.Errorf("%s %q: a %s needs an API server", kind, name, kind)
-	}
 	return ObjectData(ctx, m.o.Objects, namespace, kind, name)
 }
 

@@ -37,9 +37,6 @@ func newTokenCache(clk clock.PassiveClock) *tokenCache {
 }
 
 func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.ServiceAccountTokenProjection) (string, error) {
-	if api == nil {
-		return "", fmt.Errorf("a service account token needs an API server")
-	}
 	seconds := int64(defaultTokenExpiration)
 	if src.ExpirationSeconds != nil {
 		seconds = *src.ExpirationSeconds

@@ -2,10 +2,20 @@ package app
 
 import (
 	"fmt"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/health"
+	"github.com/nodelet/nodelet/pkg/kubelet"
+	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/objects"
+	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // Version is nodelet's version as the node reports it (nodeInfo's
@@ -33,4 +43,63 @@ func apiClients(kubeconfig string, c *kubeletv1beta1.KubeletConfiguration) (clie
 		return nil, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
 	return client, events, nil
+}
+
+// clusterObjects is what pods read from the API server: configMaps,
+// secrets and services for their environment and volumes, watched while
+// a pod refers to them.
+type clusterObjects interface {
+	containeropts.ClusterObjects
+	RegisterPod(pod *v1.Pod)
+	UnregisterPod(pod *v1.Pod)
+}
+
+// clusterClients are the API server's clients the pods' sync needs; on a
+// standalone node, kubelet.NoAPIServer stands in for each.
+type clusterClients struct {
+	objects    clusterObjects
+	tokens     volume.Tokens
+	mirrors    kubelet.MirrorPods
+	components []component
+}
+
+func buildClusterClients(b *base) *clusterClients {
+	if b.client == nil {
+		none := kubelet.NoAPIServer{}
+		return &clusterClients{objects: none, tokens: none, mirrors: none}
+	}
+	api := kubelet.NewAPIClient(b.client, b.nodeName)
+	// A change to an object a pod refers to syncs the pod at once.
+	objs := objects.NewManager(b.client, func(uids []types.UID) {
+		for _, uid := range uids {
+			b.workQueue.Enqueue(uid, 0)
+		}
+	})
+	return &clusterClients{objects: objs, tokens: api, mirrors: api,
+		components: []component{{"API object watches", objs.Run}}}
+}
+
+// reporterParts is the Node as the API server has it: registered,
+// its status and lease kept up to date. Standalone, it is the Node
+// nodelet measured.
+type reporterParts struct {
+	node       func() *v1.Node
+	components []component
+}
+
+func buildReporter(b *base, node *nodeParts, health *health.Node) *reporterParts {
+	if b.client == nil {
+		return &reporterParts{node: func() *v1.Node { return node.node }}
+	}
+	c := b.c
+	reporter := nodestatus.NewReporter(nodestatus.ReporterOptions{
+		Client: b.client, Node: node.node, Recorder: b.recorder, Clock: b.clock,
+		StatusUpdateFrequency: c.NodeStatusUpdateFrequency.Duration,
+		StatusReportFrequency: c.NodeStatusReportFrequency.Duration,
+		LeaseDuration:         time.Duration(c.NodeLeaseDurationSeconds) * time.Second,
+		Ready:                 health.ReadyError,
+		Pressure:              node.pressure.Pressure,
+	})
+	// Admission sees the labels an administrator put on the Node.
+	return &reporterParts{node: reporter.Node, components: []component{runs("node status reporter", reporter.Run)}}
 }

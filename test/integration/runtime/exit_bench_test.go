@@ -34,7 +34,7 @@ func BenchmarkExitSeen(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			m := newManager(b)
-			g := pleg.NewGeneric(m, pleg.NewCache(), time.Second, clock.RealClock{})
+			g := pleg.NewGeneric(pleg.GenericOptions{Runtime: m, Period: time.Second, Clock: clock.RealClock{}})
 			go g.Run(ctx)
 			if watch {
 				go pleg.NewWatcher(pleg.WatcherOptions{Runtime: cd.Runtime, Containerd: cd.Events, Poll: 100 * time.Millisecond,

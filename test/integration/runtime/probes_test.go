@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
@@ -32,15 +33,14 @@ func TestNoProbeWorkerLeftBehind(t *testing.T) {
 	statusManager := status.New(clk)
 	probes := prober.New(prober.Options{Exec: cd.Runtime, Status: statusManager, Recorder: record.NewFakeRecorder(1000), Clock: clk})
 	manager := kuberuntime.New(kuberuntime.Options{
-		Runtime: cd.Runtime, Images: cd.Images, Helper: kubelet.NewContainerOptions(root, "probes", nil),
+		Runtime: cd.Runtime, Images: cd.Images, Helper: containeropts.New(containeropts.Options{RootDir: root, NodeName: "probes"}),
 		Recorder: record.NewFakeRecorder(1000), Clock: clk, PodLogsDir: t.TempDir(), Health: probes,
 	})
-	gpleg := pleg.NewGeneric(manager, pleg.NewCache(), time.Second, clk)
+	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: time.Second, Clock: clk})
 	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{Runtime: manager, Status: statusManager, RootDir: root,
 		Recorder: record.NewFakeRecorder(1000), Clock: clk, Probes: probes})
 	workers := podworkers.New(podworkers.Options{Syncer: syncer, Status: gpleg, WorkQueue: podworkers.NewWorkQueue(clk),
 		Clock: clk, ResyncInterval: time.Minute, BackOffPeriod: time.Second})
-	manager.SetPodState(workers)
 	t.Cleanup(func() { cd.RemoveAll(context.Background()) })
 
 	before := goruntime.NumGoroutine()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
@@ -85,10 +86,10 @@ func BenchmarkDeleteToTerminated(b *testing.B) {
 	rt := &timedRuntime{RuntimeService: cd.Runtime}
 	root := b.TempDir()
 	manager := kuberuntime.New(kuberuntime.Options{
-		Runtime: rt, Images: cd.Images, Helper: kubelet.NewContainerOptions(root, "bench", nil),
+		Runtime: rt, Images: cd.Images, Helper: containeropts.New(containeropts.Options{RootDir: root, NodeName: "bench"}),
 		Recorder: record.NewFakeRecorder(10000), Clock: clk, PodLogsDir: b.TempDir(),
 	})
-	gpleg := pleg.NewGeneric(manager, pleg.NewCache(), time.Second, clk)
+	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: time.Second, Clock: clk})
 	go gpleg.Run(ctx)
 	statusManager := status.New(clk)
 	syncer := &timedSyncer{
@@ -98,7 +99,6 @@ func BenchmarkDeleteToTerminated(b *testing.B) {
 	}
 	workers := podworkers.New(podworkers.Options{Syncer: syncer, Status: gpleg, WorkQueue: podworkers.NewWorkQueue(clk),
 		Clock: clk, ResyncInterval: time.Minute, BackOffPeriod: time.Second})
-	manager.SetPodState(workers)
 
 	var total, afterStop, stopCost, sandboxCost time.Duration
 	for i := 0; i < b.N; i++ {

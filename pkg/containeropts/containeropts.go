@@ -1,4 +1,4 @@
-package kubelet
+package containeropts
 
 import (
 	"context"
@@ -18,18 +18,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
-
-// podDirs lays out a pod's data under the root directory:
-// <root>/pods/<uid>/{volumes,plugins,containers}.
-type podDirs string
-
-func (d podDirs) pod(uid types.UID) string { return filepath.Join(string(d), "pods", string(uid)) }
-func (d podDirs) container(uid types.UID, name string) string {
-	return filepath.Join(d.pod(uid), "containers", name)
-}
 
 // ClusterObjects are what containers get from the API server: the
 // configMaps and secrets of their environment, and the services whose
@@ -39,73 +31,87 @@ type ClusterObjects interface {
 	Services(namespace string) []*v1.Service
 }
 
-// ContainerOptions answers the runtime manager's questions about a
-// container that depend on the node and the pod rather than the container
-// spec: its environment, its mounts, and the pod's DNS and hostname.
-type ContainerOptions struct {
-	dirs     podDirs
+// noCluster is the ClusterObjects of a node without an API server: no
+// service, and a clear error for any configMap or secret.
+type noCluster struct{ volume.NoAPIServer }
+
+func (noCluster) Services(string) []*v1.Service { return nil }
+
+// Options are what a node's container options depend on.
+type Options struct {
+	RootDir  string
+	NodeName string
+	HostIPs  []string
+	// Volumes resolves container mounts; nil gives a volume manager of
+	// its own, for a node without an API server.
+	Volumes *volume.Manager
+	// Objects is nil without an API server: no configMap, secret or
+	// service reaches the environment then.
+	Objects     ClusterObjects
+	DNS         DNS
+	Allocatable func() v1.ResourceList
+	// Recorder receives warnings about what a pod asked for and did not
+	// get (skipped variable names, DNS settings over the limits); nil
+	// only logs them.
+	Recorder record.EventRecorder
+}
+
+// Provider answers the runtime manager's questions about a container
+// that depend on the node and the pod rather than the container spec:
+// its environment, its mounts, and the pod's DNS and hostname.
+type Provider struct {
+	dirs     poddirs.Root
 	nodeName string
 	hostIPs  []string
 	volumes  *volume.Manager
 	dns      DNS
-	// objects is nil without an API server.
-	objects     ClusterObjects
+	objects  ClusterObjects
+	// allocatable is what resourceFieldRef falls back to for a container
+	// without a limit.
 	allocatable func() v1.ResourceList
 	// hostsFile is the node's /etc/hosts, the base of host-network pods'.
 	hostsFile string
-	// recorder is nil until Configure; warnings are then only logged.
-	recorder record.EventRecorder
+	recorder  record.EventRecorder
 }
 
-var _ kuberuntime.Helper = (*ContainerOptions)(nil)
+var _ kuberuntime.Helper = (*Provider)(nil)
 
-// NewContainerOptions returns the options provider for a node, with a
-// volume manager of its own and no API server.
-func NewContainerOptions(rootDir, nodeName string, hostIPs []string) *ContainerOptions {
-	return &ContainerOptions{
-		dirs: podDirs(rootDir), nodeName: nodeName, hostIPs: hostIPs, hostsFile: "/etc/hosts",
-		volumes: volume.NewManager(volume.Options{RootDir: rootDir, NodeName: nodeName, HostIPs: hostIPs}),
+// New returns the options provider for a node.
+func New(o Options) *Provider {
+	if o.Volumes == nil {
+		o.Volumes = volume.NewManager(volume.Options{RootDir: o.RootDir, NodeName: o.NodeName, HostIPs: o.HostIPs})
 	}
-}
-
-// ContainerOptionsConfig is what a node in a cluster adds.
-type ContainerOptionsConfig struct {
-	Volumes     *volume.Manager
-	Objects     ClusterObjects // nil without an API server
-	DNS         DNS
-	Allocatable func() v1.ResourceList
-	// Recorder receives warnings about what a pod asked for and did not
-	// get (skipped variable names, DNS settings over the limits).
-	Recorder record.EventRecorder
-}
-
-// Configure sets the volume manager, the API objects and the DNS
-// settings. Call it before any pod starts.
-func (o *ContainerOptions) Configure(c ContainerOptionsConfig) {
-	if c.Volumes != nil {
-		o.volumes = c.Volumes
+	if o.Allocatable == nil {
+		o.Allocatable = func() v1.ResourceList { return nil }
 	}
-	o.objects, o.dns, o.allocatable, o.recorder = c.Objects, c.DNS, c.Allocatable, c.Recorder
+	if o.Objects == nil {
+		o.Objects = noCluster{}
+	}
+	if o.Recorder == nil {
+		o.Recorder = &record.FakeRecorder{}
+	}
+	return &Provider{
+		dirs: poddirs.Root(o.RootDir), nodeName: o.NodeName, hostIPs: o.HostIPs, hostsFile: "/etc/hosts",
+		volumes: o.Volumes, dns: o.DNS, objects: o.Objects, allocatable: o.Allocatable, recorder: o.Recorder,
+	}
 }
 
 // warn logs a problem with what a pod asked for and records it as an event.
-func (o *ContainerOptions) warn(pod *v1.Pod, reason, msg string) {
+func (o *Provider) warn(pod *v1.Pod, reason, msg string) {
 	klog.InfoS("Pod configuration adjusted", "pod", klog.KObj(pod), "podUID", pod.UID, "reason", reason, "message", msg)
-	if o.recorder != nil {
-		o.recorder.Event(pod, v1.EventTypeWarning, reason, msg)
-	}
+	o.recorder.Event(pod, v1.EventTypeWarning, reason, msg)
 }
 
 // Volumes is the volume manager container mounts resolve against.
-func (o *ContainerOptions) Volumes() *volume.Manager { return o.volumes }
+func (o *Provider) Volumes() *volume.Manager { return o.volumes }
 
 // PodContainerDir is where per-container files of a pod live.
-func (o *ContainerOptions) PodContainerDir(uid types.UID, name string) string {
-	return o.dirs.container(uid, name)
+func (o *Provider) PodContainerDir(uid types.UID, name string) string {
+	return o.dirs.Container(uid, name)
 }
 
 // PodDNS is the pod's resolver configuration and hostname.
-func (o *ContainerOptions) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error) {
+func (o *Provider) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error) {
 	cfg, err := o.dns.PodDNS(pod)
 	if err != nil {
 		return nil, "", err
@@ -127,7 +133,7 @@ func (o *ContainerOptions) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, e
 }
 
 // RunContainerOptions computes a container's environment and mounts.
-func (o *ContainerOptions) RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (*kuberuntime.RunContainerOptions, error) {
+func (o *Provider) RunContainerOptions(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (*kuberuntime.RunContainerOptions, error) {
 	envs, values, err := o.env(ctx, pod, c, podIPs)
 	if err != nil {
 		return nil, err
@@ -146,7 +152,7 @@ func (o *ContainerOptions) RunContainerOptions(ctx context.Context, pod *v1.Pod,
 
 // hostsMount writes the pod's /etc/hosts and mounts it, unless the
 // container mounts its own or the pod has no IP yet.
-func (o *ContainerOptions) hostsMount(pod *v1.Pod, c *v1.Container, podIPs []string) (*runtimeapi.Mount, error) {
+func (o *Provider) hostsMount(pod *v1.Pod, c *v1.Container, podIPs []string) (*runtimeapi.Mount, error) {
 	for _, m := range c.VolumeMounts {
 		if m.MountPath == "/etc/hosts" {
 			return nil, nil
@@ -159,7 +165,7 @@ func (o *ContainerOptions) hostsMount(pod *v1.Pod, c *v1.Container, podIPs []str
 	if err != nil {
 		return nil, fmt.Errorf("writing /etc/hosts: %w", err)
 	}
-	path := filepath.Join(o.dirs.pod(pod.UID), "etc-hosts")
+	path := o.dirs.EtcHosts(pod.UID)
 	if err := writeFileAtomic(path, content, 0o644); err != nil {
 		return nil, fmt.Errorf("writing /etc/hosts: %w", err)
 	}
@@ -185,7 +191,7 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 // then envFrom, then env in spec order (a value may refer to variables
 // defined before it with $(NAME)). It also returns the variables as a
 // map, for subPathExpr.
-func (o *ContainerOptions) env(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) ([]*runtimeapi.KeyValue, map[string]string, error) {
+func (o *Provider) env(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) ([]*runtimeapi.KeyValue, map[string]string, error) {
 	values := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -254,7 +260,7 @@ func (o *ContainerOptions) env(ctx context.Context, pod *v1.Pod, c *v1.Container
 
 // envValue resolves one env entry; ok is false for an optional reference
 // to something missing.
-func (o *ContainerOptions) envValue(ctx context.Context, pod *v1.Pod, c *v1.Container, e v1.EnvVar, fieldEnv podutil.FieldEnv, mapping func(string) (string, bool)) (string, bool, error) {
+func (o *Provider) envValue(ctx context.Context, pod *v1.Pod, c *v1.Container, e v1.EnvVar, fieldEnv podutil.FieldEnv, mapping func(string) (string, bool)) (string, bool, error) {
 	from := e.ValueFrom
 	switch {
 	case from == nil:
@@ -263,11 +269,7 @@ func (o *ContainerOptions) envValue(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		v, err := podutil.FieldRef(pod, from.FieldRef.FieldPath, fieldEnv)
 		return v, err == nil, err
 	case from.ResourceFieldRef != nil:
-		var alloc v1.ResourceList
-		if o.allocatable != nil {
-			alloc = o.allocatable()
-		}
-		v, err := podutil.ResourceFieldRef(pod, c.Name, from.ResourceFieldRef, alloc)
+		v, err := podutil.ResourceFieldRef(pod, c.Name, from.ResourceFieldRef, o.allocatable())
 		return v, err == nil, err
 	case from.ConfigMapKeyRef != nil, from.SecretKeyRef != nil:
 		kind, name, k, optional := "configmap", "", "", false
@@ -305,19 +307,16 @@ func envFromSource(from v1.EnvFromSource) (kind, name string, optional bool) {
 }
 
 // objectData reads a configMap's or secret's keys for the environment.
-func (o *ContainerOptions) objectData(ctx context.Context, pod *v1.Pod, kind, name string) (map[string][]byte, error) {
+func (o *Provider) objectData(ctx context.Context, pod *v1.Pod, kind, name string) (map[string][]byte, error) {
 	if podutil.IsStatic(pod) {
 		return nil, fmt.Errorf("%w (%s %q)", volume.ErrStaticPodAPIObject, kind, name)
-	}
-	if o.objects == nil {
-		return nil, fmt.Errorf("%s %q: a %s needs an API server", kind, name, kind)
 	}
 	return volume.ObjectData(ctx, o.objects, pod.Namespace, kind, name)
 }
 
 // mounts resolves a container's volume mounts to the host paths the
 // volume manager set up.
-func (o *ContainerOptions) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
+func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	for _, m := range c.VolumeMounts {
 		host, ok := o.volumes.HostPath(pod.UID, m.Name)

@@ -1,4 +1,4 @@
-package kubelet
+package containeropts
 
 import (
 	"context"
@@ -24,18 +24,18 @@ import (
 	"github.com/nodelet/nodelet/pkg/volume/volumetest"
 )
 
-func clusterOptions(t *testing.T) (*ContainerOptions, *volumetest.Objects) {
+func clusterOptions(t *testing.T) (*Provider, *volumetest.Objects) {
 	t.Helper()
 	api := volumetest.New(testingclock.NewFakeClock(time.Unix(1000, 0)))
-	o := NewContainerOptions(t.TempDir(), "n1", []string{"192.0.2.1"})
-	o.Configure(ContainerOptionsConfig{Objects: api, DNS: DNS{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local"},
+	o := New(Options{RootDir: t.TempDir(), NodeName: "n1", HostIPs: []string{"192.0.2.1"},
+		Objects: api, DNS: DNS{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local"},
 		Allocatable: func() v1.ResourceList { return v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")} },
 		Recorder:    record.NewFakeRecorder(10)})
 	return o, api
 }
 
 // events drains what o recorded.
-func events(o *ContainerOptions) []string {
+func events(o *Provider) []string {
 	var out []string
 	r := o.recorder.(*record.FakeRecorder)
 	for len(r.Events) > 0 {

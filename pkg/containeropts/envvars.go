@@ -1,4 +1,4 @@
-package kubelet
+package containeropts
 
 import (
 	"fmt"
@@ -16,11 +16,8 @@ const masterServiceNamespace = v1.NamespaceDefault
 // kubernetes service always, and with enableServiceLinks (the default)
 // every service of the pod's namespace, as FOO_SERVICE_HOST,
 // FOO_SERVICE_PORT and the Docker-link style FOO_PORT_... variables.
-func (o *ContainerOptions) serviceEnv(pod *v1.Pod) map[string]string {
+func (o *Provider) serviceEnv(pod *v1.Pod) map[string]string {
 	out := map[string]string{}
-	if o.objects == nil {
-		return out
-	}
 	links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
 	if links && pod.Namespace != masterServiceNamespace {
 		for _, s := range o.objects.Services(pod.Namespace) {

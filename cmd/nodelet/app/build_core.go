@@ -1,0 +1,95 @@
+package app
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/health"
+	"github.com/nodelet/nodelet/pkg/kubelet"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/status"
+)
+
+// syncBackOffPeriod is how long a pod waits after a failed sync.
+const syncBackOffPeriod = 10 * time.Second
+
+// buildHealth gathers the node's health: the runtime's status check, the
+// PLEG and the container event watcher.
+func buildHealth(b *base, runtime *runtimeParts) *health.Node {
+	return health.New(health.Options{
+		Clock: b.clock, Runtime: runtime.manager.RuntimeHealth, PLEG: runtime.pleg.Healthy,
+		Checks: []health.Check{{Name: "container event watcher", Check: runtime.watcher.Healthy}},
+	})
+}
+
+// coreParts is the pod pipeline: the sources and their merge, the sync
+// loop, the pod workers and the sync scripts they run, and the status
+// syncer that reports back.
+type coreParts struct {
+	kubelet    *kubelet.Kubelet
+	workers    *podworkers.PodWorkers
+	components []component
+}
+
+func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts) *coreParts {
+	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{
+		Runtime: runtime.manager, Status: b.status, RootDir: b.o.RootDir, HostIPs: b.hostIPs,
+		Recorder: b.recorder, Clock: b.clock, CanRun: kubelet.SoftAdmissionChecks(), Probes: runtime.probes,
+		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
+		Volumes: runtime.volumes, Cgroups: node.cgroups,
+	})
+	workers := podworkers.New(podworkers.Options{
+		Syncer: runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), Status: runtime.pleg, WorkQueue: b.workQueue,
+		Clock: b.clock, ResyncInterval: b.c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
+	})
+	podConfig := config.New(b.recorder, b.clock)
+	sources := podSources(b, podConfig)
+	core := kubelet.New(kubelet.Config{
+		NodeName: b.nodeName, RootDir: b.o.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
+		AllowedUnsafeSysctls: b.c.AllowedUnsafeSysctls, DeadContainersKept: b.o.DeadContainersKept,
+		Pressure: node.pressure.Pressure, Cgroups: node.cgroups,
+	}, kubelet.Deps{
+		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, PLEG: runtime.pleg, Status: b.status,
+		Sources: config.NewSourcesReady(podConfig.Sources), Updates: podConfig.Updates(), Health: health,
+		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes, Mirrors: cl.mirrors, Volumes: runtime.volumes,
+	})
+	components := append(sources, component{"sync loop", core.Run})
+	if b.client != nil {
+		statusSyncer := status.NewAPISyncer(b.client, b.status, apiPods{core, workers}, b.clock)
+		components = append(components, runs("pod status syncer", statusSyncer.Run))
+	}
+	return &coreParts{kubelet: core, workers: workers, components: components}
+}
+
+// podSources registers the configured pod sources with the merge: a
+// source counts as ready only once it has delivered, so none may be
+// registered that never runs.
+func podSources(b *base, podConfig *config.PodConfig) []component {
+	c := b.c
+	var out []component
+	if c.StaticPodPath != "" {
+		podConfig.Register(podutil.FileSource)
+		src := config.NewFileSource(c.StaticPodPath, b.nodeName, c.FileCheckFrequency.Duration, podConfig, b.recorder, b.clock)
+		out = append(out, runs("static pod files", src.Run))
+	}
+	if c.StaticPodURL != "" {
+		podConfig.Register(podutil.HTTPSource)
+		src := config.NewHTTPSource(c.StaticPodURL, http.Header(c.StaticPodURLHeader), b.nodeName, c.HTTPCheckFrequency.Duration, podConfig, b.recorder, b.clock)
+		out = append(out, runs("static pod URL", src.Run))
+	}
+	if b.client != nil {
+		podConfig.Register(podutil.APISource)
+		src := config.NewAPISource(b.client, b.nodeName, podConfig)
+		out = append(out, runs("API pod source", src.Run))
+	}
+	return out
+}
+
+// apiPods is what the status syncer needs to know about pods: the core's
+// desired pods and the workers' knowledge of what may still run.
+type apiPods struct {
+	*kubelet.Kubelet
+	*podworkers.PodWorkers
+}

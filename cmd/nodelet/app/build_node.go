@@ -1,0 +1,168 @@
+package app
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/pkg/cm"
+	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/stats"
+)
+
+// pressureCheckPeriod is how often the eviction signals are measured
+// (upstream's eviction monitoring interval).
+const pressureCheckPeriod = 10 * time.Second
+
+// nodeCgroups is the container manager: a cm.Manager with cgroupsPerQOS,
+// cm.Disabled without.
+type nodeCgroups interface {
+	PodCgroup(pod *v1.Pod) string
+	Exists(pod *v1.Pod) bool
+	EnsureExists(pod *v1.Pod) error
+	Destroy(cgroup string) error
+	PodCgroups() (map[types.UID]string, error)
+	UpdateQoS(active []*v1.Pod) error
+}
+
+// nodeParts is the machine as nodelet sees it: the Node it reports, the
+// cgroups pods run in, their resource usage and the pressure on them.
+type nodeParts struct {
+	node       *v1.Node
+	cgroups    nodeCgroups
+	stats      *stats.Provider
+	pressure   *nodestatus.PressureMonitor
+	components []component
+}
+
+// allocatable is what pods may use; resourceFieldRefs to limits a
+// container does not set resolve to it.
+func (n *nodeParts) allocatable() v1.ResourceList { return n.node.Status.Allocatable }
+
+func (n *nodeParts) memoryCapacity() int64 {
+	q := n.node.Status.Capacity[v1.ResourceMemory]
+	return q.Value()
+}
+
+func buildNode(b *base, rt *runtimeConn) (*nodeParts, error) {
+	node, cgroups, err := setUpNode(b.o, b.nodeName, b.hostIPs)
+	if err != nil {
+		return nil, err
+	}
+	node.Status.NodeInfo.ContainerRuntimeVersion = rt.version.RuntimeName + "://" + rt.version.RuntimeVersion
+	node.Status.NodeInfo.KubeletVersion = Version
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.c.Port
+	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
+	statsProvider := stats.NewProvider(stats.Options{
+		NodeName: b.nodeName, RootDir: b.o.RootDir, PodLogsDir: b.c.PodLogsDir, Clock: b.clock,
+		Runtime: struct {
+			runtimeapi.RuntimeServiceClient
+			runtimeapi.ImageServiceClient
+		}{rt.runtime, rt.images},
+	})
+	pressure, err := pressureMonitor(b.c, statsProvider, b)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeParts{node: node, cgroups: cgroups, stats: statsProvider, pressure: pressure,
+		components: []component{runs("pressure monitor", pressure.Run)}}, nil
+}
+
+// evictionHard is the configured hard eviction thresholds, upstream's
+// defaults when unset.
+func evictionHard(c *kubeletv1beta1.KubeletConfiguration) map[string]string {
+	if c.EvictionHard == nil {
+		return nodestatus.DefaultEvictionHard
+	}
+	return c.EvictionHard
+}
+
+// pressureMonitor watches the eviction signals against evictionHard for
+// the node's pressure conditions.
+func pressureMonitor(c *kubeletv1beta1.KubeletConfiguration, p *stats.Provider, b *base) (*nodestatus.PressureMonitor, error) {
+	th, err := nodestatus.ParseThresholds(evictionHard(c))
+	if err != nil {
+		return nil, err
+	}
+	return nodestatus.NewPressureMonitor(nodestatus.PressureOptions{
+		Signals: p.Signals, Thresholds: th, TransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
+		Interval: pressureCheckPeriod, Clock: b.clock,
+	}), nil
+}
+
+// setUpNode measures the machine, works out what pods may use (capacity
+// minus systemReserved, kubeReserved and hard eviction thresholds) and,
+// with cgroupsPerQOS, sets up the QoS cgroups, limited to capacity minus
+// the reservations.
+func setUpNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, nodeCgroups, error) {
+	c := &o.Config
+	m, err := nodestatus.Measure(o.RootDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	capacity := nodestatus.Capacity(m, int(c.MaxPods))
+	eviction, err := nodestatus.EvictionReserved(evictionHard(c), capacity)
+	if err != nil {
+		return nil, nil, err
+	}
+	reserved, err := nodestatus.ParseReserved(c.SystemReserved, c.KubeReserved)
+	if err != nil {
+		return nil, nil, err
+	}
+	enforced := nodestatus.Allocatable(capacity, reserved)
+	for name, q := range eviction {
+		cur := reserved[name]
+		cur.Add(q)
+		reserved[name] = cur
+	}
+	node := nodestatus.Node(nodestatus.Config{
+		NodeName: nodeName, RootDir: o.RootDir, MaxPods: int(c.MaxPods), Reserved: reserved,
+		Labels: o.NodeLabels, HostIPs: hostIPs,
+	}, m)
+	cgroups, err := setUpCgroups(c, enforced)
+	return node, cgroups, err
+}
+
+// setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off.
+func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList) (nodeCgroups, error) {
+	if c.CgroupsPerQOS != nil && !*c.CgroupsPerQOS {
+		return cm.Disabled{}, nil
+	}
+	var pidsLimit int64
+	if c.PodPidsLimit != nil {
+		pidsLimit = *c.PodPidsLimit
+	}
+	cgroups, err := cm.New(c.CgroupRoot, pidsLimit)
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: %w", err)
+	}
+	if err := cgroups.Setup(enforced); err != nil {
+		return nil, fmt.Errorf("setting up the QoS cgroups: %w", err)
+	}
+	return cgroups, nil
+}
+
+// nodeIPs finds the node's primary address: the one on the interface of
+// the default route, else the first global unicast address.
+func nodeIPs() []string {
+	conn, err := net.Dial("udp", "192.0.2.1:9") // no packet is sent
+	if err == nil {
+		defer conn.Close()
+		if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsLoopback() {
+			return []string{a.IP.String()}
+		}
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+			return []string{n.IP.String()}
+		}
+	}
+	return []string{"127.0.0.1"}
+}

@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	containerdevents "github.com/containerd/containerd/api/services/events/v1"
+	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/api/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/logs"
+	"github.com/nodelet/nodelet/pkg/metrics"
+	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/prober"
+	"github.com/nodelet/nodelet/pkg/volume"
+)
+
+const (
+	plegRelistPeriod = time.Second
+	dialTimeout      = 10 * time.Second
+	// containerPollPeriod bounds how late a container exit is seen on
+	// runtimes without an event stream.
+	containerPollPeriod = 100 * time.Millisecond
+	// watcherStuckAfter is how long the container event watcher may go
+	// without a stream or a successful poll before the node is unhealthy.
+	watcherStuckAfter = time.Minute
+)
+
+// runtimeConn is the connection to the container runtime, and the
+// metrics that instrument it.
+type runtimeConn struct {
+	conn    *grpc.ClientConn
+	version *runtimeapi.VersionResponse
+	runtime runtimeapi.RuntimeServiceClient
+	images  runtimeapi.ImageServiceClient
+	metrics *metrics.Metrics
+}
+
+func dialRuntime(ctx context.Context, b *base) (*runtimeConn, error) {
+	m := metrics.New()
+	conn, version, err := kuberuntime.Dial(ctx, b.c.ContainerRuntimeEndpoint, dialTimeout,
+		grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
+	if err != nil {
+		return nil, err
+	}
+	klog.InfoS("Connected to the container runtime", "endpoint", b.c.ContainerRuntimeEndpoint,
+		"runtime", version.RuntimeName, "version", version.RuntimeVersion, "criVersion", version.RuntimeApiVersion)
+	return &runtimeConn{conn: conn, version: version, metrics: m,
+		runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn)}, nil
+}
+
+// runtimeParts is the runtime side of a node: the runtime manager and
+// what watches it, the volumes and options its containers get, and the
+// prober.
+type runtimeParts struct {
+	manager    *kuberuntime.Manager
+	pleg       *pleg.Generic
+	watcher    *pleg.Watcher
+	probes     *prober.Manager
+	volumes    *volume.Manager
+	metrics    *metrics.Metrics
+	components []component
+}
+
+func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients) *runtimeParts {
+	c := b.c
+	volumes := volume.NewManager(volume.Options{
+		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
+		Objects: cl.objects, Tokens: cl.tokens, Allocatable: node.allocatable,
+	})
+	options := containeropts.New(containeropts.Options{
+		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Volumes: volumes, Objects: cl.objects,
+		DNS:         containeropts.DNS{ClusterDNS: c.ClusterDNS, ClusterDomain: c.ClusterDomain, ResolvConf: *c.ResolverConfig},
+		Allocatable: node.allocatable, Recorder: b.recorder,
+	})
+	probes := prober.New(prober.Options{Exec: rt.runtime, Status: b.status, Recorder: b.recorder, Clock: b.clock})
+	manager := kuberuntime.New(kuberuntime.Options{
+		Runtime: rt.runtime, Images: rt.images, Helper: options, Recorder: b.recorder, Clock: b.clock,
+		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
+		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.o.RootDir, MemoryCapacity: node.memoryCapacity(),
+		// Pulls are serialised unless told otherwise, as upstream does.
+		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics,
+	})
+	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: plegRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
+	watcher := containerWatcher(b, rt, manager, gpleg)
+	maxLogSize := resource.MustParse(c.ContainerLogMaxSize) // validated
+	rotator := logs.NewRotator(rt.runtime, logs.Policy{
+		MaxSize: maxLogSize.Value(), MaxFiles: int(*c.ContainerLogMaxFiles),
+		Workers: int(*c.ContainerLogMaxWorkers), Interval: c.ContainerLogMonitorInterval.Duration,
+	}, b.clock, c.RuntimeRequestTimeout.Duration)
+	imageGC := kuberuntime.ImageGCPolicy{
+		HighThresholdPercent: int(*c.ImageGCHighThresholdPercent), LowThresholdPercent: int(*c.ImageGCLowThresholdPercent),
+		MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{b.o.PodInfraContainerImage},
+	}
+	return &runtimeParts{
+		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics,
+		components: []component{
+			runs("pleg", gpleg.Run),
+			runs("container event watcher", watcher.Run),
+			runs("log rotation", rotator.Run),
+			runs("image garbage collection", func(ctx context.Context) { manager.RunImageGC(ctx, imageGC, b.o.ImageGCPeriod) }),
+		},
+	}
+}
+
+// containerWatcher relists as soon as a container changes, not only every
+// second. Exits nodelet caused are read by the worker that caused them.
+func containerWatcher(b *base, rt *runtimeConn, manager *kuberuntime.Manager, gpleg *pleg.Generic) *pleg.Watcher {
+	o := pleg.WatcherOptions{
+		Runtime: rt.runtime, Poll: containerPollPeriod, RequestTimeout: b.c.RuntimeRequestTimeout.Duration,
+		StuckAfter: watcherStuckAfter, Clock: b.clock,
+		Notify: func(ids ...string) {
+			if len(ids) == 0 {
+				gpleg.Trigger()
+			} else if ids = manager.Unexpected(ids); len(ids) > 0 {
+				gpleg.Trigger(ids...)
+			}
+		},
+	}
+	if rt.version.RuntimeName == "containerd" {
+		o.Containerd = containerdevents.NewEventsClient(rt.conn)
+	}
+	return pleg.NewWatcher(o)
+}
+
+func maxParallelPulls(c *kubeletv1beta1.KubeletConfiguration) int {
+	switch {
+	case *c.SerializeImagePulls:
+		return 1
+	case c.MaxParallelImagePulls != nil:
+		return int(*c.MaxParallelImagePulls)
+	default:
+		return 0
+	}
+}

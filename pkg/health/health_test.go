@@ -1,0 +1,117 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// TestUncheckedRuntimeStopsSyncingUntilChecked: before the first status
+// check the runtime is not known to be ready; Run checks it at once.
+func TestUncheckedRuntimeStopsSyncingUntilChecked(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	var calls atomic.Int32
+	n := New(Options{Clock: clk, Runtime: func(context.Context) (error, error) {
+		calls.Add(1)
+		return nil, errors.New("cni config uninitialized")
+	}})
+	if err := n.SyncError(); err == nil || !strings.Contains(err.Error(), "may not have completed") {
+		t.Fatalf("unchecked runtime: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- n.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for n.SyncError() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("Run never checked the runtime")
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+	// The network is not ready: pods may sync (host-network ones need no
+	// network), but the node is not Ready.
+	if err := n.ReadyError(); err == nil || err.Error() != "cni config uninitialized" {
+		t.Fatalf("ready with no network: %v", err)
+	}
+	// The next check comes a period later.
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond) // polling interval
+	}
+	clk.Step(DefaultRuntimeCheckPeriod)
+	for calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no periodic check")
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRuntimeAndPLEGGateSyncing: either one failing stops pod syncing and
+// readiness; only the PLEG fails /healthz, since a runtime that is down is
+// not nodelet being stuck.
+func TestRuntimeAndPLEGGateSyncing(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	var plegErr error
+	n := New(Options{Clock: clk, PLEG: func() error { return plegErr }})
+	n.SetRuntime(errors.New("runtime down"), nil)
+	if err := n.SyncError(); err == nil || err.Error() != "runtime down" {
+		t.Fatalf("sync with the runtime down: %v", err)
+	}
+	if err := n.Healthz(); err != nil {
+		t.Fatalf("healthz with the runtime down: %v", err)
+	}
+	n.SetRuntime(nil, nil)
+	plegErr = errors.New("pleg was last seen active 4m0s ago")
+	for name, err := range map[string]error{"sync": n.SyncError(), "healthz": n.Healthz(), "ready": n.ReadyError()} {
+		if err != plegErr {
+			t.Fatalf("%s with a stalled PLEG: %v", name, err)
+		}
+	}
+}
+
+// TestSyncLoopThreshold: a loop that does not iterate within the
+// threshold (counted from New, for a loop that never starts) is unhealthy.
+func TestSyncLoopThreshold(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	n := New(Options{Clock: clk})
+	n.SetRuntime(nil, nil)
+	clk.Step(DefaultSyncLoopThreshold)
+	if err := n.Healthz(); err != nil {
+		t.Fatalf("unhealthy at the threshold: %v", err)
+	}
+	clk.Step(time.Second)
+	if err := n.ReadyError(); err == nil || !strings.Contains(err.Error(), "sync loop last completed an iteration 31s ago") {
+		t.Fatalf("a loop that never started: %v", err)
+	}
+	n.SyncLoopIterated()
+	if err := n.ReadyError(); err != nil {
+		t.Fatalf("after an iteration: %v", err)
+	}
+}
+
+// TestChecksCountForHealthAndReadiness: a failing component check (the
+// container event watcher, say) fails both, naming the component.
+func TestChecksCountForHealthAndReadiness(t *testing.T) {
+	var watcherErr error
+	n := New(Options{Clock: testingclock.NewFakeClock(time.Unix(1000, 0)),
+		Checks: []Check{{Name: "container event watcher", Check: func() error { return watcherErr }}}})
+	n.SetRuntime(nil, nil)
+	if err := n.ReadyError(); err != nil {
+		t.Fatal(err)
+	}
+	watcherErr = errors.New("stream down for 2m0s")
+	for _, err := range []error{n.Healthz(), n.ReadyError()} {
+		if err == nil || err.Error() != "container event watcher: stream down for 2m0s" {
+			t.Fatalf("err %v", err)
+		}
+	}
+}

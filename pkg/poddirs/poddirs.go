@@ -1,0 +1,79 @@
+// Package poddirs is the layout of pod data under nodelet's root
+// directory, the same as the upstream kubelet's, so a node moves between
+// the two without losing a pod's volumes or /etc/hosts:
+//
+//	<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>
+//	<root>/pods/<uid>/containers/<name>
+//	<root>/pods/<uid>/etc-hosts
+package poddirs
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Root is nodelet's root directory (--root-dir).
+type Root string
+
+// Pods holds one directory per pod UID.
+func (r Root) Pods() string { return filepath.Join(string(r), "pods") }
+
+// Pod is a pod's own directory.
+func (r Root) Pod(uid types.UID) string { return filepath.Join(r.Pods(), string(uid)) }
+
+// Volumes holds a pod's volumes, one directory per plugin.
+func (r Root) Volumes(uid types.UID) string { return filepath.Join(r.Pod(uid), "volumes") }
+
+// Volume is where a volume of a plugin is set up.
+func (r Root) Volume(uid types.UID, plugin, name string) string {
+	return filepath.Join(r.Volumes(uid), "kubernetes.io~"+plugin, name)
+}
+
+// Container holds per-container files (termination messages).
+func (r Root) Container(uid types.UID, name string) string {
+	return filepath.Join(r.Pod(uid), "containers", name)
+}
+
+// EtcHosts is the pod's /etc/hosts.
+func (r Root) EtcHosts(uid types.UID) string { return filepath.Join(r.Pod(uid), "etc-hosts") }
+
+// Sweep calls remove for every subdirectory of dir that belongs to a pod
+// (uidOf names it), and joins what fails. A missing dir has nothing to
+// sweep. Both the pod directories and the pod log directories are swept
+// this way; what may go is remove's to decide.
+func Sweep(dir string, uidOf func(name string) (types.UID, bool), remove func(uid types.UID, path string) error) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		uid, ok := uidOf(e.Name())
+		if !e.IsDir() || !ok {
+			continue
+		}
+		errs = append(errs, remove(uid, filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+// PodUID names the pod of a directory named by its UID.
+func PodUID(name string) (types.UID, bool) { return types.UID(name), name != "" }
+
+// LogDirUID names the pod of a log directory,
+// <namespace>_<name>_<uid>.
+func LogDirUID(name string) (types.UID, bool) {
+	i := strings.LastIndex(name, "_")
+	if i < 0 {
+		return "", false
+	}
+	return types.UID(name[i+1:]), true
+}
