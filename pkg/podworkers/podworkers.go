@@ -4,31 +4,51 @@
 //
 // Each pod has at most one worker running at a time. A worker takes the
 // pod's pending update, calls the matching Syncer method for the pod's
-// state, records the outcome, and goes on while updates are pending:
+// state, records the outcome, and goes on while updates are pending. The
+// state is one lifecycle value per pod:
 //
 //	            UpdatePod (create/update/sync)
 //	                 │
 //	                 ▼
-//	 ┌──────────── SyncPod ◄──────┐  SyncPod succeeded or failed:
+//	 ┌──────────── sync ◄─────────┐  SyncPod succeeded or failed:
 //	 │               │            │  resync later / back off
 //	 │               └────────────┘
-//	 │ deletionTimestamp, terminal phase,
-//	 │ UpdateKill, orphaned, or SyncPod
-//	 │ returned isTerminal
+//	 │ deletionTimestamp, terminal phase, UpdateKill, orphaned
 //	 ▼
-//	TerminatingPod ◄─────┐  SyncTerminatingPod failed or was cancelled
-//	 │    │              │  (grace period shortened): retry
-//	 │    └──────────────┘
-//	 │ SyncTerminatingPod succeeded
-//	 ▼                                  runtime-only pod: after
-//	TerminatedPod ◄──────┐              SyncTerminatingRuntimePod the
-//	 │    │              │ failed:      worker is simply forgotten
-//	 │    └──────────────┘ retry
-//	 │ SyncTerminatedPod succeeded
-//	 ▼
-//	finished ── SyncKnownPods, pod gone from config ──► forgotten
-//	         ── create with the same UID (restartRequested) ──► forgotten,
-//	            then started afresh by the next update
+//	terminating-requested ─── the worker takes the update ───┐
+//	 │                                                        │
+//	 │ (SyncPod returned isTerminal: straight here)           ▼
+//	 └──────────────────────────────────────────────► terminating ◄─┐
+//	                                                   │   │         │ SyncTerminatingPod
+//	                                                   │   └─────────┘ failed or cancelled
+//	                     SyncTerminatingPod succeeded  │               (grace shortened): retry
+//	                                                   ▼
+//	                     runtime-only pod: forgotten ◄─┤
+//	                                                   ▼
+//	                                              terminated ◄─┐
+//	                                                   │   │    │ SyncTerminatedPod
+//	                                                   │   └────┘ failed: retry
+//	                     SyncTerminatedPod succeeded   ▼
+//	 never started (terminated before its turn) ──► finished
+//	                                                   │
+//	     SyncKnownPods, pod gone from config ──────────┤
+//	     create with the same UID (restartRequested) ──┴──► forgotten; the
+//	                                                        next update starts afresh
+//
+// Other components ask about pods by UID. For a known pod each answer
+// follows from its state; for a pod the workers do not know, the answer
+// depends on whether the first SyncKnownPods has run (after it, an unknown
+// pod is one that finished and was forgotten):
+//
+//	question                          true from state         unknown, before / after sync
+//	IsPodTerminationRequested         terminating-requested   false / false
+//	ShouldPodContainersBeTerminating  terminating             false / true
+//	IsPodKnownTerminated              terminated              false / false
+//	ShouldPodRuntimeBeRemoved         terminated              false / true
+//	CouldHaveRunningContainers        until terminated        true  / false
+//	ShouldPodBeFinished               finished                false / true
+//	ShouldPodContentBeRemoved         evicted, or deleted     false / true
+//	                                  and terminated
 //
 // A pod never goes back: once termination is requested it cannot start
 // again under the same UID until the worker is forgotten.
@@ -115,11 +135,9 @@ type PodWorkers struct {
 	statuses   map[types.UID]*podSyncStatus
 	// active marks pods with a worker running (or scheduled to run).
 	active map[types.UID]bool
-	// startedStaticPodsByFullname and waitingToStartStaticPodsByFullname
-	// make static pods with the same full name run one at a time, in the
-	// order they arrived.
-	startedStaticPodsByFullname        map[string]types.UID
-	waitingToStartStaticPodsByFullname map[string][]types.UID
+	// staticPods makes static pods with the same full name run one at a
+	// time, in the order they arrived.
+	staticPods staticPods
 }
 
 // New returns the pod workers.
@@ -131,18 +149,17 @@ func New(o Options) *PodWorkers {
 		o.Jitter = jitter
 	}
 	return &PodWorkers{
-		syncer:                             o.Syncer,
-		status:                             o.Status,
-		workQueue:                          o.WorkQueue,
-		clock:                              o.Clock,
-		resyncInterval:                     o.ResyncInterval,
-		backOffPeriod:                      o.BackOffPeriod,
-		exec:                               o.Executor,
-		jitter:                             o.Jitter,
-		statuses:                           map[types.UID]*podSyncStatus{},
-		active:                             map[types.UID]bool{},
-		startedStaticPodsByFullname:        map[string]types.UID{},
-		waitingToStartStaticPodsByFullname: map[string][]types.UID{},
+		syncer:         o.Syncer,
+		status:         o.Status,
+		workQueue:      o.WorkQueue,
+		clock:          o.Clock,
+		resyncInterval: o.ResyncInterval,
+		backOffPeriod:  o.BackOffPeriod,
+		exec:           o.Executor,
+		jitter:         o.Jitter,
+		statuses:       map[types.UID]*podSyncStatus{},
+		active:         map[types.UID]bool{},
+		staticPods:     newStaticPods(),
 	}
 }
 
@@ -150,8 +167,36 @@ func jitter(d time.Duration, factor float64) time.Duration {
 	return d + time.Duration(rand.Float64()*factor*float64(d))
 }
 
+// lifecycle is where a pod's worker is. It only moves forward; the
+// timestamps in podSyncStatus record when it moved, and nothing decides on
+// them.
+type lifecycle int
+
+const (
+	// syncing: the pod is set up and kept running (State SyncPod).
+	syncing lifecycle = iota
+	// terminationRequested: the pod must stop, but its worker has not yet
+	// acted on it (State TerminatingPod).
+	terminationRequested
+	// terminating: the worker acted on the termination; no container of
+	// the pod starts from now on (State TerminatingPod).
+	terminating
+	// terminated: nothing of the pod runs; its resources are being
+	// released (State TerminatedPod).
+	terminated
+	// finished: SyncTerminatedPod succeeded, or the pod was stopped before
+	// it ever started. The worker is done until it is forgotten.
+	finished
+)
+
+func (l lifecycle) String() string {
+	return [...]string{"sync", "terminating-requested", "terminating", "terminated", "finished"}[l]
+}
+
 // podSyncStatus tracks one pod through the lifecycle.
 type podSyncStatus struct {
+	// state is where the pod is; see lifecycle.
+	state lifecycle
 	// ctx is cancelled to interrupt a sync in flight.
 	ctx      context.Context
 	cancelFn context.CancelFunc
@@ -163,28 +208,23 @@ type podSyncStatus struct {
 	// activeUpdate is the latest update the worker acted on: what other
 	// components see as the pod.
 	activeUpdate *UpdatePodOptions
-	syncedAt     time.Time
-	startedAt    time.Time
+	// started: the worker has begun syncing the pod (a static pod may
+	// have to wait for another with its name first).
+	started bool
 	// lastSyncTime is when the last sync finished. It outlives the worker
 	// goroutine, which exits whenever the pod is idle.
 	lastSyncTime time.Time
-	// terminatingAt is set when termination is requested.
-	terminatingAt time.Time
-	// terminatedAt is set when SyncTerminatingPod succeeded.
-	terminatedAt time.Time
+	// terminatingAt and terminatedAt record when termination was
+	// requested and when SyncTerminatingPod succeeded; data only.
+	terminatingAt, terminatedAt time.Time
 	// gracePeriod is the grace period in force once terminating.
 	gracePeriod           int64
 	notifyPostTerminating []chan<- struct{}
 	statusPostTerminating []PodStatusFunc
-	// startedTerminating is set once the worker acted on the termination:
-	// from then on no container will start.
-	startedTerminating bool
 	// deleted: the pod was deleted in the API or vanished from config.
 	deleted bool
 	// evicted: the pod is being evicted; its content may go at once.
 	evicted bool
-	// finished: SyncTerminatedPod succeeded; the worker is done.
-	finished bool
 	// restartRequested: a create arrived for the UID while terminating.
 	restartRequested bool
 	// observedRuntime: the pod was seen in the runtime, so it must go
@@ -192,15 +232,29 @@ type podSyncStatus struct {
 	observedRuntime bool
 }
 
-func (s *podSyncStatus) IsTerminationRequested() bool { return !s.terminatingAt.IsZero() }
-func (s *podSyncStatus) IsTerminationStarted() bool   { return s.startedTerminating }
-func (s *podSyncStatus) IsTerminated() bool           { return !s.terminatedAt.IsZero() }
-func (s *podSyncStatus) IsFinished() bool             { return s.finished }
+// advance moves the pod forward to l (never back), recording when.
+func (s *podSyncStatus) advance(l lifecycle, now time.Time) {
+	if l <= s.state {
+		return
+	}
+	if s.state < terminationRequested {
+		s.terminatingAt = now
+	}
+	if l >= terminated && s.state < terminated {
+		s.terminatedAt = now
+	}
+	s.state = l
+}
+
+func (s *podSyncStatus) IsTerminationRequested() bool { return s.state >= terminationRequested }
+func (s *podSyncStatus) IsTerminationStarted() bool   { return s.state >= terminating }
+func (s *podSyncStatus) IsTerminated() bool           { return s.state >= terminated }
+func (s *podSyncStatus) IsFinished() bool             { return s.state == finished }
 func (s *podSyncStatus) IsEvicted() bool              { return s.evicted }
 func (s *podSyncStatus) IsDeleted() bool              { return s.deleted }
-func (s *podSyncStatus) IsStarted() bool              { return !s.startedAt.IsZero() }
+func (s *podSyncStatus) IsStarted() bool              { return s.started }
 
-// WorkType is the pod's current lifecycle state.
+// WorkType is the Syncer method the pod's state calls for.
 func (s *podSyncStatus) WorkType() State {
 	switch {
 	case s.IsTerminated():
@@ -243,176 +297,203 @@ type work struct {
 	options UpdatePodOptions
 }
 
-// UpdatePod hands a pod change to its worker, starting one if needed. A
-// pod becomes terminating when it is deleted, reaches a terminal phase, is
-// killed or (for runtime-only pods) always. Once terminating, updates can
-// only shorten its grace period.
-func (p *PodWorkers) UpdatePod(options UpdatePodOptions) {
-	var (
-		isRuntimePod   bool
-		uid            types.UID
-		name, ns       string
-		logUpdateType  = options.UpdateType
-		runningPodOnly = options.RunningPod != nil && options.Pod == nil
-	)
-	switch {
-	case runningPodOnly:
-		if options.UpdateType != UpdateKill {
-			klog.InfoS("Pod update is ignored, runtime pods can only be killed", "pod", klog.KRef(options.RunningPod.Namespace, options.RunningPod.Name), "podUID", options.RunningPod.ID, "updateType", logUpdateType)
-			return
-		}
-		uid, ns, name = options.RunningPod.ID, options.RunningPod.Namespace, options.RunningPod.Name
-		isRuntimePod = true
-	case options.Pod == nil:
-		klog.ErrorS(nil, "Pod update without a pod is ignored")
-		return
-	default:
-		if options.RunningPod != nil {
-			klog.InfoS("Pod update included RunningPod which is only valid when Pod is not specified", "pod", klog.KObj(options.Pod), "podUID", options.Pod.UID, "updateType", logUpdateType)
-			options.RunningPod = nil
-		}
-		uid, ns, name = options.Pod.UID, options.Pod.Namespace, options.Pod.Name
-	}
+// update is a pod change UpdatePod accepted: the pod it is about, and
+// whether only the runtime knows it.
+type update struct {
+	uid         types.UID
+	ns, name    string
+	runtimeOnly bool
+	options     UpdatePodOptions
+}
 
+// UpdatePod hands a pod change to its worker, starting one if needed. It
+// classifies the update (which pod, is it valid), moves the pod's state
+// on (a pod becomes terminating when it is deleted, reaches a terminal
+// phase, is killed or, for runtime-only pods, always; once terminating,
+// updates can only shorten its grace period) and queues the update for
+// the worker.
+func (p *PodWorkers) UpdatePod(options UpdatePodOptions) {
+	u, ok := classify(options)
+	if !ok {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-
 	now := p.clock.Now()
-	status, ok := p.statuses[uid]
-	firstTime := !ok
-	if firstTime {
-		klog.V(4).InfoS("Pod is being synced for the first time", "pod", klog.KRef(ns, name), "podUID", uid, "updateType", logUpdateType)
-		status = &podSyncStatus{syncedAt: now, fullname: podutil.BuildFullName(name, ns)}
-		// A pod in a terminal phase seen for the first time (typically
-		// after a nodelet restart) whose runtime state agrees has already
-		// been through termination: only the cleanup is left to do.
-		if options.Pod != nil && podutil.IsTerminal(options.Pod.Status.Phase) {
-			if cached, err := p.status.Get(uid); err == nil && cached.IsTerminal() {
-				status.terminatingAt, status.terminatedAt = now, now
-				status.startedTerminating = true
-			}
-		}
-		p.statuses[uid] = status
-	}
-
-	// A runtime-only pod is a stand-in: once the pod is known from config,
-	// use its spec instead. Either way it has been seen in the runtime and
-	// must be driven to completion.
-	pod := options.Pod
-	if isRuntimePod {
-		status.observedRuntime = true
-		switch {
-		case status.pendingUpdate != nil && status.pendingUpdate.Pod != nil:
-			pod = status.pendingUpdate.Pod
-			options.Pod, options.RunningPod = pod, nil
-		case status.activeUpdate != nil && status.activeUpdate.Pod != nil:
-			pod = status.activeUpdate.Pod
-			options.Pod, options.RunningPod = pod, nil
-		default:
-			pod = options.RunningPod.ToAPIPod()
-		}
-	}
-
-	// A create for a UID that is already terminating means the UID was
-	// reused (common with static pods, whose UID is their content hash):
-	// remember it, and let SyncKnownPods clear the history once the old
-	// incarnation is finished so the next update starts a new one.
-	if !firstTime && status.IsTerminationRequested() && options.UpdateType == UpdateCreate {
+	status, firstTime := p.statusFor(u, now)
+	pod := u.pod(status)
+	if !firstTime && status.IsTerminationRequested() && u.options.UpdateType == UpdateCreate {
+		// The UID was reused (common with static pods, whose UID is their
+		// content hash): SyncKnownPods clears the history once the old
+		// incarnation is finished, so the next update starts a new one.
 		status.restartRequested = true
-		klog.V(4).InfoS("Pod is terminating but has been requested to restart with same UID, will be reconciled later", "pod", klog.KRef(ns, name), "podUID", uid)
+		klog.V(4).InfoS("Pod is terminating but has been requested to restart with same UID, will be reconciled later", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid)
 		return
 	}
-
 	if status.IsFinished() {
-		klog.V(4).InfoS("Pod is finished processing, no further updates", "pod", klog.KRef(ns, name), "podUID", uid, "updateType", logUpdateType)
+		klog.V(4).InfoS("Pod is finished processing, no further updates", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid, "updateType", u.options.UpdateType)
 		return
 	}
+	becameTerminating := transition(status, u, pod, now)
+	gracePeriodShortened, proceed := killOptions(status, &u, pod)
+	if !proceed {
+		return
+	}
+	if firstTime && podutil.IsStatic(pod) {
+		// Static pods with the same full name start in arrival order.
+		p.staticPods.wait(status.fullname, u.uid)
+	}
+	p.enqueue(status, u, becameTerminating || gracePeriodShortened)
+}
 
-	var becameTerminating bool
-	if !status.IsTerminationRequested() {
-		switch {
-		case isRuntimePod:
-			klog.V(4).InfoS("Pod is orphaned and must be torn down", "pod", klog.KRef(ns, name), "podUID", uid)
-			status.deleted = true
-			status.terminatingAt = now
-			becameTerminating = true
-		case pod.DeletionTimestamp != nil:
-			klog.V(4).InfoS("Pod is marked for graceful deletion, begin teardown", "pod", klog.KRef(ns, name), "podUID", uid)
-			status.deleted = true
-			status.terminatingAt = now
-			becameTerminating = true
-		case podutil.IsTerminal(pod.Status.Phase):
-			klog.V(4).InfoS("Pod is in a terminal phase (success/failed), begin teardown", "pod", klog.KRef(ns, name), "podUID", uid)
-			status.terminatingAt = now
-			becameTerminating = true
-		case options.UpdateType == UpdateKill:
-			if options.KillPodOptions != nil && options.KillPodOptions.Evict {
-				klog.V(4).InfoS("Pod is being evicted, begin teardown", "pod", klog.KRef(ns, name), "podUID", uid)
-				status.evicted = true
-			} else {
-				klog.V(4).InfoS("Pod is being removed, begin teardown", "pod", klog.KRef(ns, name), "podUID", uid)
-			}
-			status.terminatingAt = now
-			becameTerminating = true
+// classify checks an update and names its pod: a runtime-only pod can
+// only be killed, and a pod update carries no runtime pod.
+func classify(options UpdatePodOptions) (update, bool) {
+	switch {
+	case options.RunningPod != nil && options.Pod == nil:
+		rp := options.RunningPod
+		if options.UpdateType != UpdateKill {
+			klog.InfoS("Pod update is ignored, runtime pods can only be killed", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID, "updateType", options.UpdateType)
+			return update{}, false
+		}
+		return update{uid: rp.ID, ns: rp.Namespace, name: rp.Name, runtimeOnly: true, options: options}, true
+	case options.Pod == nil:
+		klog.ErrorS(nil, "Pod update without a pod is ignored")
+		return update{}, false
+	}
+	if options.RunningPod != nil {
+		klog.InfoS("Pod update included RunningPod which is only valid when Pod is not specified", "pod", klog.KObj(options.Pod), "podUID", options.Pod.UID, "updateType", options.UpdateType)
+		options.RunningPod = nil
+	}
+	return update{uid: options.Pod.UID, ns: options.Pod.Namespace, name: options.Pod.Name, options: options}, true
+}
+
+// statusFor returns the pod's status, making it the first time. A pod in
+// a terminal phase seen for the first time (typically after a nodelet
+// restart) whose runtime state agrees has already been through
+// termination: only the cleanup is left to do. Call with p.mu held.
+func (p *PodWorkers) statusFor(u update, now time.Time) (*podSyncStatus, bool) {
+	if status, ok := p.statuses[u.uid]; ok {
+		return status, false
+	}
+	klog.V(4).InfoS("Pod is being synced for the first time", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid, "updateType", u.options.UpdateType)
+	status := &podSyncStatus{fullname: podutil.BuildFullName(u.name, u.ns)}
+	if pod := u.options.Pod; pod != nil && podutil.IsTerminal(pod.Status.Phase) {
+		if cached, err := p.status.Get(u.uid); err == nil && cached.IsTerminal() {
+			status.advance(terminated, now)
 		}
 	}
+	p.statuses[u.uid] = status
+	return status, true
+}
 
-	var gracePeriodShortened bool
+// pod is the pod an update is about. A runtime-only pod is a stand-in:
+// once the pod is known from config its spec is used instead, and the
+// update carries it. Either way the pod has been seen in the runtime and
+// must be driven to completion.
+func (u *update) pod(status *podSyncStatus) *v1.Pod {
+	if !u.runtimeOnly {
+		return u.options.Pod
+	}
+	status.observedRuntime = true
+	for _, known := range []*UpdatePodOptions{status.pendingUpdate, status.activeUpdate} {
+		if known != nil && known.Pod != nil {
+			u.options.Pod, u.options.RunningPod = known.Pod, nil
+			return known.Pod
+		}
+	}
+	return u.options.RunningPod.ToAPIPod()
+}
+
+// transition requests the pod's termination if the update calls for it,
+// and reports whether it did.
+func transition(status *podSyncStatus, u update, pod *v1.Pod, now time.Time) bool {
+	if status.IsTerminationRequested() {
+		return false
+	}
+	ref := klog.KRef(u.ns, u.name)
+	switch {
+	case u.runtimeOnly:
+		klog.V(4).InfoS("Pod is orphaned and must be torn down", "pod", ref, "podUID", u.uid)
+		status.deleted = true
+	case pod.DeletionTimestamp != nil:
+		klog.V(4).InfoS("Pod is marked for graceful deletion, begin teardown", "pod", ref, "podUID", u.uid)
+		status.deleted = true
+	case podutil.IsTerminal(pod.Status.Phase):
+		klog.V(4).InfoS("Pod is in a terminal phase (success/failed), begin teardown", "pod", ref, "podUID", u.uid)
+	case u.options.UpdateType == UpdateKill:
+		status.evicted = u.options.KillPodOptions != nil && u.options.KillPodOptions.Evict
+		klog.V(4).InfoS("Pod is being removed, begin teardown", "pod", ref, "podUID", u.uid, "evicted", status.evicted)
+	default:
+		return false
+	}
+	status.advance(terminationRequested, now)
+	return true
+}
+
+// killOptions makes an update's kill options fit the pod's state: a
+// terminating pod's waiters and status functions are kept and the grace
+// period in force is set (reporting whether it just shortened); elsewhere
+// they mean nothing, and anyone waiting is told at once. It reports
+// whether the update goes to the worker at all.
+func killOptions(status *podSyncStatus, u *update, pod *v1.Pod) (gracePeriodShortened, proceed bool) {
+	kill := u.options.KillPodOptions
 	switch {
 	case status.IsTerminated():
 		// A runtime-only kill for a terminated pod comes from a stale
 		// runtime view in housekeeping: ignore it until the worker is done.
-		if isRuntimePod {
-			klog.V(3).InfoS("Pod is waiting for termination, ignoring runtime-only kill until after pod worker is fully terminated", "pod", klog.KRef(ns, name), "podUID", uid)
-			return
+		if u.runtimeOnly {
+			klog.V(3).InfoS("Pod is waiting for termination, ignoring runtime-only kill until after pod worker is fully terminated", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid)
+			return false, false
 		}
-		if options.KillPodOptions != nil {
-			if ch := options.KillPodOptions.CompletedCh; ch != nil {
-				close(ch)
-			}
-		}
-		options.KillPodOptions = nil
+		closeCompleted(kill)
+		u.options.KillPodOptions = nil
 	case status.IsTerminationRequested():
-		if options.KillPodOptions == nil {
-			options.KillPodOptions = &KillPodOptions{}
+		if kill == nil {
+			kill = &KillPodOptions{}
+			u.options.KillPodOptions = kill
 		}
-		if ch := options.KillPodOptions.CompletedCh; ch != nil {
-			status.notifyPostTerminating = append(status.notifyPostTerminating, ch)
+		if kill.CompletedCh != nil {
+			status.notifyPostTerminating = append(status.notifyPostTerminating, kill.CompletedCh)
 		}
-		if fn := options.KillPodOptions.PodStatusFunc; fn != nil {
-			status.statusPostTerminating = append(status.statusPostTerminating, fn)
+		if kill.PodStatusFunc != nil {
+			status.statusPostTerminating = append(status.statusPostTerminating, kill.PodStatusFunc)
 		}
 		var grace int64
-		grace, gracePeriodShortened = effectiveGracePeriod(status, pod, options.KillPodOptions)
+		grace, gracePeriodShortened = effectiveGracePeriod(status, pod, kill)
 		status.gracePeriod = grace
 		// The terminating sync always gets the grace period to use.
-		options.KillPodOptions.PodTerminationGracePeriodSecondsOverride = &grace
+		kill.PodTerminationGracePeriodSecondsOverride = &grace
 	default:
-		// Kill options mean nothing outside termination.
-		if options.KillPodOptions != nil {
-			if ch := options.KillPodOptions.CompletedCh; ch != nil {
-				close(ch)
-			}
-			options.KillPodOptions = nil
-		}
+		closeCompleted(kill)
+		u.options.KillPodOptions = nil
 	}
+	return gracePeriodShortened, true
+}
 
-	if firstTime && podutil.IsStatic(pod) {
-		// Static pods with the same full name start in arrival order.
-		p.waitingToStartStaticPodsByFullname[status.fullname] = append(p.waitingToStartStaticPodsByFullname[status.fullname], uid)
+// closeCompleted tells whoever waits for a kill that there is nothing to
+// wait for.
+func closeCompleted(kill *KillPodOptions) {
+	if kill != nil && kill.CompletedCh != nil {
+		close(kill.CompletedCh)
 	}
+}
 
+// enqueue makes the update the pod's next work and wakes its worker,
+// interrupting a sync in flight when the pod just became terminating or
+// its grace period shortened. Call with p.mu held.
+func (p *PodWorkers) enqueue(status *podSyncStatus, u update, interrupt bool) {
+	options := u.options
 	// Keep the oldest start time so latency covers the whole wait.
-	if status.pendingUpdate != nil && !status.pendingUpdate.StartTime.IsZero() && status.pendingUpdate.StartTime.Before(options.StartTime) {
-		options.StartTime = status.pendingUpdate.StartTime
+	if pending := status.pendingUpdate; pending != nil && !pending.StartTime.IsZero() && pending.StartTime.Before(options.StartTime) {
+		options.StartTime = pending.StartTime
 	}
 	status.pendingUpdate = &options
 	status.working = true
-	klog.V(4).InfoS("Notifying pod of pending update", "pod", klog.KRef(ns, name), "podUID", uid, "workType", status.WorkType())
-	p.wake(uid)
-
-	if (becameTerminating || gracePeriodShortened) && status.cancelFn != nil {
-		klog.V(3).InfoS("Cancelling current pod sync", "pod", klog.KRef(ns, name), "podUID", uid, "workType", status.WorkType())
+	klog.V(4).InfoS("Notifying pod of pending update", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid, "workType", status.WorkType())
+	p.wake(u.uid)
+	if interrupt && status.cancelFn != nil {
+		klog.V(3).InfoS("Cancelling current pod sync", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid, "workType", status.WorkType())
 		status.cancelFn()
 	}
 }
@@ -505,7 +586,7 @@ func (p *PodWorkers) processWork(ctx context.Context, uid types.UID, w work, las
 		return err
 	}()
 
-	var phaseTransition bool
+	var moved, done bool
 	switch {
 	case errors.Is(err, context.Canceled):
 		// Cancelled because an update is waiting: it runs next.
@@ -514,24 +595,13 @@ func (p *PodWorkers) processWork(ctx context.Context, uid types.UID, w work, las
 		klog.V(4).InfoS("Pod is waiting for a back-off", "pod", ref, "podUID", uid, "wait", err)
 	case err != nil:
 		klog.ErrorS(err, "Error syncing pod, skipping", "pod", ref, "podUID", uid, "updateType", w.state)
-	case w.state == TerminatedPod:
-		p.completeTerminated(uid)
-		klog.V(4).InfoS("Processing pod event done", "pod", ref, "podUID", uid, "updateType", w.state)
-		return
-	case w.state == TerminatingPod && w.options.RunningPod != nil:
-		p.completeTerminatingRuntimePod(uid)
-		klog.V(4).InfoS("Processing pod event done", "pod", ref, "podUID", uid, "updateType", w.state)
-		return
-	case w.state == TerminatingPod:
-		p.completeTerminating(uid)
-		phaseTransition = true
-	case isTerminal:
-		klog.V(4).InfoS("Pod is terminal", "pod", ref, "podUID", uid)
-		p.completeSync(uid)
-		phaseTransition = true
+	default:
+		moved, done = p.complete(uid, w, isTerminal)
 	}
-	p.completeWork(uid, phaseTransition, err)
-	klog.V(4).InfoS("Processing pod event done", "pod", ref, "podUID", uid, "updateType", w.state)
+	if !done {
+		p.completeWork(uid, moved, err)
+	}
+	klog.V(4).InfoS("Processing pod event done", "pod", ref, "podUID", uid, "updateType", w.state, "isTerminal", isTerminal)
 }
 
 func podRef(o UpdatePodOptions) klog.ObjectRef {
@@ -558,7 +628,7 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 		delete(p.active, uid)
 		return nil, w, lastSync, false
 	}
-	if status.pendingUpdate == nil || status.finished {
+	if status.pendingUpdate == nil || status.IsFinished() {
 		status.working = false
 		delete(p.active, uid)
 		return nil, w, lastSync, false
@@ -586,7 +656,10 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 		switch {
 		case !canEverStart:
 			klog.V(4).InfoS("Pod cannot start ever", "pod", klog.KObj(w.options.Pod), "podUID", uid, "updateType", w.state)
-			p.cleanupUnstartedPod(w.options.Pod, status)
+			// Terminated before it could start: nothing to tear down.
+			status.advance(finished, p.clock.Now())
+			status.working = false
+			p.releaseStaticPod(status.fullname, uid)
 			delete(p.active, uid)
 			return nil, w, lastSync, false
 		case !canStart:
@@ -597,7 +670,7 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 			delete(p.active, uid)
 			return nil, w, lastSync, false
 		}
-		status.startedAt = p.clock.Now()
+		status.started = true
 	}
 	status.mergeLastUpdate(w.options)
 	if w.state == TerminatingPod && w.options.Pod != nil {
@@ -637,7 +710,11 @@ func (p *PodWorkers) allowPodStart(pod *v1.Pod, status *podSyncStatus) (canStart
 	if status.IsTerminationRequested() {
 		return false, false
 	}
-	if !p.allowStaticPodStart(status.fullname, pod.UID) {
+	blocked := func(uid types.UID) bool {
+		s, ok := p.statuses[uid]
+		return !ok || s.IsTerminationRequested()
+	}
+	if !p.staticPods.allowStart(status.fullname, pod.UID, blocked) {
 		// Safety net: the pod ahead wakes us when it finishes.
 		p.workQueue.Enqueue(pod.UID, p.jitter(p.backOffPeriod, backOffJitterFactor))
 		return false, true
@@ -645,57 +722,19 @@ func (p *PodWorkers) allowPodStart(pod *v1.Pod, status *podSyncStatus) (canStart
 	return true, true
 }
 
-// allowStaticPodStart lets a static pod start when no other pod with its
-// full name runs and it is first in line. Call with p.mu held.
-func (p *PodWorkers) allowStaticPodStart(fullname string, uid types.UID) bool {
-	if started, ok := p.startedStaticPodsByFullname[fullname]; ok {
-		return started == uid
-	}
-	waiting := p.waitingToStartStaticPodsByFullname[fullname]
-	for i, w := range waiting {
-		s, ok := p.statuses[w]
-		if !ok || s.IsTerminationRequested() || s.IsTerminated() {
-			continue // gone or terminating: it will never start
-		}
-		if w != uid {
-			p.waitingToStartStaticPodsByFullname[fullname] = waiting[i:]
-			return false
-		}
-		waiting = waiting[i+1:]
-		break
-	}
-	if len(waiting) > 0 {
-		p.waitingToStartStaticPodsByFullname[fullname] = waiting
-	} else {
-		delete(p.waitingToStartStaticPodsByFullname, fullname)
-	}
-	p.startedStaticPodsByFullname[fullname] = uid
-	return true
-}
-
 // releaseStaticPod frees a static pod's full name and wakes the next pod
 // waiting for it. Call with p.mu held.
 func (p *PodWorkers) releaseStaticPod(fullname string, uid types.UID) {
-	if p.startedStaticPodsByFullname[fullname] != uid {
+	if !p.staticPods.release(fullname, uid) {
 		return
 	}
-	delete(p.startedStaticPodsByFullname, fullname)
-	for _, w := range p.waitingToStartStaticPodsByFullname[fullname] {
+	for _, w := range p.staticPods.waiting[fullname] {
 		if s, ok := p.statuses[w]; ok && s.pendingUpdate != nil && !s.IsTerminationRequested() {
 			s.working = true
 			p.wake(w)
 			return
 		}
 	}
-}
-
-// cleanupUnstartedPod finishes a pod that was terminated before it could
-// start: there is nothing to tear down. Call with p.mu held.
-func (p *PodWorkers) cleanupUnstartedPod(pod *v1.Pod, status *podSyncStatus) {
-	status.finished = true
-	status.working = false
-	status.terminatedAt = p.clock.Now()
-	p.releaseStaticPod(status.fullname, pod.UID)
 }
 
 // acknowledgeTerminating records that the worker acted on the termination,
@@ -708,9 +747,9 @@ func (p *PodWorkers) acknowledgeTerminating(uid types.UID) PodStatusFunc {
 	if !ok {
 		return nil
 	}
-	if !status.terminatingAt.IsZero() && !status.startedTerminating {
+	if status.state == terminationRequested {
 		klog.V(4).InfoS("Pod worker has observed request to terminate", "podUID", uid)
-		status.startedTerminating = true
+		status.advance(terminating, p.clock.Now())
 	}
 	if l := len(status.statusPostTerminating); l > 0 {
 		return status.statusPostTerminating[l-1]
@@ -718,67 +757,42 @@ func (p *PodWorkers) acknowledgeTerminating(uid types.UID) PodStatusFunc {
 	return nil
 }
 
-// completeSync moves a pod that ended on its own (a non-Always pod whose
-// containers exited) to terminating.
-func (p *PodWorkers) completeSync(uid types.UID) {
+// complete records a successful sync: a pod that ended on its own (a
+// non-Always pod whose containers exited) or whose containers all stopped
+// moves on at once (moved); a runtime-only pod that stopped, or a pod
+// whose resources are released, is done with (done). Anyone waiting for
+// the kill is told when no container runs any more.
+func (p *PodWorkers) complete(uid types.UID, w work, isTerminal bool) (moved, done bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	status, ok := p.statuses[uid]
 	if !ok {
-		return
+		return false, true
 	}
-	if status.terminatingAt.IsZero() {
-		status.terminatingAt = p.clock.Now()
+	now := p.clock.Now()
+	switch {
+	case w.state == TerminatedPod, w.state == TerminatingPod && w.options.RunningPod != nil:
+		status.advance(finished, now)
+		status.working = false
+		p.releaseStaticPod(status.fullname, uid)
+		if w.options.RunningPod != nil {
+			// No configuration and no API object to report to: forget it.
+			delete(p.statuses, uid)
+		}
+		return false, true
+	case w.state == TerminatingPod:
+		status.advance(terminated, now)
+		for _, ch := range status.notifyPostTerminating {
+			close(ch)
+		}
+		status.notifyPostTerminating, status.statusPostTerminating = nil, nil
+	case isTerminal:
+		status.advance(terminating, now)
+	default:
+		return false, false
 	}
-	status.startedTerminating = true
 	p.requeueLastPodUpdate(uid, status)
-}
-
-// completeTerminating records that no container runs any more: anyone
-// waiting for the kill is told, and the terminated step runs next.
-func (p *PodWorkers) completeTerminating(uid types.UID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	status, ok := p.statuses[uid]
-	if !ok {
-		return
-	}
-	status.terminatedAt = p.clock.Now()
-	for _, ch := range status.notifyPostTerminating {
-		close(ch)
-	}
-	status.notifyPostTerminating = nil
-	status.statusPostTerminating = nil
-	p.requeueLastPodUpdate(uid, status)
-}
-
-// completeTerminatingRuntimePod forgets a runtime-only pod once it is
-// stopped: it has no configuration and no API object to report to.
-func (p *PodWorkers) completeTerminatingRuntimePod(uid types.UID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	status, ok := p.statuses[uid]
-	if !ok {
-		return
-	}
-	status.terminatedAt = p.clock.Now()
-	status.finished = true
-	status.working = false
-	p.releaseStaticPod(status.fullname, uid)
-	delete(p.statuses, uid)
-}
-
-// completeTerminated marks the pod finished: the worker is done with it.
-func (p *PodWorkers) completeTerminated(uid types.UID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	status, ok := p.statuses[uid]
-	if !ok {
-		return
-	}
-	status.finished = true
-	status.working = false
-	p.releaseStaticPod(status.fullname, uid)
+	return true, false
 }
 
 // requeueLastPodUpdate replays the last update so the worker moves on to
@@ -857,7 +871,7 @@ func (p *PodWorkers) SyncKnownPods(desired []*v1.Pod) map[types.UID]PodWorkerSyn
 // towards finishing. It reports whether the worker is gone. Call with p.mu
 // held.
 func (p *PodWorkers) removeTerminatedWorker(uid types.UID, status *podSyncStatus, orphaned bool) bool {
-	if !status.finished {
+	if !status.IsFinished() {
 		if !orphaned {
 			klog.V(4).InfoS("Pod worker has been requested for removal but is still not fully terminated", "podUID", uid)
 			return false
@@ -868,7 +882,7 @@ func (p *PodWorkers) removeTerminatedWorker(uid types.UID, status *podSyncStatus
 			// Never started: forget it; its worker exits without a sync.
 			klog.V(4).InfoS("Pod is orphaned and has not been started", "podUID", uid)
 		case !status.IsTerminationRequested():
-			status.terminatingAt = p.clock.Now()
+			status.advance(terminationRequested, p.clock.Now())
 			if status.activeUpdate != nil && status.activeUpdate.Pod != nil {
 				status.gracePeriod, _ = effectiveGracePeriod(status, status.activeUpdate.Pod, nil)
 			} else {
@@ -893,62 +907,71 @@ func (p *PodWorkers) removeTerminatedWorker(uid types.UID, status *podSyncStatus
 	return true
 }
 
-// query answers a question about a pod from its status, or with
-// unknown when the workers do not know the pod.
-func (p *PodWorkers) query(uid types.UID, known func(*podSyncStatus) bool, unknown func() bool) bool {
+// unknownPod is the answer about a pod the workers do not know: before
+// the first SyncKnownPods, and after it (see the package doc's table).
+type unknownPod struct{ beforeSync, afterSync bool }
+
+var (
+	neverForUnknown = unknownPod{false, false}
+	onceSynced      = unknownPod{false, true}
+	untilSynced     = unknownPod{true, false}
+)
+
+// query answers a question about a pod from its status, or for a pod the
+// workers do not know, as unknown says.
+func (p *PodWorkers) query(uid types.UID, known func(*podSyncStatus) bool, unknown unknownPod) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.statuses[uid]; ok {
 		return known(s)
 	}
-	return unknown()
+	if p.podsSynced {
+		return unknown.afterSync
+	}
+	return unknown.beforeSync
 }
-
-func (p *PodWorkers) synced() bool    { return p.podsSynced }
-func (p *PodWorkers) notSynced() bool { return !p.podsSynced }
-func never() bool                     { return false }
 
 // IsPodKnownTerminated reports whether the pod's containers are known to
 // have all stopped. Unknown pods are not known terminated.
 func (p *PodWorkers) IsPodKnownTerminated(uid types.UID) bool {
-	return p.query(uid, (*podSyncStatus).IsTerminated, never)
+	return p.query(uid, (*podSyncStatus).IsTerminated, neverForUnknown)
 }
 
 // CouldHaveRunningContainers reports whether the pod may have running
 // containers: true until it is terminated, and for every pod until the
 // first SyncKnownPods.
 func (p *PodWorkers) CouldHaveRunningContainers(uid types.UID) bool {
-	return p.query(uid, func(s *podSyncStatus) bool { return !s.IsTerminated() }, p.notSynced)
+	return p.query(uid, func(s *podSyncStatus) bool { return !s.IsTerminated() }, untilSynced)
 }
 
 // ShouldPodBeFinished reports whether SyncTerminatedPod completed.
 func (p *PodWorkers) ShouldPodBeFinished(uid types.UID) bool {
-	return p.query(uid, (*podSyncStatus).IsFinished, p.synced)
+	return p.query(uid, (*podSyncStatus).IsFinished, onceSynced)
 }
 
 // IsPodTerminationRequested reports whether termination was requested
 // for a known pod.
 func (p *PodWorkers) IsPodTerminationRequested(uid types.UID) bool {
-	return p.query(uid, (*podSyncStatus).IsTerminationRequested, never)
+	return p.query(uid, (*podSyncStatus).IsTerminationRequested, neverForUnknown)
 }
 
 // ShouldPodContainersBeTerminating reports whether the worker acted on a
 // termination: from then on no container of the pod starts.
 func (p *PodWorkers) ShouldPodContainersBeTerminating(uid types.UID) bool {
-	return p.query(uid, (*podSyncStatus).IsTerminationStarted, p.synced)
+	return p.query(uid, (*podSyncStatus).IsTerminationStarted, onceSynced)
 }
 
 // ShouldPodRuntimeBeRemoved reports whether resources tied to running
 // containers may be released.
 func (p *PodWorkers) ShouldPodRuntimeBeRemoved(uid types.UID) bool {
-	return p.query(uid, (*podSyncStatus).IsTerminated, p.synced)
+	return p.query(uid, (*podSyncStatus).IsTerminated, onceSynced)
 }
 
 // ShouldPodContentBeRemoved reports whether everything of the pod (dead
 // containers, logs, volumes) may be removed: it was evicted, or deleted and
 // terminated.
 func (p *PodWorkers) ShouldPodContentBeRemoved(uid types.UID) bool {
-	return p.query(uid, func(s *podSyncStatus) bool { return s.IsEvicted() || (s.IsDeleted() && s.IsTerminated()) }, p.synced)
+	return p.query(uid, func(s *podSyncStatus) bool { return s.IsEvicted() || (s.IsDeleted() && s.IsTerminated()) }, onceSynced)
 }
 
 // IsPodForMirrorPodTerminatingByFullName reports whether the static pod
@@ -956,7 +979,7 @@ func (p *PodWorkers) ShouldPodContentBeRemoved(uid types.UID) bool {
 func (p *PodWorkers) IsPodForMirrorPodTerminatingByFullName(fullname string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	uid, ok := p.startedStaticPodsByFullname[fullname]
+	uid, ok := p.staticPods.started[fullname]
 	if !ok {
 		return false
 	}

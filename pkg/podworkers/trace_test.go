@@ -294,7 +294,7 @@ func (h *harness) state(uids string) string {
 		h.pw.mu.Lock()
 		if s, ok := h.pw.statuses[uid]; ok {
 			state = s.WorkType().String()
-			if s.finished {
+			if s.IsFinished() {
 				state = "finished"
 			}
 		}
