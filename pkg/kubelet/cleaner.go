@@ -30,6 +30,16 @@ type cleaner struct {
 	deadContainers chan types.UID
 	// requests holds at most one pending cleanup, the newest.
 	requests chan cleanupRequest
+
+	gc                 GC
+	workers            PodWorkers
+	pods               *podManager
+	status             statusStore
+	mirrors            MirrorPods
+	cgroups            Cgroups
+	volumes            VolumeTearDown
+	rootDir            string
+	deadContainersKept int
 }
 
 // cleanupRequest is housekeeping's view of what must stay.
@@ -46,13 +56,16 @@ type cleanupRequest struct {
 
 const deadContainersBuffer = 64
 
-func newCleaner() cleaner {
-	return cleaner{deadContainers: make(chan types.UID, deadContainersBuffer), requests: make(chan cleanupRequest, 1)}
+// newCleaner returns a cleaner with deps' dependencies and its own queues.
+func newCleaner(deps cleaner) *cleaner {
+	deps.deadContainers = make(chan types.UID, deadContainersBuffer)
+	deps.requests = make(chan cleanupRequest, 1)
+	return &deps
 }
 
 // containerDied queues a pod for pruning without blocking; when the queue
 // is full, the next garbage collection catches up.
-func (c cleaner) containerDied(uid types.UID) {
+func (c *cleaner) containerDied(uid types.UID) {
 	select {
 	case c.deadContainers <- uid:
 	default:
@@ -61,7 +74,7 @@ func (c cleaner) containerDied(uid types.UID) {
 
 // request replaces any pending cleanup with r, without blocking. Only the
 // sync loop sends, so the loop below ends.
-func (c cleaner) request(r cleanupRequest) {
+func (c *cleaner) request(r cleanupRequest) {
 	for {
 		select {
 		case c.requests <- r:
@@ -77,30 +90,30 @@ func (c cleaner) request(r cleanupRequest) {
 
 // evicted reports whether the pod was evicted, by its source or by
 // nodelet: none of its dead containers is kept.
-func (kl *Kubelet) evicted(uid types.UID) bool {
-	if p, ok := kl.pods.podByUID(uid); ok && isEvicted(p.Status) {
+func (c *cleaner) evicted(uid types.UID) bool {
+	if p, ok := c.pods.podByUID(uid); ok && isEvicted(p.Status) {
 		return true
 	}
-	s, ok := kl.status.GetPodStatus(uid)
+	s, ok := c.status.GetPodStatus(uid)
 	return ok && isEvicted(s)
 }
 
-// runCleaner serves the cleaner until ctx ends.
-func (kl *Kubelet) runCleaner(ctx context.Context) {
+// run serves the cleaner until ctx ends.
+func (c *cleaner) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case uid := <-kl.cleaner.deadContainers:
-			keep := kl.cfg.DeadContainersKept
-			if kl.workers.ShouldPodContentBeRemoved(uid) || kl.evicted(uid) {
+		case uid := <-c.deadContainers:
+			keep := c.deadContainersKept
+			if c.workers.ShouldPodContentBeRemoved(uid) || c.evicted(uid) {
 				keep = 0
 			}
-			if err := kl.runtime.PruneDeadContainers(ctx, uid, keep); err != nil {
+			if err := c.gc.PruneDeadContainers(ctx, uid, keep); err != nil {
 				klog.V(2).InfoS("Failed to remove dead containers", "podUID", uid, "err", err)
 			}
-		case r := <-kl.cleaner.requests:
-			if err := kl.cleanup(ctx, r); err != nil {
+		case r := <-c.requests:
+			if err := c.cleanup(ctx, r); err != nil {
 				klog.ErrorS(err, "Failed cleaning up after pods")
 			}
 		}
@@ -108,33 +121,33 @@ func (kl *Kubelet) runCleaner(ctx context.Context) {
 }
 
 // cleanup removes what is left of pods that are gone.
-func (kl *Kubelet) cleanup(ctx context.Context, r cleanupRequest) error {
-	kl.deleteOrphanedMirrorPods(ctx)
+func (c *cleaner) cleanup(ctx context.Context, r cleanupRequest) error {
+	c.deleteOrphanedMirrorPods(ctx)
 	var errs []error
-	if err := kl.runtime.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: kl.cfg.DeadContainersKept}, kl.workers); err != nil {
+	if err := c.gc.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: c.deadContainersKept}, c.workers); err != nil {
 		errs = append(errs, fmt.Errorf("garbage collection: %w", err))
 	}
-	if err := kl.cleanupOrphanedPodDirs(r.keep); err != nil {
+	if err := c.cleanupOrphanedPodDirs(r.keep); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, kl.cleanupOrphanedPodCgroups(r.cgroups, r.keep))
-	errs = append(errs, kl.cfg.Cgroups.UpdateQoS(r.active))
+	errs = append(errs, c.cleanupOrphanedPodCgroups(r.cgroups, r.keep))
+	errs = append(errs, c.cgroups.UpdateQoS(r.active))
 	return errors.Join(errs...)
 }
 
 // deleteOrphanedMirrorPods deletes mirror pods whose static pod is gone
 // and done terminating.
-func (kl *Kubelet) deleteOrphanedMirrorPods(ctx context.Context) {
-	for _, m := range kl.pods.mirrorPods() {
-		if static, _, _ := kl.pods.podAndMirror(m); static != nil {
+func (c *cleaner) deleteOrphanedMirrorPods(ctx context.Context) {
+	for _, m := range c.pods.mirrorPods() {
+		if static, _, _ := c.pods.podAndMirror(m); static != nil {
 			continue
 		}
 		fullName := podutil.FullName(m)
-		if kl.workers.IsPodForMirrorPodTerminatingByFullName(fullName) {
+		if c.workers.IsPodForMirrorPodTerminatingByFullName(fullName) {
 			continue
 		}
 		klog.V(2).InfoS("Deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
-		if _, err := kl.mirrors.DeleteMirrorPod(ctx, fullName, &m.UID); err != nil {
+		if _, err := c.mirrors.DeleteMirrorPod(ctx, fullName, &m.UID); err != nil {
 			klog.ErrorS(err, "Failed deleting orphaned mirror pod", "pod", klog.KObj(m), "podUID", m.UID)
 		}
 	}
@@ -142,14 +155,14 @@ func (kl *Kubelet) deleteOrphanedMirrorPods(ctx context.Context) {
 
 // cleanupOrphanedPodCgroups removes the cgroups of pods that are neither
 // desired, known to the workers, nor running. keep includes all three.
-func (kl *Kubelet) cleanupOrphanedPodCgroups(cgroups map[types.UID]string, keep map[types.UID]bool) error {
+func (c *cleaner) cleanupOrphanedPodCgroups(cgroups map[types.UID]string, keep map[types.UID]bool) error {
 	var errs []error
 	for uid, cg := range cgroups {
 		if keep[uid] {
 			continue
 		}
 		klog.V(3).InfoS("Removing the cgroup of an orphaned pod", "podUID", uid, "cgroup", cg)
-		if err := kl.cfg.Cgroups.Destroy(cg); err != nil {
+		if err := c.cgroups.Destroy(cg); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -160,12 +173,12 @@ func (kl *Kubelet) cleanupOrphanedPodCgroups(cgroups map[types.UID]string, keep 
 // more, but never while anything is still mounted inside one. A pod added
 // after keep was computed is safe: its directory is made only after its
 // worker exists, and the workers never let a live pod's content go.
-func (kl *Kubelet) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
-	err := poddirs.Sweep(poddirs.Root(kl.cfg.RootDir).Pods(), poddirs.PodUID, func(uid types.UID, path string) error {
-		if keep[uid] || !kl.workers.ShouldPodContentBeRemoved(uid) {
+func (c *cleaner) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
+	err := poddirs.Sweep(poddirs.Root(c.rootDir).Pods(), poddirs.PodUID, func(uid types.UID, path string) error {
+		if keep[uid] || !c.workers.ShouldPodContentBeRemoved(uid) {
 			return nil
 		}
-		if err := kl.volumes.TearDown(uid); err != nil {
+		if err := c.volumes.TearDown(uid); err != nil {
 			return err
 		}
 		mounted, err := volume.MountPointsUnder(path)

@@ -65,7 +65,7 @@ func TestStuckSyncLoopIsUnhealthyAndNotReady(t *testing.T) {
 // TestCleanupRequestsCoalesce: the loop never waits for the cleaner, and
 // the cleaner gets the newest request.
 func TestCleanupRequestsCoalesce(t *testing.T) {
-	c := newCleaner()
+	c := newCleaner(cleaner{})
 	for i := 0; i < 5; i++ {
 		c.request(cleanupRequest{active: make([]*v1.Pod, i)})
 	}

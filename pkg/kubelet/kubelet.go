@@ -51,8 +51,12 @@ type PodWorkers interface {
 // Runtime is what the core (not the sync scripts) asks of the runtime.
 type Runtime interface {
 	GetPods(ctx context.Context) ([]*container.Pod, error)
-	GarbageCollect(ctx context.Context, policy kuberuntime.GCPolicy, state kuberuntime.PodState) error
 	ForgetBackOffs()
+}
+
+// GC removes dead containers and what is left of finished pods.
+type GC interface {
+	GarbageCollect(ctx context.Context, policy kuberuntime.GCPolicy, state kuberuntime.PodState) error
 	PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error
 }
 
@@ -109,6 +113,7 @@ type Deps struct {
 	Workers   PodWorkers
 	WorkQueue *podworkers.WorkQueue
 	Runtime   Runtime
+	GC        GC
 	PLEG      PLEG
 	Status    statusStore
 	Sources   *config.SourcesReady
@@ -152,13 +157,11 @@ type Kubelet struct {
 	recorder  record.EventRecorder
 	clock     clock.WithTicker
 	probes    Probes
-	mirrors   MirrorPods
-	volumes   VolumeTearDown
 	health    Health
 	updates   <-chan config.PodUpdate
 
 	// cleaner does housekeeping's slow work off the sync loop.
-	cleaner   cleaner
+	cleaner   *cleaner
 	admission admission
 }
 
@@ -176,14 +179,18 @@ func New(cfg Config, d Deps) *Kubelet {
 	if d.Volumes == nil {
 		d.Volumes = noVolumes{}
 	}
-	kl := &Kubelet{
-		cfg: cfg, pods: newPodManager(), workers: d.Workers, workQueue: d.WorkQueue,
+	pods := newPodManager()
+	cleaner := newCleaner(cleaner{
+		gc: d.GC, workers: d.Workers, pods: pods, status: d.Status, mirrors: d.Mirrors, cgroups: cfg.Cgroups,
+		volumes: d.Volumes, rootDir: cfg.RootDir, deadContainersKept: cfg.DeadContainersKept,
+	})
+	return &Kubelet{
+		cfg: cfg, pods: pods, workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
-		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, mirrors: d.Mirrors, volumes: d.Volumes, health: d.Health, updates: d.Updates,
-		cleaner:   newCleaner(),
+		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
+		cleaner:   cleaner,
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure},
 	}
-	return kl
 }
 
 // Run runs the sync loop, and the cleaner that does housekeeping's slow
@@ -192,7 +199,7 @@ func New(cfg Config, d Deps) *Kubelet {
 func (kl *Kubelet) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var g errgroup.Group
-	g.Go(func() error { kl.runCleaner(ctx); return nil })
+	g.Go(func() error { kl.cleaner.run(ctx); return nil })
 	g.Go(func() error {
 		// The cleaner goes when the loop does.
 		defer cancel()

@@ -18,12 +18,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -152,7 +152,7 @@ func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 	node := nodestatus.Node(nodestatus.Config{NodeName: "n", MaxPods: maxPods},
 		nodestatus.Machine{CPUs: 4, MemoryBytes: 8 << 30, EphemeralStorage: 100 << 30})
 	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), Node: func() *v1.Node { return node }, DeadContainersKept: 1}, Deps{
-		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
+		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, GC: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
 		Status: f.status, Sources: config.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
 		Updates: updates, Health: f.health,
 	})
@@ -326,7 +326,7 @@ func TestHousekeeping(t *testing.T) {
 		if !r.keep["desired"] || !r.keep["orphan"] || !r.keep["dead"] || r.keep["gone"] {
 			t.Fatalf("cleanup keeps %v", r.keep)
 		}
-		if err := f.kl.cleanup(context.Background(), r); err != nil {
+		if err := f.kl.cleaner.cleanup(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 	default:
@@ -648,7 +648,7 @@ func TestReconcile(t *testing.T) {
 	f.runtime.pruned = make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go f.kl.runCleaner(ctx)
+	go f.kl.cleaner.run(ctx)
 	evicted := apiPod("e", "evicted", now)
 	f.kl.HandlePodAdditions([]*v1.Pod{evicted})
 	evicted = evicted.DeepCopy()

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -36,43 +37,13 @@ func (k containerKind) String() string {
 	return [...]string{"container", "init container", "ephemeral container"}[k]
 }
 
-// containerRef points events at one container of a pod, the way kubectl
-// describe groups them.
-func containerRef(pod *v1.Pod, c *v1.Container) *v1.ObjectReference {
-	ref := &v1.ObjectReference{
-		Kind: "Pod", APIVersion: "v1", Name: pod.Name, Namespace: pod.Namespace,
-		UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-	}
-	if c != nil {
-		ref.FieldPath = fieldPath(pod, c.Name)
-	}
-	return ref
-}
-
-func podRef(pod *v1.Pod) *v1.ObjectReference { return containerRef(pod, nil) }
-
-func fieldPath(pod *v1.Pod, name string) string {
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			return "spec.initContainers{" + name + "}"
-		}
-	}
-	for i := range pod.Spec.EphemeralContainers {
-		if pod.Spec.EphemeralContainers[i].Name == name {
-			return "spec.ephemeralContainers{" + name + "}"
-		}
-	}
-	return "spec.containers{" + name + "}"
-}
-
 // startContainer pulls the image, creates and starts the container and
 // runs its postStart hook. On failure it returns one of the container
 // package's sentinel errors, unwrapped so its text is the container's
 // Waiting reason, and the details as the message.
 func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig, c *v1.Container, pod *v1.Pod, podStatus *container.PodStatus, pullSecrets []v1.Secret, podIPs []string) (string, error) {
-	ref := containerRef(pod, c)
-	auths := authConfigs(c.Image, secretCredentials(pullSecrets), nodeCredentials(m.keyringDir))
-	imageRef, msg, err := m.images.ensureImage(ctx, pod, c, auths, sandboxCfg)
+	ref := podutil.ContainerRef(pod, c)
+	imageRef, msg, err := m.images.EnsureImage(ctx, pod, c, pullSecrets, sandboxCfg)
 	if err != nil {
 		m.warn(ctx, ref, "Failed", "Error: %v", err)
 		return msg, err
@@ -84,7 +55,7 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 	}
 	cfg, err := m.containerConfig(ctx, pod, c, restartCount, imageRef, podIPs)
 	if errors.Is(err, ErrMountVolume) {
-		m.warn(ctx, podRef(pod), "FailedMount", "%v", err)
+		m.warn(ctx, podutil.PodRef(pod), "FailedMount", "%v", err)
 	}
 	if err != nil {
 		m.warn(ctx, ref, "Failed", "Error: %v", err)
@@ -98,7 +69,7 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		cid := container.ContainerID{Type: m.runtimeName, ID: id}
-		if msg, err := m.runHook(ctx, pod, c, cid, c.Lifecycle.PostStart, podIPs, 0); err != nil {
+		if msg, err := m.hooks.runHook(ctx, pod, c, cid, c.Lifecycle.PostStart, podIPs, 0); err != nil {
 			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPostStartHook", msg)
 			if kerr := m.killContainer(ctx, pod, cid, c.Name, "FailedPostStartHook", "FailedPostStartHook", nil); kerr != nil {
 				klog.ErrorS(kerr, "Failed to kill container after its postStart hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name)
@@ -122,7 +93,7 @@ func (m *Manager) warn(ctx context.Context, ref *v1.ObjectReference, reason, for
 // createAndStart creates and starts a container, holding a start slot for
 // the two calls.
 func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Container, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, string, error) {
-	ref := containerRef(pod, c)
+	ref := podutil.ContainerRef(pod, c)
 	release, err := m.starts.acquire(ctx, pod)
 	if err != nil {
 		return "", err.Error(), container.ErrCreateContainer
@@ -134,8 +105,8 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	})
 	cancel()
 	if err != nil {
-		m.warn(ctx, ref, "Failed", "Error: %s", errMessage(err))
-		return "", errMessage(err), container.ErrCreateContainer
+		m.warn(ctx, ref, "Failed", "Error: %s", crierr.Message(err))
+		return "", crierr.Message(err), container.ErrCreateContainer
 	}
 	id := created.ContainerId
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
@@ -147,8 +118,8 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	_, err = m.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: id})
 	cancel()
 	if err != nil {
-		m.warn(ctx, ref, "Failed", "Error: %s", errMessage(err))
-		return id, errMessage(err), container.ErrRunContainer
+		m.warn(ctx, ref, "Failed", "Error: %s", crierr.Message(err))
+		return id, crierr.Message(err), container.ErrRunContainer
 	}
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	return id, "", nil
@@ -183,7 +154,7 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		mounts = append(mounts, &runtimeapi.Mount{ContainerPath: c.TerminationMessagePath, HostPath: hostPath})
 	}
 
-	logDir := filepath.Join(m.podLogDir(pod), c.Name)
+	logDir := filepath.Join(podLogDir(m.podLogsDir, pod), c.Name)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating log directory: %w", err)
 	}
@@ -192,7 +163,7 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	if err != nil {
 		return nil, err
 	}
-	if err := verifyRunAsNonRoot(pod, c, linux.SecurityContext, m.images.image(ctx, imageRef)); err != nil {
+	if err := verifyRunAsNonRoot(pod, c, linux.SecurityContext, m.images.Image(ctx, imageRef)); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.ContainerConfig{
@@ -265,7 +236,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 		grace = minGracePeriodSeconds
 	}
 
-	ref := containerRef(pod, spec)
+	ref := podutil.ContainerRef(pod, spec)
 	if message == "" {
 		message = fmt.Sprintf("Stopping container %s", name)
 	}
@@ -274,7 +245,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	start := m.clock.Now()
 	if preStop != nil && grace > 0 {
 		hookCtx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
-		if msg, err := m.runHook(hookCtx, pod, spec, id, preStop, nil, time.Duration(grace)*time.Second); err != nil {
+		if msg, err := m.hooks.runHook(hookCtx, pod, spec, id, preStop, nil, time.Duration(grace)*time.Second); err != nil {
 			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPreStopHook", msg)
 			klog.V(2).InfoS("PreStop hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "err", err)
 		}
@@ -295,7 +266,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
 	defer cancel()
 	_, err = m.runtime.StopContainer(cctx, &runtimeapi.StopContainerRequest{ContainerId: id.ID, Timeout: grace})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !crierr.IsNotFound(err) {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
 	}
 	return nil

@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -109,16 +107,4 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration, extra ...
 		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q did not answer: %v", ErrRuntimeUnreachable, endpoint, err)
 	}
 	return conn, v, nil
-}
-
-// isNotFound reports whether the runtime says the object does not exist,
-// which for stop and remove means the work is already done.
-func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
-
-// errMessage is the runtime's own words for an error, without gRPC framing.
-func errMessage(err error) string {
-	if s, ok := status.FromError(err); ok {
-		return s.Message()
-	}
-	return err.Error()
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/logs"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 )
@@ -24,12 +25,37 @@ type GCPolicy struct {
 	MaxPerPodContainer int
 }
 
+// ContainerGC removes what is left of containers, sandboxes and pods:
+// dead containers beyond the newest few, old sandboxes, and everything of
+// pods whose content may go. It shares the runtime manager's start gate,
+// so removals never hold up pod starts.
+type ContainerGC struct {
+	runtime     RuntimeService
+	runtimeName string
+	podLogsDir  string
+	timeout     time.Duration
+	starts      *startGate
+	pods        interface {
+		GetPods(ctx context.Context) ([]*container.Pod, error)
+	}
+}
+
+// ContainerGC returns the garbage collector of the manager's containers.
+func (m *Manager) ContainerGC() *ContainerGC {
+	return &ContainerGC{runtime: m.runtime, runtimeName: m.runtimeName, podLogsDir: m.podLogsDir,
+		timeout: m.requestTimeout, starts: m.starts, pods: m}
+}
+
+func (g *ContainerGC) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.timeout)
+}
+
 // GarbageCollect removes what no longer serves a purpose: dead containers
 // beyond the newest few per container, dead sandboxes that are not a pod's
 // newest, and everything (containers, sandboxes, logs) of pods whose
 // content the pod workers say may go. It never touches anything running.
-func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, state PodState) error {
-	pods, err := m.GetPods(ctx)
+func (g *ContainerGC) GarbageCollect(ctx context.Context, policy GCPolicy, state PodState) error {
+	pods, err := g.pods.GetPods(ctx)
 	if err != nil {
 		return err
 	}
@@ -37,30 +63,30 @@ func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, state Pod
 	live := map[types.UID]bool{}
 	for _, p := range pods {
 		if state.ShouldPodContentBeRemoved(p.ID) {
-			errs = append(errs, m.removePodLeftovers(ctx, p))
+			errs = append(errs, g.removePodLeftovers(ctx, p))
 			continue
 		}
 		live[p.ID] = true
-		errs = append(errs, m.pruneDeadContainers(ctx, p, policy.MaxPerPodContainer))
-		errs = append(errs, m.pruneOldSandboxes(ctx, p))
+		errs = append(errs, g.pruneDeadContainers(ctx, p, policy.MaxPerPodContainer))
+		errs = append(errs, g.pruneOldSandboxes(ctx, p))
 	}
-	errs = append(errs, m.removeOrphanedLogDirs(live, state))
+	errs = append(errs, g.removeOrphanedLogDirs(live, state))
 	return errors.Join(errs...)
 }
 
 // removePodLeftovers removes a finished pod's dead sandboxes (taking their
 // containers with them) and dead containers. Running parts are left for
 // the pod workers to stop first.
-func (m *Manager) removePodLeftovers(ctx context.Context, p *container.Pod) error {
+func (g *ContainerGC) removePodLeftovers(ctx context.Context, p *container.Pod) error {
 	var errs []error
 	for _, c := range p.Containers {
 		if c.State != container.StateRunning {
-			errs = append(errs, m.removeContainer(ctx, c.ID.ID))
+			errs = append(errs, g.removeContainer(ctx, c.ID.ID))
 		}
 	}
 	for _, sb := range p.Sandboxes {
 		if !sb.Ready {
-			errs = append(errs, m.removeSandbox(ctx, sb.ID))
+			errs = append(errs, g.removeSandbox(ctx, sb.ID))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -73,10 +99,10 @@ func (m *Manager) removePodLeftovers(ctx context.Context, p *container.Pod) erro
 // PruneDeadContainers removes one pod's dead containers beyond the newest
 // keep per container (the newest instance of each always stays: it is the
 // container's status). The sync loop calls it when a container dies.
-func (m *Manager) PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error {
-	cctx, cancel := m.call(ctx)
+func (g *ContainerGC) PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error {
+	cctx, cancel := g.call(ctx)
 	defer cancel()
-	resp, err := m.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{
+	resp, err := g.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{
 		Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{labelPodUID: string(uid)}},
 	})
 	if err != nil {
@@ -85,14 +111,14 @@ func (m *Manager) PruneDeadContainers(ctx context.Context, uid types.UID, keep i
 	p := &container.Pod{ID: uid}
 	for _, c := range resp.GetContainers() {
 		p.Containers = append(p.Containers, &container.Container{
-			ID: container.ContainerID{Type: m.runtimeName, ID: c.Id}, Name: c.GetMetadata().GetName(),
+			ID: container.ContainerID{Type: g.runtimeName, ID: c.Id}, Name: c.GetMetadata().GetName(),
 			State: stateFromCRI(c.State), CreatedAt: time.Unix(0, c.CreatedAt),
 		})
 	}
-	return m.pruneDeadContainers(ctx, p, keep)
+	return g.pruneDeadContainers(ctx, p, keep)
 }
 
-func (m *Manager) pruneDeadContainers(ctx context.Context, p *container.Pod, keep int) error {
+func (g *ContainerGC) pruneDeadContainers(ctx context.Context, p *container.Pod, keep int) error {
 	byName := map[string][]*container.Container{}
 	for _, c := range p.Containers {
 		byName[c.Name] = append(byName[c.Name], c)
@@ -107,7 +133,7 @@ func (m *Manager) pruneDeadContainers(ctx context.Context, p *container.Pod, kee
 				continue
 			}
 			if dead++; dead > keep {
-				errs = append(errs, m.removeContainer(ctx, c.ID.ID))
+				errs = append(errs, g.removeContainer(ctx, c.ID.ID))
 			}
 		}
 	}
@@ -116,7 +142,7 @@ func (m *Manager) pruneDeadContainers(ctx context.Context, p *container.Pod, kee
 
 // pruneOldSandboxes removes dead sandboxes other than the newest once no
 // container of theirs is left.
-func (m *Manager) pruneOldSandboxes(ctx context.Context, p *container.Pod) error {
+func (g *ContainerGC) pruneOldSandboxes(ctx context.Context, p *container.Pod) error {
 	if len(p.Sandboxes) < 2 {
 		return nil
 	}
@@ -125,7 +151,7 @@ func (m *Manager) pruneOldSandboxes(ctx context.Context, p *container.Pod) error
 	var errs []error
 	for _, sb := range sbs[1:] {
 		if !sb.Ready {
-			errs = append(errs, m.removeSandbox(ctx, sb.ID))
+			errs = append(errs, g.removeSandbox(ctx, sb.ID))
 		}
 	}
 	return errors.Join(errs...)
@@ -133,16 +159,16 @@ func (m *Manager) pruneOldSandboxes(ctx context.Context, p *container.Pod) error
 
 // removeContainer removes a container and its log files, rotated ones
 // included: the runtime does not own them.
-func (m *Manager) removeContainer(ctx context.Context, id string) error {
-	release, err := m.starts.acquireBackground(ctx)
+func (g *ContainerGC) removeContainer(ctx context.Context, id string) error {
+	release, err := g.starts.acquireBackground(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
-	ctx, cancel := m.call(ctx)
+	ctx, cancel := g.call(ctx)
 	defer cancel()
-	st, err := m.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-	if _, err := m.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !isNotFound(err) {
+	st, err := g.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if _, err := g.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !crierr.IsNotFound(err) {
 		return fmt.Errorf("removing container %s: %w", id, err)
 	}
 	if path := st.GetStatus().GetLogPath(); err == nil && path != "" {
@@ -157,15 +183,15 @@ func (m *Manager) removeContainer(ctx context.Context, id string) error {
 	return nil
 }
 
-func (m *Manager) removeSandbox(ctx context.Context, id string) error {
-	release, err := m.starts.acquireBackground(ctx)
+func (g *ContainerGC) removeSandbox(ctx context.Context, id string) error {
+	release, err := g.starts.acquireBackground(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
-	ctx, cancel := m.call(ctx)
+	ctx, cancel := g.call(ctx)
 	defer cancel()
-	if _, err := m.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {
+	if _, err := g.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil && !crierr.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox %s: %w", id, err)
 	}
 	return nil
@@ -173,11 +199,11 @@ func (m *Manager) removeSandbox(ctx context.Context, id string) error {
 
 // removeOrphanedLogDirs deletes the log directories of pods that left the
 // runtime and whose content may go.
-func (m *Manager) removeOrphanedLogDirs(live map[types.UID]bool, state PodState) error {
-	if m.podLogsDir == "" {
+func (g *ContainerGC) removeOrphanedLogDirs(live map[types.UID]bool, state PodState) error {
+	if g.podLogsDir == "" {
 		return nil
 	}
-	return poddirs.Sweep(m.podLogsDir, poddirs.LogDirUID, func(uid types.UID, path string) error {
+	return poddirs.Sweep(g.podLogsDir, poddirs.LogDirUID, func(uid types.UID, path string) error {
 		if live[uid] || !state.ShouldPodContentBeRemoved(uid) {
 			return nil
 		}

@@ -4,33 +4,43 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/crierr"
+	"github.com/nodelet/nodelet/pkg/httpget"
 )
+
+// hookUserAgent is what HTTP hooks identify as, as upstream's
+// kube-lifecycle.
+const hookUserAgent = "kube-lifecycle/nodelet"
+
+// hookRunner runs postStart and preStop handlers.
+type hookRunner struct {
+	runtime  ContainerService
+	clock    clock.Clock
+	recorder record.EventRecorder
+}
 
 // runHook runs a postStart or preStop handler and returns a message for the
 // event when it fails. budget bounds exec hooks that have no deadline of
 // their own (0: until ctx ends).
-func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, id container.ContainerID, h *v1.LifecycleHandler, podIPs []string, budget time.Duration) (string, error) {
+func (r *hookRunner) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, id container.ContainerID, h *v1.LifecycleHandler, podIPs []string, budget time.Duration) (string, error) {
 	switch {
 	case h.Exec != nil:
 		timeout := int64(0)
 		if budget > 0 {
 			timeout = int64(budget.Seconds())
 		}
-		resp, err := m.runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id.ID, Cmd: h.Exec.Command, Timeout: timeout})
+		resp, err := r.runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id.ID, Cmd: h.Exec.Command, Timeout: timeout})
 		if err != nil {
-			return fmt.Sprintf("Exec lifecycle hook (%v) for Container %q in Pod %q failed - error: %v", h.Exec.Command, c.Name, pod.Name, errMessage(err)), err
+			return fmt.Sprintf("Exec lifecycle hook (%v) for Container %q in Pod %q failed - error: %v", h.Exec.Command, c.Name, pod.Name, crierr.Message(err)), err
 		}
 		if resp.ExitCode != 0 {
 			out := strings.TrimSpace(string(resp.Stdout) + string(resp.Stderr))
@@ -39,14 +49,14 @@ func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, id 
 		}
 		return "", nil
 	case h.HTTPGet != nil:
-		if err := m.runHTTPHook(ctx, pod, c, h.HTTPGet, podIPs); err != nil {
+		if err := r.runHTTPHook(ctx, pod, c, h.HTTPGet, podIPs); err != nil {
 			return fmt.Sprintf("HTTP lifecycle hook (%s) for Container %q in Pod %q failed - error: %v", h.HTTPGet.Path, c.Name, pod.Name, err), err
 		}
 		return "", nil
 	case h.Sleep != nil:
 		d := time.Duration(h.Sleep.Seconds) * time.Second
 		select {
-		case <-m.clock.After(d):
+		case <-r.clock.After(d):
 			return "", nil
 		case <-ctx.Done():
 			// Cut short by the grace period: the container is stopped next.
@@ -61,64 +71,40 @@ func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, id 
 	}
 }
 
-func (m *Manager) runHTTPHook(ctx context.Context, pod *v1.Pod, c *v1.Container, g *v1.HTTPGetAction, podIPs []string) error {
-	host := g.Host
-	if host == "" {
-		if len(podIPs) > 0 {
-			host = podIPs[0]
-		} else if pod.Status.PodIP != "" {
-			host = pod.Status.PodIP
-		} else {
-			return fmt.Errorf("pod has no IP to send the hook to")
+// runHTTPHook sends a hook's GET. An HTTPS hook answered in plain HTTP is
+// sent again over HTTP, as upstream does (with a warning event), so hooks
+// written before HTTPS was honoured keep working.
+func (r *hookRunner) runHTTPHook(ctx context.Context, pod *v1.Pod, c *v1.Container, g *v1.HTTPGetAction, podIPs []string) error {
+	podIP := pod.Status.PodIP
+	if len(podIPs) > 0 {
+		podIP = podIPs[0]
+	}
+	if g.Host == "" && podIP == "" {
+		return fmt.Errorf("pod has no IP to send the hook to")
+	}
+	req, err := httpget.NewRequest(ctx, g, c, podIP, hookUserAgent)
+	if err != nil {
+		return err
+	}
+	client := httpget.NewClient()
+	resp, err := client.Do(req)
+	if err != nil && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		req = req.Clone(ctx)
+		req.URL.Scheme = "http"
+		req.Header.Del("Authorization")
+		if resp, err = client.Do(req); err == nil {
+			r.recorder.Eventf(pod, v1.EventTypeWarning, "LifecycleHTTPFallback", "request to HTTPS lifecycle hook %s got HTTP response, retry with HTTP succeeded", req.URL.Host)
 		}
 	}
-	port, err := resolvePort(g.Port, c)
-	if err != nil {
-		return err
-	}
-	scheme := strings.ToLower(string(g.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: g.Path}
-	if i := strings.Index(g.Path, "?"); i >= 0 {
-		u.Path, u.RawQuery = g.Path[:i], g.Path[i+1:]
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	for _, h := range g.HTTPHeaders {
-		req.Header.Add(h.Name, h.Value)
-	}
-	req.Header.Set("User-Agent", "kube-lifecycle/nodelet")
-	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 10*1024))
-	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("HTTP %d from %s", resp.StatusCode, u)
+	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 10*1024)); err != nil {
+		return fmt.Errorf("reading the answer of %s: %w", req.URL, err)
+	}
+	if !httpget.Success(resp.StatusCode) {
+		return fmt.Errorf("HTTP %d from %s", resp.StatusCode, req.URL)
 	}
 	return nil
-}
-
-// resolvePort turns a port given by number or by name into a number.
-func resolvePort(p intstr.IntOrString, c *v1.Container) (int, error) {
-	if p.Type == intstr.Int {
-		if p.IntVal <= 0 || p.IntVal > 65535 {
-			return 0, fmt.Errorf("invalid port %d", p.IntVal)
-		}
-		return int(p.IntVal), nil
-	}
-	for _, cp := range c.Ports {
-		if cp.Name == p.StrVal {
-			return int(cp.ContainerPort), nil
-		}
-	}
-	if n, err := strconv.Atoi(p.StrVal); err == nil && n > 0 && n <= 65535 {
-		return n, nil
-	}
-	return 0, fmt.Errorf("container %q has no port named %q", c.Name, p.StrVal)
 }

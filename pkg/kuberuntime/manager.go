@@ -26,6 +26,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/crierr"
+	"github.com/nodelet/nodelet/pkg/images"
 )
 
 // ErrMountVolume classifies a RunContainerOptions failure to set up a
@@ -81,13 +83,15 @@ type Options struct {
 	// MemoryCapacity is the node's memory, for OOM score adjustments.
 	MemoryCapacity int64
 	// Pulls, when set, learns of every image pull a pod waited for.
-	Pulls PullObserver
+	Pulls images.PullObserver
 }
 
-// PullObserver learns when a pod's image pulls started and ended, so the
-// pod start SLI can leave out the time spent pulling.
-type PullObserver interface {
-	ObservePull(pod types.UID, start, end time.Time)
+// imagePuller makes sure a container's image is present (images.Puller).
+type imagePuller interface {
+	EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig) (ref, msg string, err error)
+	BackOffLeft(image string) time.Duration
+	Image(ctx context.Context, ref string) *runtimeapi.Image
+	ForgetBackOffs()
 }
 
 // Manager is the CRI runtime manager.
@@ -101,11 +105,10 @@ type Manager struct {
 	requestTimeout time.Duration
 	cgroupParent   func(*v1.Pod) string
 	health         ContainerHealth
-	keyringDir     string
 	memoryCapacity int64
 
-	images       *imagePuller
-	imageRecords imageRecords
+	images imagePuller
+	hooks  *hookRunner
 	// starts caps the runtime calls that start sandboxes and containers.
 	starts *startGate
 	// stopping holds what nodelet is stopping itself.
@@ -148,15 +151,17 @@ func New(o Options) *Manager {
 		requestTimeout: o.RequestTimeout,
 		cgroupParent:   o.CgroupParent,
 		health:         o.Health,
-		keyringDir:     o.KeyringDir,
 		memoryCapacity: o.MemoryCapacity,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 		starts:         newStartGate(MaxParallelPodStarts),
 		stopping:       newStopping(o.Clock),
 	}
 	m.crashBackOff.Clock = o.Clock
-	m.images = newImagePuller(o.Images, o.Recorder, o.Clock, o.RequestTimeout, o.MaxParallelPulls)
-	m.images.observer = o.Pulls
+	m.hooks = &hookRunner{runtime: o.Runtime, clock: o.Clock, recorder: o.Recorder}
+	m.images = images.NewPuller(images.PullerOptions{
+		Images: o.Images, Recorder: o.Recorder, Clock: o.Clock, Timeout: o.RequestTimeout,
+		MaxParallel: o.MaxParallelPulls, KeyringDir: o.KeyringDir, Observer: o.Pulls,
+	})
 	return m
 }
 
@@ -173,19 +178,9 @@ func (m *Manager) Unexpected(ids []string) []string {
 	return out
 }
 
-// RuntimeName is the runtime's name as it reports it (e.g. "containerd").
-func (m *Manager) RuntimeName() string { return m.runtimeName }
-
 // call bounds one unary CRI request by the request timeout.
 func (m *Manager) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, m.requestTimeout)
-}
-
-// Version asks the runtime who it is.
-func (m *Manager) Version(ctx context.Context) (*runtimeapi.VersionResponse, error) {
-	ctx, cancel := m.call(ctx)
-	defer cancel()
-	return m.runtime.Version(ctx, &runtimeapi.VersionRequest{})
 }
 
 // RuntimeHealth reports the runtime's own conditions: an error when the
@@ -286,7 +281,7 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespa
 	ps := &container.PodStatus{ID: uid, Name: name, Namespace: namespace, TimeStamp: now}
 	for _, s := range sandboxes.GetItems() {
 		resp, err := m.runtime.PodSandboxStatus(cctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id})
-		if isNotFound(err) {
+		if crierr.IsNotFound(err) {
 			continue // removed since the list
 		}
 		if err != nil {
@@ -307,7 +302,7 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespa
 	}
 	for _, c := range containers.GetContainers() {
 		resp, err := m.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
-		if isNotFound(err) {
+		if crierr.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -375,7 +370,7 @@ func (m *Manager) containerStatusFromCRI(s *runtimeapi.ContainerStatus) *contain
 		st.FinishedAt = time.Unix(0, s.FinishedAt)
 	}
 	if st.State == container.StateExited {
-		if msg, ok := m.terminationMessage(s, info); ok {
+		if msg, ok := terminationMessage(s, info); ok {
 			st.Message = msg
 		}
 	}
@@ -385,7 +380,7 @@ func (m *Manager) containerStatusFromCRI(s *runtimeapi.ContainerStatus) *contain
 // terminationMessage reads what the container wrote to its termination
 // message path, falling back to the tail of its log when the policy asks
 // for it and the container failed without a message.
-func (m *Manager) terminationMessage(s *runtimeapi.ContainerStatus, info containerInfo) (string, bool) {
+func terminationMessage(s *runtimeapi.ContainerStatus, info containerInfo) (string, bool) {
 	if info.TerminationMessagePath != "" {
 		for _, mnt := range s.Mounts {
 			if mnt.ContainerPath != info.TerminationMessagePath {
@@ -410,6 +405,6 @@ func (m *Manager) terminationMessage(s *runtimeapi.ContainerStatus, info contain
 }
 
 // podLogDir is where the runtime writes a pod's container logs.
-func (m *Manager) podLogDir(pod *v1.Pod) string {
-	return filepath.Join(m.podLogsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+func podLogDir(podLogsDir string, pod *v1.Pod) string {
+	return filepath.Join(podLogsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
 }

@@ -17,8 +17,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
 )
 
 type testHelper struct{ dir string }
@@ -289,66 +289,6 @@ func drain(r *record.FakeRecorder) string {
 	}
 }
 
-func TestImagePullPolicies(t *testing.T) {
-	ctx := context.Background()
-	pod := newPod(v1.RestartPolicyAlways, "a").pod
-	c := &pod.Spec.Containers[0]
-	for _, tc := range []struct {
-		image   string
-		policy  v1.PullPolicy
-		present bool
-		pulls   int
-		err     error
-	}{
-		{"img:1", v1.PullIfNotPresent, true, 0, nil},
-		{"img:1", v1.PullIfNotPresent, false, 1, nil},
-		{"img:1", v1.PullAlways, true, 1, nil},
-		{"img:1", v1.PullNever, false, 0, container.ErrImageNeverPull},
-		{"img:1", v1.PullNever, true, 0, nil},
-		{"img", "", true, 1, nil}, // untagged defaults to Always
-		{"img:2", "", true, 0, nil},
-		{"bad image", "", false, 0, container.ErrInvalidImageName},
-	} {
-		f := newFixture(t)
-		if tc.present {
-			f.rt.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: tc.image}})
-		}
-		f.rt.ResetCalls()
-		c.Image, c.ImagePullPolicy = tc.image, tc.policy
-		_, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil)
-		if !errors.Is(err, tc.err) && err != tc.err {
-			t.Errorf("%s %s present=%v: err %v, want %v", tc.image, tc.policy, tc.present, err, tc.err)
-		}
-		if got := len(calls(f.rt, "PullImage")); got != tc.pulls {
-			t.Errorf("%s %s present=%v: %d pulls, want %d", tc.image, tc.policy, tc.present, got, tc.pulls)
-		}
-	}
-}
-
-func TestImagePullBackOff(t *testing.T) {
-	ctx := context.Background()
-	f := newFixture(t)
-	pod := newPod(v1.RestartPolicyAlways, "a").pod
-	c := &pod.Spec.Containers[0]
-	c.Image, c.ImagePullPolicy = "missing:1", v1.PullIfNotPresent
-	f.rt.FailNext("PullImage", errors.New("not found"))
-	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); !errors.Is(err, container.ErrImagePull) {
-		t.Fatalf("first: %v", err)
-	}
-	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); !errors.Is(err, container.ErrImagePullBackOff) {
-		t.Fatalf("second: %v", err)
-	}
-	f.clock.Step(4 * time.Second)
-	if left := f.m.images.backOffLeft(c.Image); left != 6*time.Second {
-		t.Fatalf("back-off left %v, want 6s", left)
-	}
-	f.clock.Step(-4 * time.Second)
-	f.clock.Step(11 * time.Second)
-	if _, _, err := f.m.images.ensureImage(ctx, pod, c, nil, nil); err != nil {
-		t.Fatalf("after the back-off: %v", err)
-	}
-}
-
 func TestGarbageCollect(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -366,7 +306,7 @@ func TestGarbageCollect(t *testing.T) {
 	}
 	f.m.KillPod(ctx, gone, f.status(t, gone).ToRunningPod(), nil)
 
-	if err := f.m.GarbageCollect(ctx, GCPolicy{MaxPerPodContainer: 1}, podState{removable: map[types.UID]bool{"gone-uid": true}}); err != nil {
+	if err := f.m.ContainerGC().GarbageCollect(ctx, GCPolicy{MaxPerPodContainer: 1}, podState{removable: map[types.UID]bool{"gone-uid": true}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(f.rt.ContainerIDs("a", nil)); got != 2 {

@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -37,7 +38,7 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 		Config: cfg, RuntimeHandler: runtimeHandler(pod),
 	})
 	if err != nil {
-		msg := fmt.Sprintf("Failed to create pod sandbox: %v", errMessage(err))
+		msg := fmt.Sprintf("Failed to create pod sandbox: %v", crierr.Message(err))
 		return "", msg, err
 	}
 	return resp.PodSandboxId, "", nil
@@ -58,7 +59,7 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 		},
 		Labels:       sandboxLabels(pod),
 		Annotations:  sandboxAnnotations(pod),
-		LogDirectory: m.podLogDir(pod),
+		LogDirectory: podLogDir(m.podLogsDir, pod),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: m.cgroupParent(pod),
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
@@ -151,7 +152,7 @@ func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error
 	defer m.stopping.begin(id)()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
-	if _, err := m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {
+	if _, err := m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !crierr.IsNotFound(err) {
 		return err
 	}
 	klog.V(4).InfoS("Stopped pod sandbox", "podSandboxID", id)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 )
 
 // ErrNotFound classifies a request for a pod or container the runtime
@@ -21,6 +22,25 @@ var ErrNotFound = errors.New("not found")
 
 // logFollowPoll is how often a followed log is checked for new lines.
 const logFollowPoll = 100 * time.Millisecond
+
+// Streamer serves what the kubelet API asks of containers: logs, exec,
+// attach and port-forward (the runtime's streaming URLs), and commands run
+// for their output.
+type Streamer struct {
+	runtime        RuntimeService
+	clock          clock.Clock
+	requestTimeout time.Duration
+}
+
+// NewStreamer returns the streamer over a runtime; each unary call is
+// bounded by requestTimeout.
+func NewStreamer(runtime RuntimeService, clk clock.Clock, requestTimeout time.Duration) *Streamer {
+	return &Streamer{runtime: runtime, clock: clk, requestTimeout: requestTimeout}
+}
+
+func (s *Streamer) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.requestTimeout)
+}
 
 // LogOptions are kubectl logs' options, as the kubelet API takes them.
 type LogOptions struct {
@@ -35,14 +55,14 @@ type LogOptions struct {
 
 // findContainer returns the container of the pod with the name: the
 // newest instance, or with previous the one before it.
-func (m *Manager) findContainer(ctx context.Context, namespace, pod, uid, name string, previous bool) (*runtimeapi.Container, error) {
+func (s *Streamer) findContainer(ctx context.Context, namespace, pod, uid, name string, previous bool) (*runtimeapi.Container, error) {
 	labels := map[string]string{labelPodName: pod, labelPodNamespace: namespace, labelContainerName: name}
 	if uid != "" {
 		labels[labelPodUID] = uid
 	}
-	cctx, cancel := m.call(ctx)
+	cctx, cancel := s.call(ctx)
 	defer cancel()
-	resp, err := m.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: labels}})
+	resp, err := s.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: labels}})
 	if err != nil {
 		return nil, fmt.Errorf("listing containers: %w", err)
 	}
@@ -66,13 +86,13 @@ func (m *Manager) findContainer(ctx context.Context, namespace, pod, uid, name s
 // container's own output (or with timestamps, each line prefixed with
 // its time), optionally the last lines only, since a time, up to a byte
 // limit, and followed while the container runs.
-func (m *Manager) ContainerLogs(ctx context.Context, namespace, pod, name string, opts LogOptions, w io.Writer) error {
-	c, err := m.findContainer(ctx, namespace, pod, "", name, opts.Previous)
+func (s *Streamer) ContainerLogs(ctx context.Context, namespace, pod, name string, opts LogOptions, w io.Writer) error {
+	c, err := s.findContainer(ctx, namespace, pod, "", name, opts.Previous)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := m.call(ctx)
-	st, err := m.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+	cctx, cancel := s.call(ctx)
+	st, err := s.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("container status: %w", err)
@@ -97,9 +117,9 @@ func (m *Manager) ContainerLogs(ctx context.Context, namespace, pod, name string
 	}
 	r := bufio.NewReader(f)
 	running := func() bool {
-		cctx, cancel := m.call(ctx)
+		cctx, cancel := s.call(ctx)
 		defer cancel()
-		s, err := m.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		s, err := s.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
 		return err == nil && s.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
 	}
 	var pending []byte
@@ -141,7 +161,7 @@ func (m *Manager) ContainerLogs(ctx context.Context, namespace, pod, name string
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-m.clock.After(logFollowPoll):
+		case <-s.clock.After(logFollowPoll):
 		}
 	}
 }
@@ -252,12 +272,12 @@ func seekTail(f *os.File, n int64) error {
 }
 
 // GetExec asks the runtime's streaming server for an exec session.
-func (m *Manager) GetExec(ctx context.Context, namespace, pod, uid, name string, cmd []string, stdin, stdout, stderr, tty bool) (*url.URL, error) {
-	c, err := m.findRunning(ctx, namespace, pod, uid, name)
+func (s *Streamer) GetExec(ctx context.Context, namespace, pod, uid, name string, cmd []string, stdin, stdout, stderr, tty bool) (*url.URL, error) {
+	c, err := s.findRunning(ctx, namespace, pod, uid, name)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := m.runtime.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: c.Id, Cmd: cmd, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, Tty: tty})
+	resp, err := s.runtime.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: c.Id, Cmd: cmd, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, Tty: tty})
 	if err != nil {
 		return nil, fmt.Errorf("exec: %w", err)
 	}
@@ -265,12 +285,12 @@ func (m *Manager) GetExec(ctx context.Context, namespace, pod, uid, name string,
 }
 
 // GetAttach asks the runtime's streaming server for an attach session.
-func (m *Manager) GetAttach(ctx context.Context, namespace, pod, uid, name string, stdin, stdout, stderr, tty bool) (*url.URL, error) {
-	c, err := m.findRunning(ctx, namespace, pod, uid, name)
+func (s *Streamer) GetAttach(ctx context.Context, namespace, pod, uid, name string, stdin, stdout, stderr, tty bool) (*url.URL, error) {
+	c, err := s.findRunning(ctx, namespace, pod, uid, name)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := m.runtime.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: c.Id, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, Tty: tty})
+	resp, err := s.runtime.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: c.Id, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, Tty: tty})
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
 	}
@@ -279,13 +299,13 @@ func (m *Manager) GetAttach(ctx context.Context, namespace, pod, uid, name strin
 
 // GetPortForward asks the runtime's streaming server for a port-forward
 // session into the pod's sandbox.
-func (m *Manager) GetPortForward(ctx context.Context, namespace, pod, uid string, ports []int32) (*url.URL, error) {
+func (s *Streamer) GetPortForward(ctx context.Context, namespace, pod, uid string, ports []int32) (*url.URL, error) {
 	labels := map[string]string{labelPodName: pod, labelPodNamespace: namespace}
 	if uid != "" {
 		labels[labelPodUID] = uid
 	}
-	cctx, cancel := m.call(ctx)
-	resp, err := m.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+	cctx, cancel := s.call(ctx)
+	resp, err := s.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
 		LabelSelector: labels, State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
 	}})
 	cancel()
@@ -295,7 +315,7 @@ func (m *Manager) GetPortForward(ctx context.Context, namespace, pod, uid string
 	if len(resp.Items) == 0 {
 		return nil, fmt.Errorf("%w: no running sandbox for pod %s/%s", ErrNotFound, namespace, pod)
 	}
-	pf, err := m.runtime.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: resp.Items[0].Id, Port: ports})
+	pf, err := s.runtime.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: resp.Items[0].Id, Port: ports})
 	if err != nil {
 		return nil, fmt.Errorf("port-forward: %w", err)
 	}
@@ -303,20 +323,20 @@ func (m *Manager) GetPortForward(ctx context.Context, namespace, pod, uid string
 }
 
 // RunInContainer runs a command in a container and returns its output.
-func (m *Manager) RunInContainer(ctx context.Context, namespace, pod, uid, name string, cmd []string) ([]byte, error) {
-	c, err := m.findRunning(ctx, namespace, pod, uid, name)
+func (s *Streamer) RunInContainer(ctx context.Context, namespace, pod, uid, name string, cmd []string) ([]byte, error) {
+	c, err := s.findRunning(ctx, namespace, pod, uid, name)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := m.runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: c.Id, Cmd: cmd, Timeout: int64(m.requestTimeout / time.Second)})
+	resp, err := s.runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: c.Id, Cmd: cmd, Timeout: int64(s.requestTimeout / time.Second)})
 	if err != nil {
 		return nil, fmt.Errorf("exec: %w", err)
 	}
 	return append(resp.Stdout, resp.Stderr...), nil
 }
 
-func (m *Manager) findRunning(ctx context.Context, namespace, pod, uid, name string) (*runtimeapi.Container, error) {
-	c, err := m.findContainer(ctx, namespace, pod, uid, name, false)
+func (s *Streamer) findRunning(ctx context.Context, namespace, pod, uid, name string) (*runtimeapi.Container, error) {
+	c, err := s.findContainer(ctx, namespace, pod, uid, name, false)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -34,7 +35,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 	klog.V(3).InfoS("computePodActions", "pod", klog.KObj(pod), "podUID", pod.UID, "actions", actions.String())
 
 	if actions.CreateSandbox && actions.SandboxID != "" {
-		m.recorder.Event(podRef(pod), v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+		m.recorder.Event(podutil.PodRef(pod), v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
 
 	// Step 2.
@@ -75,7 +76,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 				return result
 			}
 			r.Fail(container.ErrCreatePodSandbox, msg)
-			m.recorder.Eventf(podRef(pod), v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", errMessage(err))
+			m.recorder.Eventf(podutil.PodRef(pod), v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", crierr.Message(err))
 			klog.ErrorS(err, "Failed to create pod sandbox", "pod", klog.KObj(pod), "podUID", pod.UID)
 			return result
 		}
@@ -84,7 +85,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 		resp, err := m.runtime.PodSandboxStatus(cctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
 		cancel()
 		if err != nil {
-			m.recorder.Eventf(podRef(pod), v1.EventTypeWarning, "FailedPodSandBoxStatus", "Unable to get pod sandbox status: %v", errMessage(err))
+			m.recorder.Eventf(podutil.PodRef(pod), v1.EventTypeWarning, "FailedPodSandBoxStatus", "Unable to get pod sandbox status: %v", crierr.Message(err))
 			result.Fail(fmt.Errorf("status of new sandbox %s: %w", id, err))
 			return result
 		}
@@ -124,7 +125,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 			}
 			r.Fail(err, msg)
 			if errors.Is(err, container.ErrImagePullBackOff) {
-				r.RetryAfter = m.images.backOffLeft(c.Image)
+				r.RetryAfter = m.images.BackOffLeft(c.Image)
 			}
 			klog.ErrorS(err, "Failed to start container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "kind", kind, "message", msg)
 			return err
@@ -172,7 +173,7 @@ func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *contain
 	if m.crashBackOff.IsInBackOffSince(key, ts) {
 		delay := m.crashBackOff.Get(key)
 		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", delay.Round(time.Second), c.Name, pod.Name, pod.Namespace, pod.UID)
-		m.recorder.Event(containerRef(pod, c), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container "+c.Name+" in pod "+pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")")
+		m.recorder.Event(podutil.ContainerRef(pod, c), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container "+c.Name+" in pod "+pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")")
 		return msg, delay - m.clock.Since(ts), container.ErrCrashLoopBackOff
 	}
 	m.crashBackOff.Next(key, ts)
@@ -180,4 +181,4 @@ func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *contain
 }
 
 // ForgetBackOffs drops back-off state no longer needed; housekeeping calls it.
-func (m *Manager) ForgetBackOffs() { m.crashBackOff.GC(); m.images.backOff.GC() }
+func (m *Manager) ForgetBackOffs() { m.crashBackOff.GC(); m.images.ForgetBackOffs() }

@@ -15,7 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
+	"github.com/nodelet/nodelet/internal/fakecri"
 )
 
 type fixture struct {

@@ -2,13 +2,10 @@ package prober
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -17,8 +14,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/pkg/httpget"
 )
 
 // Executor runs a command in a container (CRI ExecSync).
@@ -80,84 +78,22 @@ func execProbe(ctx context.Context, exec Executor, id string, cmd []string, time
 	return outcome{ok: true, output: out}
 }
 
-// resolvePort turns a port given by number or name into a number.
-func resolvePort(p intstr.IntOrString, c *v1.Container) (int, error) {
-	if p.Type == intstr.Int {
-		if p.IntVal <= 0 || p.IntVal > 65535 {
-			return 0, fmt.Errorf("invalid port %d", p.IntVal)
-		}
-		return int(p.IntVal), nil
-	}
-	for _, cp := range c.Ports {
-		if cp.Name == p.StrVal {
-			return int(cp.ContainerPort), nil
-		}
-	}
-	if n, err := strconv.Atoi(p.StrVal); err == nil && n > 0 && n <= 65535 {
-		return n, nil
-	}
-	return 0, fmt.Errorf("container %q has no port named %q", c.Name, p.StrVal)
-}
-
 func httpProbe(ctx context.Context, g *v1.HTTPGetAction, c *v1.Container, podIP string) outcome {
-	host := g.Host
-	if host == "" {
-		host = podIP
-	}
-	port, err := resolvePort(g.Port, c)
+	req, err := httpget.NewRequest(ctx, g, c, podIP, userAgent)
 	if err != nil {
 		return outcome{output: err.Error()}
 	}
-	scheme := strings.ToLower(string(g.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
-	path := g.Path
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
-	u.Path, u.RawQuery, _ = strings.Cut(path, "?")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return outcome{output: err.Error()}
-	}
-	for _, h := range g.HTTPHeaders {
-		if strings.EqualFold(h.Name, "Host") {
-			req.Host = h.Value
-			continue
-		}
-		req.Header.Add(h.Name, h.Value)
-	}
-	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", userAgent)
-	}
-	if req.Header.Get("Accept") == "" {
-		req.Header.Set("Accept", "*/*")
-	}
-	client := &http.Client{
-		// Probes check the container, not its certificate.
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true},
-		// Redirects are followed only within the same host; a redirect
-		// elsewhere means the container answered, which is a success.
-		CheckRedirect: func(r *http.Request, via []*http.Request) error {
-			if len(via) >= 10 {
-				return errors.New("stopped after 10 redirects")
-			}
-			if r.URL.Hostname() != via[0].URL.Hostname() {
-				return http.ErrUseLastResponse
-			}
-			return nil
-		},
-	}
-	resp, err := client.Do(req)
+	resp, err := httpget.NewClient().Do(req)
 	if err != nil {
 		return outcome{output: err.Error()}
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxOutput))
-	if resp.StatusCode >= 200 && resp.StatusCode < 400 {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOutput))
+	if httpget.Success(resp.StatusCode) {
 		return outcome{ok: true}
+	}
+	if err != nil {
+		return outcome{output: fmt.Sprintf("HTTP probe failed with statuscode: %d (reading the body: %v)", resp.StatusCode, err)}
 	}
 	return outcome{output: fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode) + bodySuffix(body)}
 }
@@ -174,7 +110,7 @@ func tcpProbe(ctx context.Context, t *v1.TCPSocketAction, c *v1.Container, podIP
 	if host == "" {
 		host = podIP
 	}
-	port, err := resolvePort(t.Port, c)
+	port, err := httpget.ResolvePort(t.Port, c)
 	if err != nil {
 		return outcome{output: err.Error()}
 	}

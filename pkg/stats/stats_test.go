@@ -11,7 +11,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/pkg/kuberuntime/fakecri"
+	"github.com/nodelet/nodelet/internal/fakecri"
 )
 
 type fixture struct {

@@ -51,7 +51,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		AllowedUnsafeSysctls: b.c.AllowedUnsafeSysctls, DeadContainersKept: b.o.DeadContainersKept,
 		Pressure: node.pressure.Pressure, Cgroups: node.cgroups,
 	}, kubelet.Deps{
-		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, PLEG: runtime.pleg, Status: b.status,
+		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
 		Sources: config.NewSourcesReady(podConfig.Sources), Updates: podConfig.Updates(), Health: health,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes, Mirrors: cl.mirrors, Volumes: runtime.volumes,
 	})

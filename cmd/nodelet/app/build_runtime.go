@@ -12,6 +12,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/logs"
 	"github.com/nodelet/nodelet/pkg/metrics"
@@ -93,17 +94,24 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		MaxSize: maxLogSize.Value(), MaxFiles: int(*c.ContainerLogMaxFiles),
 		Workers: int(*c.ContainerLogMaxWorkers), Interval: c.ContainerLogMonitorInterval.Duration,
 	}, b.clock, c.RuntimeRequestTimeout.Duration)
-	imageGC := kuberuntime.ImageGCPolicy{
-		HighThresholdPercent: int(*c.ImageGCHighThresholdPercent), LowThresholdPercent: int(*c.ImageGCLowThresholdPercent),
-		MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{b.o.PodInfraContainerImage},
-	}
+	imageGC := images.NewGC(images.GCOptions{
+		Runtime: struct {
+			runtimeapi.ImageServiceClient
+			runtimeapi.RuntimeServiceClient
+		}{rt.images, rt.runtime},
+		Policy: images.GCPolicy{
+			HighThresholdPercent: int(*c.ImageGCHighThresholdPercent), LowThresholdPercent: int(*c.ImageGCLowThresholdPercent),
+			MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{b.o.PodInfraContainerImage},
+		},
+		Period: b.o.ImageGCPeriod, Timeout: c.RuntimeRequestTimeout.Duration, Clock: b.clock,
+	})
 	return &runtimeParts{
 		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics,
 		components: []component{
 			runs("pleg", gpleg.Run),
 			runs("container event watcher", watcher.Run),
 			runs("log rotation", rotator.Run),
-			runs("image garbage collection", func(ctx context.Context) { manager.RunImageGC(ctx, imageGC, b.o.ImageGCPeriod) }),
+			runs("image garbage collection", imageGC.Run),
 		},
 	}
 }

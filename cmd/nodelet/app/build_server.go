@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/health"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/server"
 )
 
@@ -32,7 +33,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 	if c.Port > 0 {
 		runningPods := func(ctx context.Context) ([]*container.Pod, error) { return runtime.manager.GetPods(ctx) }
 		l, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
-			Pods: core.kubelet, Healthz: health.Healthz, Runtime: runtime.manager, Metrics: rt.metrics.Handler(runningPods),
+			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration), Metrics: rt.metrics.Handler(runningPods),
 			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler,
 		}))
 		if err != nil {

@@ -74,7 +74,7 @@ func TestSmokeStartKillCollect(t *testing.T) {
 		t.Fatalf("KillPod: %v", err)
 	}
 	t.Logf("KillPod took %v", time.Since(start))
-	if err := m.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: 1}, allGone{}); err != nil {
+	if err := m.ContainerGC().GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: 1}, allGone{}); err != nil {
 		t.Fatal(err)
 	}
 	sbs, _ := cd.Sandboxes(ctx)

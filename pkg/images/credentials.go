@@ -1,4 +1,4 @@
-package kuberuntime
+package images
 
 import (
 	"encoding/base64"

@@ -1,4 +1,4 @@
-package kuberuntime
+package images
 
 import (
 	"context"
@@ -7,13 +7,16 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -22,21 +25,50 @@ const (
 	imageBackOffMax     = 5 * time.Minute
 )
 
-// imagePuller makes sure a container's image is present, honouring the
-// pull policy and backing off per image after failed pulls. Concurrent
-// requests for the same image share one pull.
-type imagePuller struct {
-	images   ImageService
-	recorder record.EventRecorder
-	clock    clock.Clock
-	timeout  time.Duration
-	backOff  *flowcontrol.Backoff
+// ImageService is the part of the CRI image service the puller uses.
+type ImageService interface {
+	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
+	PullImage(ctx context.Context, in *runtimeapi.PullImageRequest, opts ...grpc.CallOption) (*runtimeapi.PullImageResponse, error)
+}
 
-	// slots caps concurrent pulls (serializeImagePulls, maxParallelImagePulls);
-	// nil means no cap.
+// PullObserver learns when a pod's image pulls started and ended, so the
+// pod start SLI can leave out the time spent pulling.
+type PullObserver interface {
+	ObservePull(pod types.UID, start, end time.Time)
+}
+
+// PullerOptions configure a Puller.
+type PullerOptions struct {
+	Images   ImageService
+	Recorder record.EventRecorder
+	Clock    clock.Clock
+	// Timeout bounds each runtime call but the pull itself.
+	Timeout time.Duration
+	// MaxParallel caps concurrent pulls (serializeImagePulls,
+	// maxParallelImagePulls); 0 means no cap.
+	MaxParallel int
+	// KeyringDir holds the node's own registry credentials (config.json,
+	// .dockercfg), read on every pull.
+	KeyringDir string
+	// Observer, if set, learns of each pull.
+	Observer PullObserver
+}
+
+// Puller makes sure a container's image is present, honouring the pull
+// policy, the pod's pull secrets and the node's credentials, and backing
+// off per image after failed pulls. Concurrent requests for the same
+// image share one pull.
+type Puller struct {
+	images     ImageService
+	recorder   record.EventRecorder
+	clock      clock.Clock
+	timeout    time.Duration
+	backOff    *flowcontrol.Backoff
+	keyringDir string
+	observer   PullObserver
+
+	// slots caps concurrent pulls; nil means no cap.
 	slots chan struct{}
-	// observer, if set, learns of each pull.
-	observer PullObserver
 
 	mu       sync.Mutex
 	inflight map[string]*pull
@@ -54,21 +86,27 @@ type pull struct {
 	sharers int
 }
 
-func newImagePuller(images ImageService, recorder record.EventRecorder, clk clock.Clock, timeout time.Duration, maxParallel int) *imagePuller {
+// NewPuller returns an image puller.
+func NewPuller(o PullerOptions) *Puller {
 	b := flowcontrol.NewBackOffWithJitter(imageBackOffInitial, imageBackOffMax, 0)
-	b.Clock = clk
-	p := &imagePuller{images: images, recorder: recorder, clock: clk, timeout: timeout, backOff: b,
-		inflight: map[string]*pull{}, failed: map[string]time.Time{}}
-	if maxParallel > 0 {
-		p.slots = make(chan struct{}, maxParallel)
+	b.Clock = o.Clock
+	p := &Puller{images: o.Images, recorder: o.Recorder, clock: o.Clock, timeout: o.Timeout, backOff: b,
+		keyringDir: o.KeyringDir, observer: o.Observer, inflight: map[string]*pull{}, failed: map[string]time.Time{}}
+	if o.MaxParallel > 0 {
+		p.slots = make(chan struct{}, o.MaxParallel)
 	}
 	return p
 }
 
-// ensureImage returns the image reference to create the container from, or
-// one of the image errors with a message for the container's status.
-func (p *imagePuller) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, auth []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, string, error) {
-	ref := containerRef(pod, c)
+// ForgetBackOffs drops back-offs that have run out.
+func (p *Puller) ForgetBackOffs() { p.backOff.GC() }
+
+// EnsureImage returns the image reference to create the container from,
+// or one of the container package's image errors with a message for the
+// container's status.
+func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig) (string, string, error) {
+	auth := authConfigs(c.Image, secretCredentials(pullSecrets), nodeCredentials(p.keyringDir))
+	ref := podutil.ContainerRef(pod, c)
 	image := c.Image
 	if strings.TrimSpace(image) == "" || strings.ContainsAny(image, " \t\n") {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: invalid reference format", image)
@@ -119,7 +157,7 @@ func (p *imagePuller) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		p.mu.Lock()
 		p.failed[image] = p.clock.Now()
 		p.mu.Unlock()
-		msg := fmt.Sprintf("Failed to pull image %q: %s", image, errMessage(err))
+		msg := fmt.Sprintf("Failed to pull image %q: %s", image, crierr.Message(err))
 		p.recorder.Event(ref, v1.EventTypeWarning, "Failed", msg)
 		return "", msg, container.ErrImagePull
 	}
@@ -129,7 +167,7 @@ func (p *imagePuller) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Contai
 }
 
 // presentRef returns the image's ID when the runtime has it, "" otherwise.
-func (p *imagePuller) presentRef(ctx context.Context, image string) (string, error) {
+func (p *Puller) presentRef(ctx context.Context, image string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	resp, err := p.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
@@ -144,7 +182,7 @@ func (p *imagePuller) presentRef(ctx context.Context, image string) (string, err
 
 // pull fetches an image, sharing the work with any pull of the same image
 // already under way.
-func (p *imagePuller) pull(ctx context.Context, image string, auth []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+func (p *Puller) pull(ctx context.Context, image string, auth []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
 	p.mu.Lock()
 	if inflight, ok := p.inflight[image]; ok {
 		inflight.sharers++
@@ -178,7 +216,7 @@ func (p *imagePuller) pull(ctx context.Context, image string, auth []*runtimeapi
 	return call.ref, call.err
 }
 
-func (p *imagePuller) pullOnce(ctx context.Context, image string, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+func (p *Puller) pullOnce(ctx context.Context, image string, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
 	if len(auths) == 0 {
 		auths = []*runtimeapi.AuthConfig{nil}
 	}
@@ -195,8 +233,8 @@ func (p *imagePuller) pullOnce(ctx context.Context, image string, auths []*runti
 	return "", lastErr
 }
 
-// backOffLeft is how long an image's pull back-off has left.
-func (p *imagePuller) backOffLeft(image string) time.Duration {
+// BackOffLeft is how long an image's pull back-off has left.
+func (p *Puller) BackOffLeft(image string) time.Duration {
 	p.mu.Lock()
 	failed, ok := p.failed[image]
 	p.mu.Unlock()
@@ -209,8 +247,8 @@ func (p *imagePuller) backOffLeft(image string) time.Duration {
 	return 0
 }
 
-// image describes a present image (nil when unknown).
-func (p *imagePuller) image(ctx context.Context, ref string) *runtimeapi.Image {
+// Image describes a present image (nil when unknown).
+func (p *Puller) Image(ctx context.Context, ref string) *runtimeapi.Image {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	resp, err := p.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})

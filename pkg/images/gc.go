@@ -1,4 +1,4 @@
-package kuberuntime
+package images
 
 import (
 	"context"
@@ -9,17 +9,20 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/periodic"
 )
 
-// ImageGCPolicy says when unused images are removed: once the image
+// GCPolicy says when unused images are removed: once the image
 // filesystem is more than HighThresholdPercent full, until it is at most
 // LowThresholdPercent full, never removing an image seen less than MinAge
 // ago, one in use, or a pinned one.
-type ImageGCPolicy struct {
+type GCPolicy struct {
 	HighThresholdPercent int
 	LowThresholdPercent  int
 	MinAge               time.Duration
@@ -28,11 +31,49 @@ type ImageGCPolicy struct {
 	Pinned []string
 }
 
-// imageRecords remembers when each image was first seen and last used,
-// to remove the least recently used first.
-type imageRecords struct {
+// GCService is the part of the CRI the image garbage collector uses.
+type GCService interface {
+	ListImages(ctx context.Context, in *runtimeapi.ListImagesRequest, opts ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error)
+	RemoveImage(ctx context.Context, in *runtimeapi.RemoveImageRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveImageResponse, error)
+	ImageFsInfo(ctx context.Context, in *runtimeapi.ImageFsInfoRequest, opts ...grpc.CallOption) (*runtimeapi.ImageFsInfoResponse, error)
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+}
+
+// GCOptions configure the image garbage collector.
+type GCOptions struct {
+	Runtime GCService
+	Policy  GCPolicy
+	// Period is how often the image filesystem is checked.
+	Period time.Duration
+	// Timeout bounds each runtime call.
+	Timeout time.Duration
+	Clock   clock.WithTicker
+}
+
+// GC removes unused images, least recently used first, when the image
+// filesystem is too full. It remembers when each image was first seen and
+// last used.
+type GC struct {
+	o GCOptions
+
 	mu      sync.Mutex
 	records map[string]*imageRecord
+}
+
+// NewGC returns an image garbage collector.
+func NewGC(o GCOptions) *GC { return &GC{o: o, records: map[string]*imageRecord{}} }
+
+// Run collects images every period until ctx ends.
+func (g *GC) Run(ctx context.Context) {
+	periodic.Run(ctx, g.o.Clock, g.o.Period, false, func(ctx context.Context) {
+		if err := g.Collect(ctx); err != nil {
+			klog.ErrorS(err, "Image garbage collection failed")
+		}
+	})
+}
+
+func (g *GC) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.o.Timeout)
 }
 
 type imageRecord struct {
@@ -42,7 +83,7 @@ type imageRecord struct {
 }
 
 // fsUsage returns how full the filesystem at path is, in bytes.
-var fsUsage = func(path string) (used, capacity uint64, err error) {
+func fsUsage(path string) (used, capacity uint64, err error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(path, &st); err != nil {
 		return 0, 0, err
@@ -51,31 +92,29 @@ var fsUsage = func(path string) (used, capacity uint64, err error) {
 	return capacity - st.Bavail*uint64(st.Bsize), capacity, nil
 }
 
-// ImageGC removes unused images when the image filesystem is too full.
-func (m *Manager) ImageGC(ctx context.Context, p ImageGCPolicy) error {
-	now := m.clock.Now()
-	images, inUse, err := m.imageUsage(ctx, p)
+// Collect removes unused images if the image filesystem is too full.
+func (g *GC) Collect(ctx context.Context) error {
+	p := g.o.Policy
+	now := g.o.Clock.Now()
+	images, inUse, err := g.imageUsage(ctx)
 	if err != nil {
 		return err
 	}
-	m.imageRecords.mu.Lock()
-	if m.imageRecords.records == nil {
-		m.imageRecords.records = map[string]*imageRecord{}
-	}
+	g.mu.Lock()
 	for id, img := range images {
-		r, ok := m.imageRecords.records[id]
+		r, ok := g.records[id]
 		if !ok {
 			r = &imageRecord{firstSeen: now}
-			m.imageRecords.records[id] = r
+			g.records[id] = r
 		}
 		r.size = img.Size
 		if inUse[id] {
 			r.lastUsed = now
 		}
 	}
-	for id := range m.imageRecords.records {
+	for id := range g.records {
 		if _, ok := images[id]; !ok {
-			delete(m.imageRecords.records, id)
+			delete(g.records, id)
 		}
 	}
 	type candidate struct {
@@ -83,14 +122,14 @@ func (m *Manager) ImageGC(ctx context.Context, p ImageGCPolicy) error {
 		r  imageRecord
 	}
 	var candidates []candidate
-	for id, r := range m.imageRecords.records {
+	for id, r := range g.records {
 		if !inUse[id] && now.Sub(r.firstSeen) >= p.MinAge {
 			candidates = append(candidates, candidate{id, *r})
 		}
 	}
-	m.imageRecords.mu.Unlock()
+	g.mu.Unlock()
 
-	mount, err := m.imageFsMount(ctx)
+	mount, err := g.imageFsMount(ctx)
 	if err != nil {
 		return err
 	}
@@ -117,18 +156,18 @@ func (m *Manager) ImageGC(ctx context.Context, p ImageGCPolicy) error {
 		if freed >= toFree {
 			break
 		}
-		cctx, cancel := m.call(ctx)
-		_, err := m.images.images.RemoveImage(cctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: c.id}})
+		cctx, cancel := g.call(ctx)
+		_, err := g.o.Runtime.RemoveImage(cctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: c.id}})
 		cancel()
-		if err != nil && !isNotFound(err) {
+		if err != nil && !crierr.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing image %s: %w", c.id, err))
 			continue
 		}
 		klog.InfoS("Removed unused image", "image", c.id, "size", c.r.size)
 		freed += int64(c.r.size)
-		m.imageRecords.mu.Lock()
-		delete(m.imageRecords.records, c.id)
-		m.imageRecords.mu.Unlock()
+		g.mu.Lock()
+		delete(g.records, c.id)
+		g.mu.Unlock()
 	}
 	if freed < toFree {
 		errs = append(errs, fmt.Errorf("freed %d bytes of images, wanted %d: the rest is in use", freed, toFree))
@@ -138,14 +177,14 @@ func (m *Manager) ImageGC(ctx context.Context, p ImageGCPolicy) error {
 
 // imageUsage lists the images and which of them are in use (by a
 // container, or pinned).
-func (m *Manager) imageUsage(ctx context.Context, p ImageGCPolicy) (map[string]*runtimeapi.Image, map[string]bool, error) {
-	ctx, cancel := m.call(ctx)
+func (g *GC) imageUsage(ctx context.Context) (map[string]*runtimeapi.Image, map[string]bool, error) {
+	ctx, cancel := g.call(ctx)
 	defer cancel()
-	list, err := m.images.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	list, err := g.o.Runtime.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing images: %w", err)
 	}
-	containers, err := m.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	containers, err := g.o.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing containers: %w", err)
 	}
@@ -168,7 +207,7 @@ func (m *Manager) imageUsage(ctx context.Context, p ImageGCPolicy) (map[string]*
 			inUse[id] = true
 		}
 	}
-	for _, pinned := range p.Pinned {
+	for _, pinned := range g.o.Policy.Pinned {
 		if id, ok := byName[pinned]; ok {
 			inUse[id] = true
 		}
@@ -176,10 +215,10 @@ func (m *Manager) imageUsage(ctx context.Context, p ImageGCPolicy) (map[string]*
 	return images, inUse, nil
 }
 
-func (m *Manager) imageFsMount(ctx context.Context) (string, error) {
-	ctx, cancel := m.call(ctx)
+func (g *GC) imageFsMount(ctx context.Context) (string, error) {
+	ctx, cancel := g.call(ctx)
 	defer cancel()
-	info, err := m.images.images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+	info, err := g.o.Runtime.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
 	if err != nil {
 		return "", fmt.Errorf("image filesystem info: %w", err)
 	}
@@ -189,13 +228,4 @@ func (m *Manager) imageFsMount(ctx context.Context) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("the runtime reports no image filesystem")
-}
-
-// RunImageGC collects images every period until ctx ends.
-func (m *Manager) RunImageGC(ctx context.Context, p ImageGCPolicy, period time.Duration) {
-	periodic.Run(ctx, m.clock, period, false, func(ctx context.Context) {
-		if err := m.ImageGC(ctx, p); err != nil {
-			klog.ErrorS(err, "Image garbage collection failed")
-		}
-	})
 }
