@@ -5,7 +5,6 @@
 package testbed
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	containerdevents "github.com/containerd/containerd/api/services/events/v1"
+	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -279,17 +279,14 @@ func (c *Containerd) Stop() error {
 
 // unmountUnder lazily unmounts everything mounted below dir, deepest first.
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			mounts = append(mounts, fields[4])
+	for _, m := range infos {
+		if m.Mountpoint != dir {
+			mounts = append(mounts, m.Mountpoint)
 		}
 	}
 	var errs []error

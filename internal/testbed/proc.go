@@ -2,36 +2,22 @@ package testbed
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"time"
-)
 
-// clockTicks is the kernel's USER_HZ, in which /proc reports CPU times.
-const clockTicks = 100
+	"github.com/prometheus/procfs"
+)
 
 // ProcessCPU returns the CPU time (user plus system) a process used so far.
 func ProcessCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name may hold spaces; the fields after it do not.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	var ticks int64
-	for _, i := range []int{11, 12} { // utime, stime (fields 14 and 15)
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }
 
 // Memory is a process's resident memory, in bytes.
@@ -45,27 +31,18 @@ type Memory struct {
 
 // ProcessMemory reads a process's resident memory.
 func ProcessMemory(pid int) (Memory, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return Memory{}, err
 	}
-	var m Memory
-	fields := map[string]*int64{"VmRSS:": &m.RSS, "RssAnon:": &m.Anon, "RssFile:": &m.File}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || fields[f[0]] == nil {
-			continue
-		}
-		kb, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return Memory{}, err
-		}
-		*fields[f[0]] = kb << 10
+	st, err := p.NewStatus()
+	if err != nil {
+		return Memory{}, err
 	}
-	if m.RSS == 0 {
+	if st.VmRSS == 0 {
 		return Memory{}, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 	}
-	return m, nil
+	return Memory{RSS: int64(st.VmRSS), Anon: int64(st.RssAnon), File: int64(st.RssFile)}, nil
 }
 
 // CPUCores measures a process's average CPU use, in cores, over d.
@@ -90,26 +67,16 @@ func CPUCores(pid int, d time.Duration) (float64, error) {
 // lower bound.
 func CPUByCommand() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return out
+	}
+	for _, p := range procs {
+		st, err := p.Stat()
 		if err != nil {
-			continue
+			continue // ended meanwhile
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		cpu, err := ProcessCPU(pid)
-		if err != nil {
-			continue
-		}
-		out[s[open+1:close]] += cpu
+		out[st.Comm] += time.Duration(st.CPUTime() * float64(time.Second))
 	}
 	return out
 }

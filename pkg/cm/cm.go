@@ -8,7 +8,6 @@
 package cm
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -68,40 +69,25 @@ func New(cgroupRoot string, podPidsLimit int64) (*Manager, error) {
 
 // cgroupMounts reads which controller is mounted where.
 func cgroupMounts() (map[string]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ... mountpoint ... - fstype source superoptions
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 >= len(fields) {
-			continue
-		}
-		switch fields[sep+1] {
-		case "cgroup2":
+	for _, m := range mounts {
+		if m.FSType == "cgroup2" {
 			// The hybrid layout's unified hierarchy: runc puts containers
 			// there too, so pod cgroups must be removed from it as well.
-			out["unified"] = fields[4]
-		case "cgroup":
-			for _, opt := range strings.Split(fields[sep+3], ",") {
-				if controllers[opt] || strings.HasPrefix(opt, "name=") {
-					out[opt] = fields[4]
-				}
+			out["unified"] = m.Mountpoint
+			continue
+		}
+		for _, opt := range strings.Split(m.VFSOptions, ",") {
+			if controllers[opt] || strings.HasPrefix(opt, "name=") {
+				out[opt] = m.Mountpoint
 			}
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // QoSCgroup is the cgroup (relative to the hierarchy roots) pods of a QoS

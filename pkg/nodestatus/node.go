@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
-	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/procfs"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,23 +71,18 @@ func Measure(rootDir string) (Machine, error) {
 }
 
 func memTotal() (int64, error) {
-	f, err := os.Open("/proc/meminfo")
+	info, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(fields[1], 10, 64)
-			if err != nil {
-				return 0, err
-			}
-			return kb * 1024, nil
-		}
+	mem, err := info.Meminfo()
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+	if mem.MemTotalBytes == nil {
+		return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+	}
+	return int64(*mem.MemTotalBytes), nil
 }
 
 func readTrimmed(path string) string {

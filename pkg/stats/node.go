@@ -1,11 +1,12 @@
 package stats
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,32 +52,15 @@ func (p *Provider) nodeStats(onlyCPUAndMemory bool) (*statsapi.NodeStats, error)
 // procStat reads the node's cumulative CPU time in use (everything but
 // idle and iowait) and its boot time.
 func (p *Provider) procStat() (usage uint64, boot time.Time, err error) {
-	f, err := os.Open(filepath.Join(p.o.ProcDir, "stat"))
+	st, err := p.proc.Stat()
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("node CPU: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		switch {
-		case len(fields) > 8 && fields[0] == "cpu":
-			var ticks uint64
-			// user nice system idle iowait irq softirq steal
-			for i, f := range fields[1:9] {
-				if i == 3 || i == 4 {
-					continue
-				}
-				v, _ := strconv.ParseUint(f, 10, 64)
-				ticks += v
-			}
-			usage = ticks * uint64(time.Second/userHZ)
-		case len(fields) == 2 && fields[0] == "btime":
-			s, _ := strconv.ParseInt(fields[1], 10, 64)
-			boot = time.Unix(s, 0)
-		}
-	}
-	return usage, boot, sc.Err()
+	c := st.CPUTotal
+	// procfs gives seconds; back to the kernel's ticks, so no rounding
+	// error accumulates in a counter that only grows.
+	ticks := math.Round((c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal) * userHZ)
+	return uint64(ticks) * uint64(time.Second/userHZ), time.Unix(int64(st.BootTime), 0), nil
 }
 
 // memory reports the node's memory as the kubelet does: the working set
@@ -84,70 +68,74 @@ func (p *Provider) procStat() (usage uint64, boot time.Time, err error) {
 // first (inactive file pages), and available is what is left of the
 // total after it.
 func (p *Provider) memory(now time.Time) (*statsapi.MemoryStats, error) {
-	info, err := readKeyValues(filepath.Join(p.o.ProcDir, "meminfo"), 1024)
+	info, err := p.proc.Meminfo()
 	if err != nil {
 		return nil, fmt.Errorf("node memory: %w", err)
 	}
-	total, free := info["MemTotal"], info["MemFree"]
+	total, free := deref(info.MemTotalBytes), deref(info.MemFreeBytes)
 	usage := total - free
 	ws := usage
-	if inactive := info["Inactive(file)"]; inactive < ws {
+	if inactive := deref(info.InactiveFileBytes); inactive < ws {
 		ws -= inactive
 	}
 	avail := total - ws
-	rss := info["AnonPages"]
+	rss := deref(info.AnonPagesBytes)
 	m := &statsapi.MemoryStats{Time: metav1.NewTime(now), UsageBytes: &usage, WorkingSetBytes: &ws, AvailableBytes: &avail, RSSBytes: &rss}
-	if vm, err := readKeyValues(filepath.Join(p.o.ProcDir, "vmstat"), 1); err == nil {
-		faults, major := vm["pgfault"], vm["pgmajfault"]
+	if faults, major, err := p.pageFaults(); err == nil {
 		m.PageFaults, m.MajorPageFaults = &faults, &major
 	}
 	return m, nil
 }
 
-// readKeyValues reads "key: value [kB]" or "key value" lines, scaling the
-// values by unit.
-func readKeyValues(path string, unit uint64) (map[string]uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+func deref(v *uint64) uint64 {
+	if v == nil {
+		return 0
 	}
-	out := map[string]uint64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		v, err := strconv.ParseUint(fields[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		out[strings.TrimSuffix(fields[0], ":")] = v * unit
-	}
-	return out, nil
+	return *v
 }
 
-// hostNetwork reads the host's interfaces from /proc/net/dev; the default
-// one is the interface of the default route.
+// pageFaults reads the node's page faults from /proc/vmstat (which procfs
+// does not parse).
+func (p *Provider) pageFaults() (faults, major uint64, err error) {
+	b, err := os.ReadFile(filepath.Join(p.o.ProcDir, "vmstat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, _ := strings.Cut(line, " ")
+		switch name {
+		case "pgfault":
+			faults, err = strconv.ParseUint(v, 10, 64)
+		case "pgmajfault":
+			major, err = strconv.ParseUint(v, 10, 64)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/vmstat %s: %w", name, err)
+		}
+	}
+	return faults, major, nil
+}
+
+// hostNetwork reads the host's interfaces; the default one is the
+// interface of the default route.
 func (p *Provider) hostNetwork(now time.Time) *statsapi.NetworkStats {
-	b, err := os.ReadFile(filepath.Join(p.o.ProcDir, "net", "dev"))
+	dev, err := p.proc.NetDev()
 	if err != nil {
 		return nil
 	}
 	def := p.defaultInterface()
 	out := &statsapi.NetworkStats{Time: metav1.NewTime(now)}
-	for _, line := range strings.Split(string(b), "\n") {
-		name, rest, ok := strings.Cut(line, ":")
-		name = strings.TrimSpace(name)
-		fields := strings.Fields(rest)
-		if !ok || len(fields) < 11 || name == "lo" {
+	names := make([]string, 0, len(dev))
+	for name := range dev {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if name == "lo" {
 			continue
 		}
-		num := func(i int) *uint64 {
-			v, _ := strconv.ParseUint(fields[i], 10, 64)
-			return &v
-		}
-		// receive: bytes packets errs ...; transmit starts at field 8.
-		i := statsapi.InterfaceStats{Name: name, RxBytes: num(0), RxErrors: num(2), TxBytes: num(8), TxErrors: num(10)}
+		d := dev[name]
+		i := statsapi.InterfaceStats{Name: name, RxBytes: &d.RxBytes, RxErrors: &d.RxErrors, TxBytes: &d.TxBytes, TxErrors: &d.TxErrors}
 		out.Interfaces = append(out.Interfaces, i)
 		if name == def {
 			out.InterfaceStats = i
@@ -157,13 +145,13 @@ func (p *Provider) hostNetwork(now time.Time) *statsapi.NetworkStats {
 }
 
 func (p *Provider) defaultInterface() string {
-	b, err := os.ReadFile(filepath.Join(p.o.ProcDir, "net", "route"))
+	routes, err := p.proc.NetRoute()
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		if f := strings.Fields(line); len(f) > 1 && f[1] == "00000000" {
-			return f[0]
+	for _, r := range routes {
+		if r.Destination == 0 {
+			return r.Iface
 		}
 	}
 	return ""

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -50,7 +51,8 @@ type Options struct {
 
 // Provider answers summary requests.
 type Provider struct {
-	o Options
+	o    Options
+	proc procfs.FS
 
 	mu sync.Mutex
 	// cpu holds the last cumulative CPU sample per cgroup (node, sandbox
@@ -64,14 +66,18 @@ type cpuSample struct {
 }
 
 // NewProvider returns a summary provider.
-func NewProvider(o Options) *Provider {
+func NewProvider(o Options) (*Provider, error) {
 	if o.ProcDir == "" {
 		o.ProcDir = "/proc"
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return &Provider{o: o, cpu: map[string]cpuSample{}}
+	proc, err := procfs.NewFS(o.ProcDir)
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	return &Provider{o: o, proc: proc, cpu: map[string]cpuSample{}}, nil
 }
 
 // Summary measures the node and its running pods. With onlyCPUAndMemory

@@ -59,7 +59,9 @@ func newFixture(t *testing.T) *fixture {
 	f.podLogFn = filepath.Join(f.logs, "default_web_u1", "app", "0.log")
 	write(t, f.podLogFn, 8192)
 	write(t, filepath.Join(f.root, "pods", "u1", "volumes", "kubernetes.io~empty-dir", "scratch", "data"), 16384)
-	f.p = NewProvider(Options{NodeName: "n1", Runtime: f.rt, RootDir: f.root, PodLogsDir: f.logs, ProcDir: "testdata/proc", Clock: f.clock})
+	if f.p, err = NewProvider(Options{NodeName: "n1", Runtime: f.rt, RootDir: f.root, PodLogsDir: f.logs, ProcDir: "testdata/proc", Clock: f.clock}); err != nil {
+		t.Fatal(err)
+	}
 	return f
 }
 

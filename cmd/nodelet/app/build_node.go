@@ -59,13 +59,16 @@ func buildNode(b *base, rt *runtimeConn) (*nodeParts, error) {
 	node.Status.NodeInfo.KubeletVersion = Version
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.c.Port
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
-	statsProvider := stats.NewProvider(stats.Options{
+	statsProvider, err := stats.NewProvider(stats.Options{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, PodLogsDir: b.c.PodLogsDir, Clock: b.clock,
 		Runtime: struct {
 			runtimeapi.RuntimeServiceClient
 			runtimeapi.ImageServiceClient
 		}{rt.runtime, rt.images},
 	})
+	if err != nil {
+		return nil, err
+	}
 	pressure, err := pressureMonitor(b.c, statsProvider, b)
 	if err != nil {
 		return nil, err
