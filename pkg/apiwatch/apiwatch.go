@@ -43,6 +43,13 @@ func FieldSelected[L runtime.Object](field, value string,
 	}
 }
 
+// ForClient tells client-go whether the client can stream the initial
+// list (watch-list); client-go's fake clientset cannot, and without this
+// an informer over it waits forever for the end-of-list bookmark.
+func ForClient(lw *cache.ListWatch, client any) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(lw, client)
+}
+
 // Reflect keeps store in step with what lw lists and watches, until ctx
 // ends. client says whether the initial list may be streamed (client-go's
 // fake clientset cannot).
@@ -50,6 +57,6 @@ func Reflect(ctx context.Context, name string, client any, lw *cache.ListWatch, 
 	if backoff == nil {
 		backoff = Backoff()
 	}
-	cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, store,
+	cache.NewReflectorWithOptions(ForClient(lw, client), obj, store,
 		cache.ReflectorOptions{Name: name, Backoff: backoff}).RunWithContext(ctx)
 }

@@ -92,7 +92,7 @@ func NewManager(client kubernetes.Interface, onChange func([]types.UID)) *Manage
 			return client.CoreV1().Services("").Watch(ctx, o)
 		},
 	}
-	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &v1.Service{}, Handler: cache.ResourceEventHandlerFuncs{}})
+	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: apiwatch.ForClient(lw, client), ObjectType: &v1.Service{}, Handler: cache.ResourceEventHandlerFuncs{}})
 	m.services, m.servicesSynced, m.servicesInformer = store, ctrl.HasSynced, ctrl
 	return m
 }
@@ -215,7 +215,7 @@ func (m *Manager) watch(k key) *watched {
 	}
 	changed := func() { m.changed(k) }
 	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw, ObjectType: obj,
+		ListerWatcher: apiwatch.ForClient(lw, m.client), ObjectType: obj,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { changed() },
 			UpdateFunc: func(any, any) { changed() },
@@ -245,7 +245,8 @@ func (m *Manager) changed(k key) {
 
 // get reads an object from its watch, or from the API server when no pod
 // registered it or its watch has not listed yet.
-func (m *Manager) get(ctx context.Context, k key, direct func() (runtime.Object, error)) (runtime.Object, error) {
+func get[T runtime.Object](ctx context.Context, m *Manager, k key, direct func() (T, error)) (T, error) {
+	var none T
 	m.mu.Lock()
 	w := m.objects[k]
 	m.mu.Unlock()
@@ -256,12 +257,12 @@ func (m *Manager) get(ctx context.Context, k key, direct func() (runtime.Object,
 		if synced {
 			obj, ok, err := w.store.GetByKey(k.namespace + "/" + k.name)
 			if err != nil {
-				return nil, err
+				return none, err
 			}
 			if !ok {
-				return nil, apierrors.NewNotFound(v1.Resource(k.kind+"s"), k.name)
+				return none, apierrors.NewNotFound(v1.Resource(k.kind+"s"), k.name)
 			}
-			return obj.(runtime.Object), nil
+			return obj.(T), nil
 		}
 	}
 	return direct()
@@ -269,24 +270,16 @@ func (m *Manager) get(ctx context.Context, k key, direct func() (runtime.Object,
 
 // GetSecret returns a secret.
 func (m *Manager) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
-	obj, err := m.get(ctx, key{KindSecret, namespace, name}, func() (runtime.Object, error) {
+	return get(ctx, m, key{KindSecret, namespace, name}, func() (*v1.Secret, error) {
 		return m.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*v1.Secret), nil
 }
 
 // GetConfigMap returns a configMap.
 func (m *Manager) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
-	obj, err := m.get(ctx, key{KindConfigMap, namespace, name}, func() (runtime.Object, error) {
+	return get(ctx, m, key{KindConfigMap, namespace, name}, func() (*v1.ConfigMap, error) {
 		return m.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*v1.ConfigMap), nil
 }
 
 // Services lists the services of a namespace ("" for all), once the
