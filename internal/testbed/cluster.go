@@ -223,11 +223,11 @@ func (c *Cluster) stopProc(name string) {
 	if p == nil {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM) // fails only when it has already exited
 	select {
 	case <-p.done:
 	case <-time.After(15 * time.Second):
-		p.cmd.Process.Kill()
+		_ = p.cmd.Process.Kill() // fails only when it has already exited
 		<-p.done
 	}
 }
@@ -247,7 +247,7 @@ func (c *Cluster) spawn(name, bin string, args ...string) error {
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() {
-		cmd.Wait()
+		_ = cmd.Wait() // a control-plane process's exit shows in its log
 		logf.Close()
 		close(p.done)
 	}()

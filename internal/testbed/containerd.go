@@ -102,8 +102,7 @@ func StartContainerdN(ctx context.Context, index int) (*Containerd, error) {
 	}
 	c.Endpoint = "unix://" + c.Address
 	if err := c.start(ctx); err != nil {
-		c.Stop()
-		return nil, err
+		return nil, errors.Join(err, c.Stop())
 	}
 	return c, nil
 }
@@ -255,13 +254,16 @@ func (c *Containerd) Stop() error {
 		c.conn.Close()
 	}
 	if c.cmd != nil && c.cmd.Process != nil {
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- c.cmd.Wait() }()
+		_ = c.cmd.Process.Signal(syscall.SIGTERM) // fails only when it has already exited
+		done := make(chan struct{})
+		go func() {
+			_ = c.cmd.Wait() // stopped by us: its exit status says nothing
+			close(done)
+		}()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			c.cmd.Process.Kill()
+			_ = c.cmd.Process.Kill() // fails only when it has already exited
 			<-done
 		}
 	}
@@ -269,8 +271,12 @@ func (c *Containerd) Stop() error {
 		c.logFile.Close()
 	}
 	errs = append(errs, unmountUnder(c.Dir))
-	exec.Command("ip", "link", "delete", c.Bridge).Run()
-	os.RemoveAll(filepath.Join("/var/lib/cni/networks", c.Network))
+	if out, err := exec.Command("ip", "link", "delete", c.Bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
+		errs = append(errs, fmt.Errorf("deleting bridge %s: %v: %s", c.Bridge, err, out))
+	}
+	if err := os.RemoveAll(filepath.Join("/var/lib/cni/networks", c.Network)); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		errs = append(errs, err)
 	}

@@ -38,7 +38,9 @@ func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cle
 			c()
 		}
 		if *cd != nil {
-			(*cd).Stop()
+			if err := (*cd).Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "integration test bed: stopping containerd:", err)
+			}
 		}
 		os.Exit(1)
 	}
@@ -58,4 +60,12 @@ func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cle
 		}
 	}
 	os.Exit(code)
+}
+
+// RemoveDir removes a test directory at teardown, where nothing can fail
+// any more: a directory left behind is reported, not ignored.
+func RemoveDir(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "test bed: removing %s: %v\n", dir, err)
+	}
 }

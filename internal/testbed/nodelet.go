@@ -260,13 +260,15 @@ func (n *Nodelet) signal(sig syscall.Signal) {
 	if n.cmd == nil || n.cmd.Process == nil || n.peekDone() {
 		return
 	}
-	n.cmd.Process.Signal(sig)
+	_ = n.cmd.Process.Signal(sig) // fails only when it has already exited
+	var err error
 	select {
-	case <-n.done:
+	case err = <-n.done:
 	case <-time.After(20 * time.Second):
-		n.cmd.Process.Kill()
-		<-n.done
+		_ = n.cmd.Process.Kill() // fails only when it has already exited
+		err = <-n.done
 	}
+	n.done <- err // kept for whoever asks how it ended
 }
 
 // Healthz queries /healthz.

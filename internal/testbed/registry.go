@@ -65,7 +65,7 @@ func StartRegistry(t *testing.T, cd *Containerd) *Registry {
 	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { RemoveDir(dir) })
 	return r
 }
 

@@ -115,12 +115,12 @@ func (u *UpstreamKubelet) Stop() {
 		return
 	default:
 	}
-	u.cmd.Process.Signal(syscall.SIGTERM)
+	_ = u.cmd.Process.Signal(syscall.SIGTERM) // fails only when it has already exited
 	select {
 	case err := <-u.done:
 		u.done <- err
 	case <-time.After(20 * time.Second):
-		u.cmd.Process.Kill()
+		_ = u.cmd.Process.Kill() // fails only when it has already exited
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -153,7 +155,7 @@ func TestDestroyKillsStrays(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	cg := m.PodCgroup(p)
 	for _, c := range managed {
-		os.WriteFile(filepath.Join(m.path(c, cg), "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+		testutil.Must(t, os.WriteFile(filepath.Join(m.path(c, cg), "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644))
 	}
 	if err := m.Destroy(cg); err != nil {
 		t.Fatal(err)

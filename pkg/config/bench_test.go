@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 )
@@ -30,8 +32,8 @@ func BenchmarkFileWriteToAdd(b *testing.B) {
 		name := fmt.Sprintf("p%d", i)
 		tmp := filepath.Join(dir, "."+name)
 		start := time.Now()
-		os.WriteFile(tmp, []byte(manifest(name, "img:1")), 0o644)
-		os.Rename(tmp, filepath.Join(dir, name+".yaml"))
+		testutil.Must(b, os.WriteFile(tmp, []byte(manifest(name, "img:1")), 0o644))
+		testutil.Must(b, os.Rename(tmp, filepath.Join(dir, name+".yaml")))
 		for u := range cfg.Updates() {
 			if u.Op == ADD && len(u.Pods) == 1 && u.Pods[0].Name == name+"-node1" {
 				break

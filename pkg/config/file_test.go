@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
@@ -88,7 +90,7 @@ func (f *fileFixture) write(name, content string) {
 
 func TestFileSourceFollowsTheDirectory(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644))
 	f := startFileSource(t, dir)
 	first := f.waitFor("a-node1@img:1")
 
@@ -107,9 +109,9 @@ func TestFileSourceFollowsTheDirectory(t *testing.T) {
 	}
 
 	f.write(".hidden.yaml", manifest("hidden", "img:1"))
-	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-	os.WriteFile(filepath.Join(dir, "sub", "c.yaml"), []byte(manifest("c", "img:1")), 0o644)
-	os.Remove(filepath.Join(dir, "b.json"))
+	testutil.Must(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "sub", "c.yaml"), []byte(manifest("c", "img:1")), 0o644))
+	testutil.Must(t, os.Remove(filepath.Join(dir, "b.json")))
 	f.waitFor("a-node1@img:2")
 	// Periodic re-reads deliver the same set again; the merge dedups.
 	f.clock.Step(20 * time.Second)
@@ -132,15 +134,15 @@ func TestFileSourceTouchKeepsTheUID(t *testing.T) {
 
 func TestFileSourceSymlinkSwap(t *testing.T) {
 	dir, store := t.TempDir(), t.TempDir()
-	os.WriteFile(filepath.Join(store, "v1.yaml"), []byte(manifest("web", "img:1")), 0o644)
-	os.WriteFile(filepath.Join(store, "v2.yaml"), []byte(manifest("web", "img:2")), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(store, "v1.yaml"), []byte(manifest("web", "img:1")), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(store, "v2.yaml"), []byte(manifest("web", "img:2")), 0o644))
 	if err := os.Symlink(filepath.Join(store, "v1.yaml"), filepath.Join(dir, "web.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	f := startFileSource(t, dir)
 	f.waitFor("web-node1@img:1")
 	tmp := filepath.Join(dir, ".web.yaml.new")
-	os.Symlink(filepath.Join(store, "v2.yaml"), tmp)
+	testutil.Must(t, os.Symlink(filepath.Join(store, "v2.yaml"), tmp))
 	if err := os.Rename(tmp, filepath.Join(dir, "web.yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +152,13 @@ func TestFileSourceSymlinkSwap(t *testing.T) {
 func TestFileSourceSingleFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "only.yaml")
-	os.WriteFile(path, []byte(manifest("only", "img:1")), 0o644)
-	os.WriteFile(filepath.Join(dir, "other.yaml"), []byte(manifest("other", "img:1")), 0o644)
+	testutil.Must(t, os.WriteFile(path, []byte(manifest("only", "img:1")), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "other.yaml"), []byte(manifest("other", "img:1")), 0o644))
 	f := startFileSource(t, path)
 	f.waitFor("only-node1@img:1")
 	tmp := filepath.Join(dir, "only.yaml.swp")
-	os.WriteFile(tmp, []byte(manifest("only", "img:2")), 0o644)
-	os.Rename(tmp, path)
+	testutil.Must(t, os.WriteFile(tmp, []byte(manifest("only", "img:2")), 0o644))
+	testutil.Must(t, os.Rename(tmp, path))
 	f.waitFor("only-node1@img:2")
 }
 
@@ -166,18 +168,18 @@ func TestFileSourceDirectoryAppearing(t *testing.T) {
 	f := startFileSource(t, dir)
 	// A missing path is an empty set, so the source counts as ready.
 	f.waitFor("")
-	os.Mkdir(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644)
+	testutil.Must(t, os.Mkdir(dir, 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644))
 	f.waitFor("a-node1@img:1")
 }
 
 func TestFileSourceReportsBadFilesOnce(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "good.yaml"), []byte(manifest("good", "img:1")), 0o644)
-	os.WriteFile(filepath.Join(dir, "garbage.yaml"), []byte("{{{ not yaml"), 0o644)
-	os.WriteFile(filepath.Join(dir, "invalid.yaml"), []byte(manifest("Bad_Name", "img:1")), 0o644)
-	os.WriteFile(filepath.Join(dir, "service.yaml"), []byte("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"), 0o644)
-	os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "dangling.yaml"))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "good.yaml"), []byte(manifest("good", "img:1")), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "garbage.yaml"), []byte("{{{ not yaml"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "invalid.yaml"), []byte(manifest("Bad_Name", "img:1")), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "service.yaml"), []byte("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"), 0o644))
+	testutil.Must(t, os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "dangling.yaml")))
 	f := startFileSource(t, dir)
 	f.waitFor("good-node1@img:1")
 	f.clock.Step(20 * time.Second)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,7 +131,7 @@ func TestEnvironment(t *testing.T) {
 
 func TestPodDNS(t *testing.T) {
 	resolv := filepath.Join(t.TempDir(), "resolv.conf")
-	os.WriteFile(resolv, []byte("# host\nnameserver 192.0.2.53\nsearch corp.example\noptions edns0\n"), 0o644)
+	testutil.Must(t, os.WriteFile(resolv, []byte("# host\nnameserver 192.0.2.53\nsearch corp.example\noptions edns0\n"), 0o644))
 	d := DNS{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", ResolvConf: resolv}
 	pod := func(policy v1.DNSPolicy, hostNet bool, cfg *v1.PodDNSConfig) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: v1.PodSpec{DNSPolicy: policy, HostNetwork: hostNet, DNSConfig: cfg}}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/container"
 )
 
@@ -84,7 +85,7 @@ func TestHTTPHooks(t *testing.T) {
 	if err := f.sync(t, pod).Error(); err != nil {
 		t.Fatal(err)
 	}
-	f.m.KillPod(context.Background(), pod, f.status(t, pod).ToRunningPod(), nil)
+	testutil.Must(t, f.m.KillPod(context.Background(), pod, f.status(t, pod).ToRunningPod(), nil))
 	if got := strings.Join(paths, ","); got != "/start?x=1 yes,/stop yes" {
 		t.Fatalf("requests %s", got)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -226,7 +228,7 @@ func TestKillPodStopsContainersThenSandbox(t *testing.T) {
 	f2.sync(t, pod)
 	zero := int64(0)
 	f2.rt.ResetCalls()
-	f2.m.KillPod(context.Background(), pod, f2.status(t, pod).ToRunningPod(), &zero)
+	testutil.Must(t, f2.m.KillPod(context.Background(), pod, f2.status(t, pod).ToRunningPod(), &zero))
 	for _, c := range calls(f2.rt, "StopContainer") {
 		if !strings.HasSuffix(c, "timeout=1") {
 			t.Errorf("%s: want timeout=1", c)
@@ -304,7 +306,7 @@ func TestGarbageCollect(t *testing.T) {
 		f.clock.Step(time.Hour) // past any back-off
 		f.sync(t, live)
 	}
-	f.m.KillPod(ctx, gone, f.status(t, gone).ToRunningPod(), nil)
+	testutil.Must(t, f.m.KillPod(ctx, gone, f.status(t, gone).ToRunningPod(), nil))
 
 	if err := f.m.ContainerGC().GarbageCollect(ctx, GCPolicy{MaxPerPodContainer: 1}, podState{removable: map[types.UID]bool{"gone-uid": true}}); err != nil {
 		t.Fatal(err)
@@ -335,7 +337,7 @@ func TestExpand(t *testing.T) {
 func TestTailLogMessage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "0.log")
 	log := "2026-01-01T00:00:00Z stdout F one\n2026-01-01T00:00:01Z stderr P tw\n2026-01-01T00:00:01Z stderr F o\n2026-01-01T00:00:02Z stdout F three\n"
-	os.WriteFile(path, []byte(log), 0o644)
+	testutil.Must(t, os.WriteFile(path, []byte(log), 0o644))
 	got, err := tailLogMessage(path, 2, 1024)
 	if err != nil || got != "two\nthree\n" {
 		t.Fatalf("got %q, %v", got, err)

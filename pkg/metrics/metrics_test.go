@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -57,15 +58,21 @@ func TestMetrics(t *testing.T) {
 		podutil.ConfigFirstSeenAnnotationKey: clk.Now().Format(time.RFC3339Nano)}}}
 
 	ctx := context.Background()
-	s.SyncPod(ctx, podworkers.UpdateCreate, pod, nil, nil) // pending: no start yet
+	sync := func() {
+		t.Helper()
+		if _, err := s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync() // pending: no start yet
 	// Two overlapping pulls, 0.5 s to 1.5 s and 1 s to 2 s: 1.5 s pulling.
 	m.ObservePull("a", time.Unix(1000, 5e8), time.Unix(1001, 5e8))
 	m.ObservePull("a", time.Unix(1001, 0), time.Unix(1002, 0))
 	m.ObservePull("other", time.Unix(900, 0), time.Unix(1000, 0))
 	clk.Step(3 * time.Second)
 	st["a"] = v1.PodStatus{Phase: v1.PodRunning}
-	s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil)
-	s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil) // observed once only
+	sync()
+	sync() // observed once only
 
 	invoke := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 		if method == "/runtime.v1.RuntimeService/StopContainer" {
@@ -74,8 +81,10 @@ func TestMetrics(t *testing.T) {
 		return nil
 	}
 	icpt := m.UnaryClientInterceptor()
-	icpt(ctx, "/runtime.v1.RuntimeService/ListContainers", nil, nil, nil, invoke)
-	icpt(ctx, "/runtime.v1.RuntimeService/StopContainer", nil, nil, nil, invoke)
+	testutil.Must(t, icpt(ctx, "/runtime.v1.RuntimeService/ListContainers", nil, nil, nil, invoke))
+	if err := icpt(ctx, "/runtime.v1.RuntimeService/StopContainer", nil, nil, nil, invoke); err == nil || err.Error() != "boom" {
+		t.Fatalf("the interceptor changed the error: %v", err)
+	}
 	m.ObserveRelist(time.Unix(1000, 0), 20*time.Millisecond)
 	m.ObserveRelist(time.Unix(1001, 0), 30*time.Millisecond)
 

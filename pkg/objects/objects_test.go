@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 func configMap(ns, name, value string) *v1.ConfigMap {
@@ -98,7 +100,7 @@ func TestRegisteredObjectChangeSyncsItsPods(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- m.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	defer func() { stop(); testutil.Must(t, <-done) }()
 
 	a, b := podUsing("a", "ns", configMapVolume("cfg")), podUsing("b", "other", configMapVolume("cfg"))
 	m.RegisterPod(a)
@@ -181,7 +183,7 @@ func TestServicesAppearOnceListed(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
-	defer func() { stop(); <-done }()
+	defer func() { stop(); testutil.Must(t, <-done) }()
 	waitFor(t, "the services", func() bool { return len(m.Services("")) == 2 })
 	if got := m.Services("ns"); len(got) != 1 || got[0].Name != "web" {
 		t.Fatalf("services of ns: %v", got)

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // fakeExec answers ExecSync with the exit codes queued for it (0 when
@@ -278,7 +280,7 @@ func TestHTTPProbe(t *testing.T) {
 			http.Redirect(w, r, strings.Replace(other.URL, "127.0.0.1", "localhost", 1)+"/x", http.StatusFound)
 		default:
 			w.WriteHeader(503)
-			fmt.Fprint(w, "not yet")
+			_, _ = fmt.Fprint(w, "not yet") // a failed write is the prober's to see
 		}
 	}))
 	defer srv.Close()
@@ -322,8 +324,9 @@ func TestGRPCProbe(t *testing.T) {
 	srv := grpc.NewServer()
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
-	go srv.Serve(l)
-	defer srv.Stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	defer func() { srv.Stop(); testutil.Must(t, <-served) }()
 	port := int32(l.Addr().(*net.TCPAddr).Port)
 	p := &v1.Probe{TimeoutSeconds: 1, ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: port}}}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -59,7 +59,7 @@ func (rv *reviews) counts() (int, int) {
 func TestWebhookAuthnAndAuthz(t *testing.T) {
 	clk := testingclock.NewFakePassiveClock(time.Unix(1000, 0))
 	rv := &reviews{}
-	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	h := WithAuth(ok, AuthOptions{NodeName: "n1", Client: rv.client(), TokenWebhook: true, AuthorizeWebhook: true,
 		TokenCacheTTL: time.Minute, AuthorizedTTL: 5 * time.Minute, UnauthorizedTTL: 30 * time.Second, Clock: clk})
 	get := func(path, token string) int {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 func writeConfig(t *testing.T, body string) string {
@@ -84,7 +86,7 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 		{"wrong type", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "maxPods: lots\n")} }, "maxPods"},
 		{"wrong kind", func(t *testing.T) []string {
 			p := filepath.Join(t.TempDir(), "c.yaml")
-			os.WriteFile(p, []byte("apiVersion: v1\nkind: Pod\n"), 0o644)
+			testutil.Must(t, os.WriteFile(p, []byte("apiVersion: v1\nkind: Pod\n"), 0o644))
 			return []string{"--config", p}
 		}, "KubeletConfiguration"},
 		{"bad cgroup driver", func(t *testing.T) []string { return []string{"--cgroup-driver=weird"} }, "cgroupDriver"},

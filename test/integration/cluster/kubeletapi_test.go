@@ -142,7 +142,7 @@ func TestKubectlLogsExecAttachPortForward(t *testing.T) {
 	}
 	defer func() {
 		cancelFollow()
-		fcmd.Wait()
+		_ = fcmd.Wait() // killed: its exit status says nothing
 	}()
 	lines := make(chan string, 100)
 	go func() {
@@ -164,7 +164,9 @@ func TestKubectlLogsExecAttachPortForward(t *testing.T) {
 	if err := acmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintln(stdin, "ping-through-attach")
+	if _, err := fmt.Fprintln(stdin, "ping-through-attach"); err != nil {
+		t.Fatal(err)
+	}
 	sawFollow := false
 	deadline := time.After(20 * time.Second)
 	for !sawFollow {
@@ -179,7 +181,7 @@ func TestKubectlLogsExecAttachPortForward(t *testing.T) {
 		}
 	}
 	cancelAttach()
-	acmd.Wait()
+	_ = acmd.Wait() // killed: its exit status says nothing
 
 	// port-forward to the web server.
 	waitPod(t, 30*time.Second, ns, "web", running)
@@ -194,7 +196,7 @@ func TestKubectlLogsExecAttachPortForward(t *testing.T) {
 	}
 	defer func() {
 		cancelPF()
-		pf.Wait()
+		_ = pf.Wait() // killed: its exit status says nothing
 	}()
 	local := make(chan string, 1)
 	go func() {

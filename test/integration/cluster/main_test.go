@@ -35,11 +35,11 @@ func TestMain(m *testing.M) {
 		}
 		cl, err = testbed.StartCluster(ctx, dir)
 		if err != nil {
-			return func() { os.RemoveAll(dir) }, err
+			return func() { testbed.RemoveDir(dir) }, err
 		}
 		return func() {
 			cl.Stop()
-			os.RemoveAll(dir)
+			testbed.RemoveDir(dir)
 		}, nil
 	})
 }
@@ -82,7 +82,9 @@ func namespace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cl.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		if err := cl.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting namespace %s: %v", name, err)
+		}
 	})
 	testbed.Eventually(t, time.Minute, func() (bool, string) {
 		_, err := cl.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})

@@ -79,7 +79,9 @@ func readWebSocket(url, origin, protocol string, tlsCfg *tls.Config, n int) (str
 		return "", err
 	}
 	defer conn.Close()
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return "", err
+	}
 	var out []byte
 	for {
 		var frame []byte

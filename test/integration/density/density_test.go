@@ -63,11 +63,11 @@ func TestMain(m *testing.M) {
 		}
 		cl, err = testbed.StartCluster(ctx, dir)
 		if err != nil {
-			return func() { os.RemoveAll(dir) }, err
+			return func() { testbed.RemoveDir(dir) }, err
 		}
 		return func() {
 			cl.Stop()
-			os.RemoveAll(dir)
+			testbed.RemoveDir(dir)
 		}, nil
 	})
 }

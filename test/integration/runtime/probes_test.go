@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
@@ -41,7 +42,7 @@ func TestNoProbeWorkerLeftBehind(t *testing.T) {
 		Recorder: record.NewFakeRecorder(1000), Clock: clk, Probes: probes})
 	workers := podworkers.New(podworkers.Options{Syncer: syncer, Status: gpleg, WorkQueue: podworkers.NewWorkQueue(clk),
 		Clock: clk, ResyncInterval: time.Minute, BackOffPeriod: time.Second})
-	t.Cleanup(func() { cd.RemoveAll(context.Background()) })
+	t.Cleanup(func() { testutil.Must(t, cd.RemoveAll(context.Background())) })
 
 	before := goruntime.NumGoroutine()
 	pod := benchPod(0)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
@@ -67,7 +69,7 @@ func nodeletStart(b *testing.B, node *testbed.Nodelet, n, iter int) time.Duratio
 
 	b.StopTimer()
 	for i := 0; i < n; i++ {
-		os.Remove(filepath.Join(node.Manifests, fmt.Sprintf("p%d.yaml", i)))
+		testutil.Must(b, os.Remove(filepath.Join(node.Manifests, fmt.Sprintf("p%d.yaml", i))))
 	}
 	testbed.Eventually(b, 2*time.Minute, func() (bool, string) {
 		sbs, err := cd.Sandboxes(ctx)
@@ -116,7 +118,7 @@ func rawStart(b *testing.B, ctx context.Context, n, iter int) time.Duration {
 				errs <- err
 				return
 			}
-			os.MkdirAll(filepath.Join(logDir, name, "main"), 0o755)
+			testutil.Must(b, os.MkdirAll(filepath.Join(logDir, name, "main"), 0o755))
 			c, err := cd.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
 				PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg,
 				Config: &runtimeapi.ContainerConfig{

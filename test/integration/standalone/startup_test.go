@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	"github.com/nodelet/nodelet/internal/testbed"
 )
 
@@ -21,7 +23,7 @@ func TestStartupErrors(t *testing.T) {
 	}
 	dir := t.TempDir()
 	badField := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(badField, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPod: 3\n"), 0o644)
+	testutil.Must(t, os.WriteFile(badField, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPod: 3\n"), 0o644))
 	for _, tc := range []struct {
 		name string
 		args []string
