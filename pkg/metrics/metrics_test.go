@@ -58,21 +58,21 @@ func TestMetrics(t *testing.T) {
 		podutil.ConfigFirstSeenAnnotationKey: clk.Now().Format(time.RFC3339Nano)}}}
 
 	ctx := context.Background()
-	sync := func() {
+	sync := func(u podworkers.UpdateType) {
 		t.Helper()
-		if _, err := s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil); err != nil {
+		if _, err := s.SyncPod(ctx, u, pod, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sync() // pending: no start yet
+	sync(podworkers.UpdateCreate) // pending: no start yet
 	// Two overlapping pulls, 0.5 s to 1.5 s and 1 s to 2 s: 1.5 s pulling.
 	m.ObservePull("a", time.Unix(1000, 5e8), time.Unix(1001, 5e8))
 	m.ObservePull("a", time.Unix(1001, 0), time.Unix(1002, 0))
 	m.ObservePull("other", time.Unix(900, 0), time.Unix(1000, 0))
 	clk.Step(3 * time.Second)
 	st["a"] = v1.PodStatus{Phase: v1.PodRunning}
-	sync()
-	sync() // observed once only
+	sync(podworkers.UpdateSync)
+	sync(podworkers.UpdateSync) // observed once only
 
 	invoke := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 		if method == "/runtime.v1.RuntimeService/StopContainer" {
