@@ -3,14 +3,14 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/testbed"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -21,7 +21,7 @@ func main() {
 	flag.Parse()
 	deadline := time.Now().Add(*wait)
 	for {
-		pods, err := fetch(*url)
+		pods, err := testbed.FetchPods(*url)
 		if err == nil && (allRunning(pods) || time.Now().After(deadline)) {
 			print(pods)
 			return
@@ -32,19 +32,6 @@ func main() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-func fetch(url string) ([]v1.Pod, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var list v1.PodList
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return nil, err
-	}
-	return list.Items, nil
 }
 
 func allRunning(pods []v1.Pod) bool {

@@ -134,16 +134,7 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 	if opts.Kubeconfig != "" {
 		n.opts.Args = append([]string{"--kubeconfig", opts.Kubeconfig}, opts.Args...)
 	}
-	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: %s
-containerRuntimeEndpoint: %s
-podLogsDir: %s
-readOnlyPort: %d
-port: %d
-address: %s
-cgroupRoot: %s
-%s`, n.Manifests, cd.Endpoint, n.LogsDir, n.Port, n.APIPort, opts.Address, opts.CgroupRoot, opts.ExtraConfig)
+	cfg := n.kubeletConfig(cd.Endpoint, opts.Address, opts.CgroupRoot) + opts.ExtraConfig
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -284,9 +275,30 @@ func (n *Nodelet) Healthz() error {
 	return nil
 }
 
+// kubeletConfig is the KubeletConfiguration both nodelet and the
+// upstream kubelet run this node with: its manifests, runtime, logs and
+// ports.
+func (n *Nodelet) kubeletConfig(endpoint, address, cgroupRoot string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: %s
+containerRuntimeEndpoint: %s
+podLogsDir: %s
+readOnlyPort: %d
+port: %d
+address: %s
+cgroupRoot: %s
+`, n.Manifests, endpoint, n.LogsDir, n.Port, n.APIPort, address, cgroupRoot)
+}
+
 // Pods returns what /pods reports.
 func (n *Nodelet) Pods() ([]v1.Pod, error) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/pods", n.Port))
+	return FetchPods(fmt.Sprintf("http://127.0.0.1:%d/pods", n.Port))
+}
+
+// FetchPods reads a pod list from a kubelet's /pods.
+func FetchPods(url string) ([]v1.Pod, error) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return nil, err
 	}

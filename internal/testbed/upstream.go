@@ -46,16 +46,7 @@ func NewUpstreamKubelet(n *Nodelet, binDir, clientCA string) *UpstreamKubelet {
 			}
 		}
 	}
-	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: %s
-containerRuntimeEndpoint: %s
-podLogsDir: %s
-readOnlyPort: %d
-port: %d
-address: 0.0.0.0
-healthzPort: %d
-cgroupRoot: %s
+	cfg := n.kubeletConfig(n.CD.Endpoint, "0.0.0.0", u.cgroupRoot) + fmt.Sprintf(`healthzPort: %d
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
@@ -64,7 +55,7 @@ authentication:
   webhook: {enabled: false}
   x509: {clientCAFile: %s}
 authorization: {mode: AlwaysAllow}
-`, n.Manifests, n.CD.Endpoint, n.LogsDir, n.Port, n.APIPort, u.healthz, u.cgroupRoot, clientCA)
+`, u.healthz, clientCA)
 	if err := os.WriteFile(u.config, []byte(cfg), 0o644); err != nil {
 		n.t.Fatal(err)
 	}

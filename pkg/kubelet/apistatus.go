@@ -437,15 +437,8 @@ func initializedCondition(pod *v1.Pod, all []v1.ContainerStatus, phase v1.PodPha
 			return c
 		}
 	}
-	var msgs []string
-	if len(unknown) > 0 {
-		msgs = append(msgs, fmt.Sprintf("containers with unknown status: %v", unknown))
-	}
-	if len(incomplete) > 0 {
-		msgs = append(msgs, fmt.Sprintf("containers with incomplete status: %v", incomplete))
-	}
-	if len(msgs) > 0 {
-		c.Status, c.Reason, c.Message = v1.ConditionFalse, "ContainersNotInitialized", strings.Join(msgs, ", ")
+	if msg := containersMessage(unknown, "incomplete", incomplete); msg != "" {
+		c.Status, c.Reason, c.Message = v1.ConditionFalse, "ContainersNotInitialized", msg
 	}
 	return c
 }
@@ -474,17 +467,24 @@ func containersReadyCondition(pod *v1.Pod, all []v1.ContainerStatus, phase v1.Po
 		c.Status, c.Reason = v1.ConditionFalse, "PodCompleted"
 		return c
 	}
+	if msg := containersMessage(unknown, "unready", unready); msg != "" {
+		c.Status, c.Reason, c.Message = v1.ConditionFalse, "ContainersNotReady", msg
+	}
+	return c
+}
+
+// containersMessage says which containers hold a condition back, in
+// upstream's words: "containers with unknown status: [a], containers
+// with <what> status: [b]"; empty when none does.
+func containersMessage(unknown []string, what string, others []string) string {
 	var msgs []string
 	if len(unknown) > 0 {
 		msgs = append(msgs, fmt.Sprintf("containers with unknown status: %v", unknown))
 	}
-	if len(unready) > 0 {
-		msgs = append(msgs, fmt.Sprintf("containers with unready status: %v", unready))
+	if len(others) > 0 {
+		msgs = append(msgs, fmt.Sprintf("containers with %s status: %v", what, others))
 	}
-	if len(msgs) > 0 {
-		c.Status, c.Reason, c.Message = v1.ConditionFalse, "ContainersNotReady", strings.Join(msgs, ", ")
-	}
-	return c
+	return strings.Join(msgs, ", ")
 }
 
 func readyCondition(pod *v1.Pod, conditions []v1.PodCondition, all []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {

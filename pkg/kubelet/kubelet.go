@@ -167,18 +167,10 @@ type Kubelet struct {
 
 // New builds the core.
 func New(cfg Config, d Deps) *Kubelet {
-	if cfg.Cgroups == nil {
-		cfg.Cgroups = cm.Disabled{}
-	}
-	if d.Probes == nil {
-		d.Probes = noProbes{}
-	}
-	if d.Mirrors == nil {
-		d.Mirrors = NoAPIServer{}
-	}
-	if d.Volumes == nil {
-		d.Volumes = noVolumes{}
-	}
+	cfg.Cgroups = orNone[Cgroups](cfg.Cgroups, cm.Disabled{})
+	d.Probes = orNone[Probes](d.Probes, noProbes{})
+	d.Mirrors = orNone[MirrorPods](d.Mirrors, NoAPIServer{})
+	d.Volumes = orNone[VolumeTearDown](d.Volumes, noVolumes{})
 	pods := newPodManager()
 	cleaner := newCleaner(cleaner{
 		gc: d.GC, workers: d.Workers, pods: pods, status: d.Status, mirrors: d.Mirrors, cgroups: cfg.Cgroups,

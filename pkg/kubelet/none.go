@@ -32,3 +32,13 @@ func (NoAPIServer) Services(string) []*v1.Service { return nil }
 
 func (NoAPIServer) RegisterPod(*v1.Pod)   {}
 func (NoAPIServer) UnregisterPod(*v1.Pod) {}
+
+// orNone is v, or the null object when v is nil: optional dependencies
+// are never nil inside the package.
+func orNone[T comparable](v, none T) T {
+	var unset T
+	if v == unset {
+		return none
+	}
+	return v
+}

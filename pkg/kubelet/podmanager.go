@@ -1,6 +1,8 @@
 package kubelet
 
 import (
+	"maps"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -64,11 +66,7 @@ func (m *podManager) remove(pod *v1.Pod) {
 func (m *podManager) pods() []*v1.Pod {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]*v1.Pod, 0, len(m.byUID))
-	for _, p := range m.byUID {
-		out = append(out, p)
-	}
-	return out
+	return slices.Collect(maps.Values(m.byUID))
 }
 
 // podByUID returns a desired pod.
@@ -103,9 +101,5 @@ func (m *podManager) podAndMirror(pod *v1.Pod) (p, mirror *v1.Pod, wasMirror boo
 func (m *podManager) mirrorPods() []*v1.Pod {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]*v1.Pod, 0, len(m.mirrorByName))
-	for _, p := range m.mirrorByName {
-		out = append(out, p)
-	}
-	return out
+	return slices.Collect(maps.Values(m.mirrorByName))
 }

@@ -119,24 +119,12 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	if o.Network == nil {
 		o.Network = func() error { return nil }
 	}
-	if o.Volumes == nil {
-		o.Volumes = noVolumes{}
-	}
-	if o.Objects == nil {
-		o.Objects = NoAPIServer{}
-	}
-	if o.Secrets == nil {
-		o.Secrets = NoAPIServer{}
-	}
-	if o.Mirrors == nil {
-		o.Mirrors = NoAPIServer{}
-	}
-	if o.Probes == nil {
-		o.Probes = noProbes{}
-	}
-	if o.Cgroups == nil {
-		o.Cgroups = cm.Disabled{}
-	}
+	o.Volumes = orNone[podVolumes](o.Volumes, noVolumes{})
+	o.Objects = orNone[podObjects](o.Objects, NoAPIServer{})
+	o.Secrets = orNone[SecretGetter](o.Secrets, NoAPIServer{})
+	o.Mirrors = orNone[MirrorPods](o.Mirrors, NoAPIServer{})
+	o.Probes = orNone[probes](o.Probes, noProbes{})
+	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
 	return o
 }
 

@@ -160,30 +160,36 @@ func (g *ContainerGC) pruneOldSandboxes(ctx context.Context, p *container.Pod) e
 // removeContainer removes a container and its log files, rotated ones
 // included: the runtime does not own them.
 func (g *ContainerGC) removeContainer(ctx context.Context, id string) error {
-	release, err := g.starts.acquireBackground(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
-	ctx, cancel := g.call(ctx)
-	defer cancel()
-	st, err := g.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-	if _, err := g.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !crierr.IsNotFound(err) {
-		return fmt.Errorf("removing container %s: %w", id, err)
-	}
-	if path := st.GetStatus().GetLogPath(); err == nil && path != "" {
-		rmErr := os.Remove(path)
-		if os.IsNotExist(rmErr) {
-			rmErr = nil
+	return g.gated(ctx, func(ctx context.Context) error {
+		st, err := g.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if _, err := g.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !crierr.IsNotFound(err) {
+			return fmt.Errorf("removing container %s: %w", id, err)
 		}
-		if err := errors.Join(logs.RemoveRotated(path), rmErr); err != nil {
-			return fmt.Errorf("removing the logs of container %s: %w", id, err)
+		if path := st.GetStatus().GetLogPath(); err == nil && path != "" {
+			rmErr := os.Remove(path)
+			if os.IsNotExist(rmErr) {
+				rmErr = nil
+			}
+			if err := errors.Join(logs.RemoveRotated(path), rmErr); err != nil {
+				return fmt.Errorf("removing the logs of container %s: %w", id, err)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (g *ContainerGC) removeSandbox(ctx context.Context, id string) error {
+	return g.gated(ctx, func(ctx context.Context) error {
+		if _, err := g.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil && !crierr.IsNotFound(err) {
+			return fmt.Errorf("removing sandbox %s: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// gated runs a removal in a background slot of the start gate (pod starts
+// go first), bounded by the request timeout.
+func (g *ContainerGC) gated(ctx context.Context, remove func(ctx context.Context) error) error {
 	release, err := g.starts.acquireBackground(ctx)
 	if err != nil {
 		return err
@@ -191,10 +197,7 @@ func (g *ContainerGC) removeSandbox(ctx context.Context, id string) error {
 	defer release()
 	ctx, cancel := g.call(ctx)
 	defer cancel()
-	if _, err := g.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil && !crierr.IsNotFound(err) {
-		return fmt.Errorf("removing sandbox %s: %w", id, err)
-	}
-	return nil
+	return remove(ctx)
 }
 
 // removeOrphanedLogDirs deletes the log directories of pods that left the
