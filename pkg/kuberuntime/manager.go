@@ -63,7 +63,7 @@ type PodState interface {
 // Options configure a Manager.
 type Options struct {
 	Runtime        RuntimeService
-	Images         ImageService
+	Images         images.ImageService
 	Helper         Helper
 	Recorder       record.EventRecorder
 	Clock          clock.WithTicker
