@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -50,7 +52,7 @@ func TestBurstDuringRemoveDoesNotDeadlock(t *testing.T) {
 	}()
 	// The channel is full and the source still has sets to send: it is
 	// blocked in a send, with the REMOVE next in line for the loop.
-	waitUntil(t, func() bool { return len(f.sources.Updates()) == cap(f.sources.Updates()) })
+	testutil.WaitFor(t, "the condition", func() bool { return len(f.sources.Updates()) == cap(f.sources.Updates()) })
 	close(release)
 
 	select {
@@ -58,7 +60,7 @@ func TestBurstDuringRemoveDoesNotDeadlock(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the source never finished sending: the sync loop and the merge are deadlocked")
 	}
-	waitUntil(t, func() bool { return f.workers.count() >= burst+2 })
+	testutil.WaitFor(t, "the condition", func() bool { return f.workers.count() >= burst+2 })
 	got := f.workers.take()
 	if got[0] != "create first" || got[1] != "kill first" {
 		t.Fatalf("first updates %v, want the first pod created then killed", got[:2])
@@ -80,16 +82,4 @@ func (w *fakeWorkers) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.updates)
-}
-
-// waitUntil polls cond with a deadline.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30 s")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
 }

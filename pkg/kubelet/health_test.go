@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/config"
@@ -40,7 +42,7 @@ func TestStuckSyncLoopIsUnhealthyAndNotReady(t *testing.T) {
 		waitForWaiter(t, f.clock)
 		f.clock.Step(time.Second)
 	}
-	waitUntil(t, func() bool { return f.health.Healthz() == nil })
+	testutil.WaitFor(t, "the condition", func() bool { return f.health.Healthz() == nil })
 	if err := f.health.ReadyError(); err != nil {
 		t.Fatalf("an iterating loop is not ready: %v", err)
 	}
@@ -59,7 +61,7 @@ func TestStuckSyncLoopIsUnhealthyAndNotReady(t *testing.T) {
 	}
 
 	close(release)
-	waitUntil(t, func() bool { return f.health.Healthz() == nil && f.health.ReadyError() == nil })
+	testutil.WaitFor(t, "the condition", func() bool { return f.health.Healthz() == nil && f.health.ReadyError() == nil })
 }
 
 // TestCleanupRequestsCoalesce: the loop never waits for the cleaner, and

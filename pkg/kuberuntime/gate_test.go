@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
@@ -48,14 +50,14 @@ func TestStartGateAdmitsEarliestSeenFirst(t *testing.T) {
 		}()
 	}
 	// All three wait before the slot is given back.
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 3 })
+	testutil.WaitFor(t, "the condition", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 3 })
 	hold()
 	got := fmt.Sprint(<-order, " ", <-order, " ", <-order)
 	if got != "early middle late" {
 		t.Fatalf("admitted %s", got)
 	}
 	// The last one gives its slot back.
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.free == 1 })
+	testutil.WaitFor(t, "the condition", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.free == 1 })
 }
 
 // TestStartGateWaiterGivesUpWithItsContext: a cancelled waiter leaves
@@ -69,7 +71,7 @@ func TestStartGateWaiterGivesUpWithItsContext(t *testing.T) {
 		_, err := g.acquire(ctx, seenPod("b", gateNow))
 		errs <- err
 	}()
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
+	testutil.WaitFor(t, "the condition", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
 	cancel()
 	if err := <-errs; err != context.Canceled {
 		t.Fatalf("err %v", err)
@@ -79,17 +81,6 @@ func TestStartGateWaiterGivesUpWithItsContext(t *testing.T) {
 	defer g.mu.Unlock()
 	if g.free != 1 || len(g.waiting) != 0 {
 		t.Fatalf("free %d, waiting %d", g.free, len(g.waiting))
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5 s")
-		}
-		time.Sleep(time.Millisecond) // polling interval
 	}
 }
 
@@ -110,8 +101,8 @@ func TestStartGateStopHoldsItsSlotBriefly(t *testing.T) {
 		}
 		close(next)
 	}()
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
-	waitFor(t, clk.HasWaiters)
+	testutil.WaitFor(t, "the condition", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
+	testutil.WaitFor(t, "the condition", clk.HasWaiters)
 	clk.Step(stopHold)
 	<-next
 	// The slow stop ends later: releasing again frees nothing twice.
@@ -135,13 +126,13 @@ func TestStartGateBackgroundWaitsForPods(t *testing.T) {
 		order <- "gc"
 		r()
 	}()
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
+	testutil.WaitFor(t, "the condition", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 1 })
 	go func() {
 		r, _ := g.acquire(ctx, seenPod("late", gateNow.Add(time.Hour)))
 		order <- "pod"
 		r()
 	}()
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 2 })
+	testutil.WaitFor(t, "the condition", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == 2 })
 	hold()
 	if got := <-order + " " + <-order; got != "pod gc" {
 		t.Fatalf("admitted %s", got)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -196,7 +198,7 @@ func TestReporterCorrectsStatusWhenAPIServerReturns(t *testing.T) {
 		defer close(done)
 		r.runLease(ctx)
 	}()
-	waitFor(t, clk.HasWaiters, "the lease loop to back off")
+	testutil.WaitFor(t, "the lease loop to back off", clk.HasWaiters)
 
 	n := getNode(t, client)
 	for i := range n.Status.Conditions {
@@ -216,18 +218,7 @@ func TestReporterCorrectsStatusWhenAPIServerReturns(t *testing.T) {
 
 	down.Store(false)
 	clk.Step(retryMin)
-	waitFor(t, func() bool { return readyCondition(getNode(t, client)).Status == v1.ConditionTrue }, "Ready to be written back")
+	testutil.WaitFor(t, "Ready to be written back", func() bool { return readyCondition(getNode(t, client)).Status == v1.ConditionTrue })
 	cancel()
 	<-done
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,17 +52,6 @@ func (c *changes) count(uid types.UID) int {
 		}
 	}
 	return n
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
 }
 
 func TestReferencesCoverEverySourceOnce(t *testing.T) {
@@ -115,13 +103,13 @@ func TestRegisteredObjectChangeSyncsItsPods(t *testing.T) {
 	}
 	// The initial list counts as a change; wait for it so the update is
 	// told apart.
-	waitFor(t, "the initial list", func() bool { return seen.count("a") >= 1 })
+	testutil.WaitFor(t, "the initial list", func() bool { return seen.count("a") >= 1 })
 	before := seen.count("a")
 	if _, err := client.CoreV1().ConfigMaps("ns").Update(ctx, configMap("ns", "cfg", "2"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the update to reach pod a", func() bool { return seen.count("a") > before })
-	waitFor(t, "the watch to see the update", func() bool {
+	testutil.WaitFor(t, "the update to reach pod a", func() bool { return seen.count("a") > before })
+	testutil.WaitFor(t, "the watch to see the update", func() bool {
 		cm, err := m.GetConfigMap(ctx, "ns", "cfg")
 		return err == nil && cm.Data["k"] == "2"
 	})
@@ -139,7 +127,7 @@ func TestRegisteredObjectChangeSyncsItsPods(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps("other").Update(ctx, configMap("other", "cfg", "3"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the update to reach pod b", func() bool { return seen.count("b") > beforeB })
+	testutil.WaitFor(t, "the update to reach pod b", func() bool { return seen.count("b") > beforeB })
 	if n := seen.count("a"); n != beforeA {
 		t.Fatalf("pod a was told of a change after it unregistered (%d -> %d)", beforeA, n)
 	}
@@ -184,7 +172,7 @@ func TestServicesAppearOnceListed(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { stop(); testutil.Must(t, <-done) }()
-	waitFor(t, "the services", func() bool { return len(m.Services("")) == 2 })
+	testutil.WaitFor(t, "the services", func() bool { return len(m.Services("")) == 2 })
 	if got := m.Services("ns"); len(got) != 1 || got[0].Name != "web" {
 		t.Fatalf("services of ns: %v", got)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	eventsapi "github.com/containerd/containerd/api/events"
 	containerdevents "github.com/containerd/containerd/api/services/events/v1"
 	apitypes "github.com/containerd/containerd/api/types"
@@ -97,18 +99,6 @@ func newWatcher(rt *fakeEvents) (*Watcher, *testingclock.FakeClock, chan string)
 	return w, clk, notified
 }
 
-// waitFor polls cond with a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
-}
-
 func TestWatcherPollsWithoutAnEventStream(t *testing.T) {
 	rt := &fakeEvents{running: []string{"a"}}
 	w, clk, notified := newWatcher(rt)
@@ -117,13 +107,13 @@ func TestWatcherPollsWithoutAnEventStream(t *testing.T) {
 	go w.Run(ctx)
 
 	lists := func() int { return rt.count(func() int { return rt.lists }) }
-	waitFor(t, "the baseline list", func() bool { return lists() == 1 && clk.HasWaiters() })
+	testutil.WaitFor(t, "the baseline list", func() bool { return lists() == 1 && clk.HasWaiters() })
 	// Nothing changed: a poll (proved by the list count) notifies nothing.
 	clk.Step(100 * time.Millisecond)
-	waitFor(t, "the second poll", func() bool { return lists() == 2 })
+	testutil.WaitFor(t, "the second poll", func() bool { return lists() == 2 })
 	rt.set(func() { rt.running = nil })
 	clk.Step(100 * time.Millisecond)
-	waitFor(t, "the third poll", func() bool { return lists() == 3 })
+	testutil.WaitFor(t, "the third poll", func() bool { return lists() == 3 })
 	select {
 	case ids := <-notified:
 		if ids != "a" {
@@ -146,7 +136,7 @@ func TestWatcherPollsWithoutAnEventStream(t *testing.T) {
 	for i := 0; i < 11; i++ {
 		n := lists()
 		clk.Step(6 * time.Second)
-		waitFor(t, "a failed poll", func() bool { return lists() > n })
+		testutil.WaitFor(t, "a failed poll", func() bool { return lists() > n })
 	}
 	if err := w.Healthy(); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("healthy after a minute of failed polls: %v", err)
@@ -187,7 +177,7 @@ func TestWatcherReportsABrokenStream(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	opens := func() int { return rt.count(func() int { return rt.opens }) }
-	waitFor(t, "the stream to open", func() bool { return opens() == 1 })
+	testutil.WaitFor(t, "the stream to open", func() bool { return opens() == 1 })
 	// The stream breaks and every reopen fails.
 	rt.set(func() {
 		close(rt.events)
@@ -195,19 +185,19 @@ func TestWatcherReportsABrokenStream(t *testing.T) {
 		rt.openErr = status.Error(codes.Unavailable, "connection refused")
 	})
 	for opens() < 62 {
-		waitFor(t, "a reopen wait", clk.HasWaiters)
+		testutil.WaitFor(t, "a reopen wait", clk.HasWaiters)
 		n := opens()
 		clk.Step(reopenDelay)
-		waitFor(t, "a reopen", func() bool { return opens() > n })
+		testutil.WaitFor(t, "a reopen", func() bool { return opens() > n })
 	}
 	if err := w.Healthy(); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("healthy after a minute without a stream: %v", err)
 	}
 	// Reopened: healthy again, and never polled meanwhile.
 	rt.set(func() { rt.openErr = nil })
-	waitFor(t, "a reopen wait", clk.HasWaiters)
+	testutil.WaitFor(t, "a reopen wait", clk.HasWaiters)
 	clk.Step(reopenDelay)
-	waitFor(t, "the stream to reopen", func() bool { return w.Healthy() == nil })
+	testutil.WaitFor(t, "the stream to reopen", func() bool { return w.Healthy() == nil })
 	if n := rt.count(func() int { return rt.lists }); n != 0 {
 		t.Fatalf("polled %d times with a broken stream", n)
 	}
