@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,6 +18,11 @@ import (
 
 func main() {
 	opts, err := app.Parse(os.Args[1:])
+	var answer *app.Answer
+	if errors.As(err, &answer) {
+		fmt.Print(answer.Text)
+		return
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
 		os.Exit(1)

@@ -77,13 +77,27 @@ type flagValues struct {
 	resolvConf         string
 }
 
+// Answer is what Parse returns for --help and --version: not a failure,
+// but text to print on standard output before exiting with status 0.
+type Answer struct{ Text string }
+
+func (a *Answer) Error() string { return a.Text }
+
+// kubernetesVersion is the Kubernetes release nodelet implements.
+const kubernetesVersion = "v1.37.2"
+
 // Parse reads the command line (without the program name) and the config
 // file it names. Errors are one line and name the problem.
 func Parse(args []string) (*Options, error) {
 	fs := pflag.NewFlagSet("nodelet", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	fs.SortFlags = true
 	o := &Options{}
 	var f flagValues
+	var version string
+	fs.BoolP("help", "h", false, "show this help and exit")
+	fs.StringVar(&version, "version", "", "print the version and exit (--version=raw for JSON)")
+	fs.Lookup("version").NoOptDefVal = "true"
 	fs.StringVar(&o.ConfigFile, "config", "", "path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig for the API server (cluster mode)")
 	fs.StringVar(&o.RootDir, "root-dir", DefaultRootDir, "directory for nodelet's files (pod directories)")
@@ -107,6 +121,16 @@ func Parse(args []string) (*Options, error) {
 	fs.StringSliceVar(&f.clusterDNS, "cluster-dns", nil, "DNS server IPs for ClusterFirst pods, comma-separated (clusterDNS)")
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS domain, searched by ClusterFirst pods (clusterDomain)")
 	fs.StringVar(&f.resolvConf, "resolv-conf", "", "resolver file that dnsPolicy Default pods get, \"\" for none (resolvConf)")
+	// The flags override the config file, so they have no default of their
+	// own; --help shows the value nodelet uses when neither sets one.
+	for name, def := range map[string]string{
+		"container-runtime-endpoint": DefaultRuntimeEndpoint, "read-only-port": fmt.Sprint(DefaultReadOnlyPort),
+		"port": fmt.Sprint(DefaultPort), "max-pods": fmt.Sprint(DefaultMaxPods), "sync-frequency": "1m0s",
+		"file-check-frequency": "20s", "http-check-frequency": "20s", "cgroup-driver": "cgroupfs",
+		"address": "0.0.0.0", "resolv-conf": "/etc/resolv.conf",
+	} {
+		fs.Lookup(name).DefValue = def
+	}
 	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(gofs)
 	for _, name := range []string{"v", "vmodule"} {
@@ -114,7 +138,13 @@ func Parse(args []string) (*Options, error) {
 	}
 	fs.Lookup("v").Shorthand = "v"
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (nodelet --help lists the flags)", err)
+	}
+	if help, _ := fs.GetBool("help"); help {
+		return nil, &Answer{Text: usage(fs)}
+	}
+	if fs.Changed("version") {
+		return nil, versionAnswer(version)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -436,4 +466,32 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 		msgs[i] = e.Error()
 	}
 	return fmt.Errorf("invalid configuration: %s", strings.Join(msgs, "; "))
+}
+
+// usage lists every flag with its default, as the upstream kubelet's
+// --help does.
+func usage(fs *pflag.FlagSet) string {
+	return "nodelet runs pods from static manifests, an HTTP URL or a kube-apiserver on a CRI runtime,\n" +
+		"in place of the kubelet (" + kubernetesVersion + "). Most settings belong in the --config file\n" +
+		"(a KubeletConfiguration); the flags below override it.\n\n" +
+		"Usage:\n  nodelet [flags]\n\nFlags:\n" + fs.FlagUsages()
+}
+
+// versionAnswer prints the version as the upstream kubelet does:
+// "Kubernetes <version>", or with raw the version information as JSON.
+func versionAnswer(format string) error {
+	switch format {
+	case "true":
+		return &Answer{Text: "Kubernetes " + Version + "\n"}
+	case "raw":
+		b, err := json.MarshalIndent(map[string]string{
+			"major": "1", "minor": "37", "gitVersion": Version, "kubernetesVersion": kubernetesVersion,
+		}, "", "  ")
+		if err != nil {
+			return err
+		}
+		return &Answer{Text: string(b) + "\n"}
+	default:
+		return fmt.Errorf("--version=%s: want --version or --version=raw", format)
+	}
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +124,32 @@ func TestManifestURLFlags(t *testing.T) {
 	if o.Config.StaticPodURL != "http://10.0.0.1/pods" || len(h["a"]) != 1 || strings.Join(h["b"], ",") != "2,3" ||
 		o.Config.HTTPCheckFrequency.Duration != 5*time.Second {
 		t.Fatalf("%+v", o.Config)
+	}
+}
+
+// TestHelpAndVersionAreAnswers: --help lists every flag with the default
+// nodelet uses, --version prints the upstream kubelet's format; both are
+// answers, not failures, and an unknown flag points at --help.
+func TestHelpAndVersionAreAnswers(t *testing.T) {
+	var answer *Answer
+	_, err := Parse([]string{"--help"})
+	if !errors.As(err, &answer) {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, want := range []string{"Usage:\n  nodelet [flags]", "--config string", "--port int32", "(default 10250)",
+		`(default "unix:///run/containerd/containerd.sock")`, "--version"} {
+		if !strings.Contains(answer.Text, want) {
+			t.Errorf("--help lacks %q:\n%s", want, answer.Text)
+		}
+	}
+	if _, err := Parse([]string{"--version"}); !errors.As(err, &answer) || answer.Text != "Kubernetes "+Version+"\n" {
+		t.Fatalf("--version: %v", err)
+	}
+	if _, err := Parse([]string{"--version=raw"}); !errors.As(err, &answer) || !strings.Contains(answer.Text, `"gitVersion": "`+Version+`"`) {
+		t.Fatalf("--version=raw: %v", err)
+	}
+	_, err = Parse([]string{"--no-such-flag"})
+	if errors.As(err, &answer) || err == nil || !strings.Contains(err.Error(), "nodelet --help") {
+		t.Fatalf("unknown flag: %v", err)
 	}
 }
