@@ -8,8 +8,10 @@ export PATH := $(PATH):/usr/local/go/bin
 
 all: build
 
+# Everything the tests and cluster mode need; the standalone demo (make
+# run) sets up only what it needs, without the control plane.
 setup:
-	bash hack/setup.sh
+	bash hack/setup.sh --cluster
 
 build:
 	$(GO) build -o _output/nodelet ./cmd/nodelet

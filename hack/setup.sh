@@ -3,8 +3,19 @@
 # and the local images (no registry is reachable). Idempotent: run it as often
 # as you like; it only changes what is missing or different.
 #
-# Usage: sudo hack/setup.sh
+# Usage: sudo hack/setup.sh [--cluster]
+#   --cluster also installs etcd and builds the upstream control plane,
+#   kubectl and kubelet (about 20 minutes cold on 2 cores, cached after):
+#   cluster mode and the tests need them, the standalone demo does not.
 set -euo pipefail
+CLUSTER=0
+for arg in "$@"; do
+	case $arg in
+	--cluster) CLUSTER=1 ;;
+	*) echo "setup: unknown argument $arg (want --cluster)" >&2; exit 1 ;;
+	esac
+done
+START=$SECONDS
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT="$ROOT/_output"
@@ -13,18 +24,19 @@ CNI_BIN_DIR=/usr/lib/cni
 SANDBOX_IMAGE=registry.k8s.io/pause:3.10
 MARKER="# written by nodelet hack/setup.sh"
 
-log() { echo "setup: $*"; }
+log() { echo "setup [$((SECONDS - START))s]: $*"; }
 
 [ "$(id -u)" = 0 ] || { echo "setup: must run as root" >&2; exit 1; }
 
 # 1. Packages.
-PKGS=(containerd runc containernetworking-plugins busybox-static bash-static etcd-server iptables iproute2 gcc libc6-dev)
+PKGS=(containerd runc containernetworking-plugins busybox-static bash-static iptables iproute2 gcc libc6-dev)
+[ $CLUSTER = 0 ] || PKGS+=(etcd-server)
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-	log "installing ${missing[*]}"
+	log "installing ${missing[*]} (apt)"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
@@ -81,6 +93,7 @@ if ! running; then
 fi
 
 # 5. Local images: a static pause and busybox, imported into the CRI namespace.
+log "building the local images"
 mkdir -p "$OUT"
 for prog in pause euid; do
 	if [ ! -x "$OUT/$prog" ] || [ "$ROOT/hack/images/$prog.c" -nt "$OUT/$prog" ]; then
@@ -92,8 +105,14 @@ done
 mv "$OUT/images.tar.new" "$OUT/images.tar"
 ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$OUT/images.tar" >/dev/null
 log "images: $(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -E 'pause|busybox|grpchealth' | tr '\n' ' ')"
-# 6. The upstream control plane and kubectl for cluster mode, built from the
-# pinned k8s.io/kubernetes module (minutes when cold, cached afterwards).
+# 6. With --cluster: the upstream control plane and kubectl for cluster
+# mode, built from the pinned k8s.io/kubernetes module (minutes when cold,
+# cached afterwards).
+if [ $CLUSTER = 0 ]; then
+	log "done (standalone; hack/setup.sh --cluster adds the control plane)"
+	exit 0
+fi
+log "building the upstream control plane (about 20 minutes the first time; cached after)"
 K8S_BIN=$(bash "$ROOT/hack/cluster/build.sh")
 ln -sf "$K8S_BIN/kubectl" /usr/local/bin/kubectl
 log "control plane binaries in $K8S_BIN"

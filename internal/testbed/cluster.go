@@ -75,7 +75,7 @@ func StartCluster(ctx context.Context, dir string) (*Cluster, error) {
 		return nil, err
 	}
 	if _, err := exec.LookPath("etcd"); err != nil {
-		return nil, fmt.Errorf("etcd not found: run hack/setup.sh first")
+		return nil, fmt.Errorf("etcd not found: run hack/setup.sh --cluster first")
 	}
 	c := &Cluster{Dir: dir, BinDir: bin, procs: map[string]*process{}}
 	if err := c.start(ctx); err != nil {
