@@ -134,7 +134,8 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 	if opts.Kubeconfig != "" {
 		n.opts.Args = append([]string{"--kubeconfig", opts.Kubeconfig}, opts.Args...)
 	}
-	cfg := n.kubeletConfig(cd.Endpoint, opts.Address, opts.CgroupRoot) + opts.ExtraConfig
+	// Test nodelets share the host: none takes the fixed /healthz port.
+	cfg := n.kubeletConfig(cd.Endpoint, opts.Address, opts.CgroupRoot) + "healthzPort: 0\n" + opts.ExtraConfig
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

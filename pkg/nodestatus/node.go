@@ -182,7 +182,7 @@ func ParseReserved(maps ...map[string]string) (v1.ResourceList, error) {
 func EvictionReserved(evictionHard map[string]string, capacity v1.ResourceList) (v1.ResourceList, error) {
 	th, err := ParseThresholds(evictionHard)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("evictionHard: %w", err)
 	}
 	out := v1.ResourceList{}
 	for signal, res := range map[string]v1.ResourceName{SignalMemoryAvailable: v1.ResourceMemory, SignalNodeFsAvailable: v1.ResourceEphemeralStorage} {

@@ -69,12 +69,12 @@ func ParseThresholds(evictionHard map[string]string) (Thresholds, error) {
 	out := Thresholds{}
 	for signal, v := range evictionHard {
 		if _, ok := signalCondition[signal]; !ok {
-			return nil, fmt.Errorf("evictionHard: unknown signal %q", signal)
+			return nil, fmt.Errorf("unknown signal %q", signal)
 		}
 		if pct, isPct := strings.CutSuffix(v, "%"); isPct {
 			f, err := strconv.ParseFloat(pct, 64)
 			if err != nil || f < 0 || f > 100 {
-				return nil, fmt.Errorf("evictionHard %s=%q is not a percentage", signal, v)
+				return nil, fmt.Errorf("%s=%q is not a percentage", signal, v)
 			}
 			if f > 0 {
 				out[signal] = threshold{percent: f}
@@ -83,7 +83,7 @@ func ParseThresholds(evictionHard map[string]string) (Thresholds, error) {
 		}
 		q, err := resource.ParseQuantity(v)
 		if err != nil {
-			return nil, fmt.Errorf("evictionHard %s=%q: %w", signal, v, err)
+			return nil, fmt.Errorf("%s=%q: %w", signal, v, err)
 		}
 		if q.Sign() > 0 {
 			out[signal] = threshold{amount: q.Value()}

@@ -63,6 +63,9 @@ type ReporterOptions struct {
 	LeaseDuration         time.Duration
 	// WatchBackoff paces the node watch's retries; nil for apiwatch.Backoff.
 	WatchBackoff *wait.Backoff
+	// SkipRegistration (registerNode: false) never creates the Node: the
+	// reporter waits for someone else to, then keeps it current.
+	SkipRegistration bool
 }
 
 // Reporter registers the node with the API server and keeps it current:
@@ -134,17 +137,23 @@ func (r *Reporter) register(ctx context.Context) bool {
 	nodes := r.o.Client.CoreV1().Nodes()
 	want := r.o.Node.DeepCopy()
 	want.Status.Conditions = r.conditions(nil, r.o.Clock.Now())
-	created, err := nodes.Create(ctx, want, metav1.CreateOptions{})
-	if err == nil {
-		klog.InfoS("Successfully registered node", "node", klog.KObj(created))
-		r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "RegisteredNode", "Node %s registered", created.Name)
-		return true
-	}
-	if !apierrors.IsAlreadyExists(err) {
-		klog.ErrorS(err, "Unable to register node with API server", "node", klog.KObj(want))
-		return false
+	if !r.o.SkipRegistration {
+		created, err := nodes.Create(ctx, want, metav1.CreateOptions{})
+		if err == nil {
+			klog.InfoS("Successfully registered node", "node", klog.KObj(created))
+			r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "RegisteredNode", "Node %s registered", created.Name)
+			return true
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			klog.ErrorS(err, "Unable to register node with API server", "node", klog.KObj(want))
+			return false
+		}
 	}
 	existing, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && r.o.SkipRegistration {
+		klog.InfoS("Waiting for the Node to be created: registerNode is false", "node", klog.KObj(want))
+		return false
+	}
 	if err != nil {
 		klog.ErrorS(err, "Unable to read the existing node", "node", klog.KObj(want))
 		return false

@@ -222,3 +222,36 @@ func TestReporterCorrectsStatusWhenAPIServerReturns(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestRegisterNodeFalseWaitsForTheNode: with registration skipped the
+// reporter never creates the Node; once someone else has, it adopts it
+// (its labels brought up to date) and goes on.
+func TestRegisterNodeFalseWaitsForTheNode(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	client := fake.NewClientset()
+	node := Node(Config{NodeName: "n1", MaxPods: 10, Labels: map[string]string{"role": "edge"}}, Machine{CPUs: 2, MemoryBytes: 1 << 30})
+	r := NewReporter(ReporterOptions{Client: client, Node: node, Clock: clk, Recorder: record.NewFakeRecorder(100),
+		Ready: func() error { return nil }, SkipRegistration: true})
+	ctx := context.Background()
+	if r.register(ctx) {
+		t.Fatal("registered a node that does not exist")
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" {
+			t.Fatalf("created %s with registerNode false", a.GetResource().Resource)
+		}
+	}
+	if gets := len(client.Actions()); gets != 1 {
+		t.Fatalf("%d API calls, want the one get that looked for the node", gets)
+	}
+	existing := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, existing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.register(ctx) {
+		t.Fatal("did not adopt the existing node")
+	}
+	if got := getNode(t, client).Labels["role"]; got != "edge" {
+		t.Fatalf("labels not brought up to date: role=%q", got)
+	}
+}

@@ -73,6 +73,15 @@ func (s *ReadOnly) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "ok")
 }
 
+// Healthz serves only /healthz: upstream's plain-HTTP health endpoint on
+// healthzBindAddress:healthzPort, which node health checks and
+// supervisors poll.
+func Healthz(check HealthChecker) http.Handler {
+	s := &ReadOnly{mux: http.NewServeMux(), healthz: check}
+	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
+	return s.mux
+}
+
 // Listener serves a handler on an address opened at Listen, so a busy
 // port fails start-up rather than a running node.
 type Listener struct {

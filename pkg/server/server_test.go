@@ -65,7 +65,10 @@ func TestHealthz(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
 		return resp.StatusCode, string(b)
 	}
 	if code, body := get(); code != 200 || body != "ok" {
@@ -75,9 +78,40 @@ func TestHealthz(t *testing.T) {
 	if code, body := get(); code != 500 || !contains(body, "pleg") {
 		t.Fatalf("unhealthy: %d %q", code, body)
 	}
-	resp, _ := http.Post(srv.URL+"/pods", "text/plain", nil)
+	resp, err := http.Post(srv.URL+"/pods", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("POST /pods: %d", resp.StatusCode)
+	}
+}
+
+// TestHealthzServesOnlyHealthz: the plain-HTTP health port answers
+// /healthz from the checker, and nothing else (no pods leak there).
+func TestHealthzServesOnlyHealthz(t *testing.T) {
+	health := errors.New("sync loop last completed an iteration 31s ago")
+	srv := httptest.NewServer(Healthz(func() error { return health }))
+	defer srv.Close()
+	for path, want := range map[string]int{"/healthz": http.StatusInternalServerError, "/pods": http.StatusNotFound} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	health = nil
+	resp, err := http.Get(srv.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthy: %d", resp.StatusCode)
 	}
 }
 

@@ -58,6 +58,8 @@ func buildNode(b *base, rt *runtimeConn) (*nodeParts, error) {
 	node.Status.NodeInfo.ContainerRuntimeVersion = rt.version.RuntimeName + "://" + rt.version.RuntimeVersion
 	node.Status.NodeInfo.KubeletVersion = Version
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.c.Port
+	// Set at registration only, as upstream does.
+	node.Spec.Taints, node.Spec.ProviderID = b.c.RegisterWithTaints, b.c.ProviderID
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	statsProvider, err := stats.NewProvider(stats.Options{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, PodLogsDir: b.c.PodLogsDir, Clock: b.clock,
@@ -91,7 +93,7 @@ func evictionHard(c *kubeletv1beta1.KubeletConfiguration) map[string]string {
 func pressureMonitor(c *kubeletv1beta1.KubeletConfiguration, p *stats.Provider, b *base) (*nodestatus.PressureMonitor, error) {
 	th, err := nodestatus.ParseThresholds(evictionHard(c))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("evictionHard: %w", err)
 	}
 	return nodestatus.NewPressureMonitor(nodestatus.PressureOptions{
 		Signals: p.Signals, Thresholds: th, TransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
@@ -109,7 +111,11 @@ func setUpNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, nodeCgr
 	if err != nil {
 		return nil, nil, err
 	}
-	capacity := nodestatus.Capacity(m, int(c.MaxPods))
+	maxPods := int(c.MaxPods)
+	if c.PodsPerCore > 0 {
+		maxPods = min(maxPods, int(c.PodsPerCore)*m.CPUs)
+	}
+	capacity := nodestatus.Capacity(m, maxPods)
 	eviction, err := nodestatus.EvictionReserved(evictionHard(c), capacity)
 	if err != nil {
 		return nil, nil, err
@@ -125,7 +131,7 @@ func setUpNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, nodeCgr
 		reserved[name] = cur
 	}
 	node := nodestatus.Node(nodestatus.Config{
-		NodeName: nodeName, RootDir: o.RootDir, MaxPods: int(c.MaxPods), Reserved: reserved,
+		NodeName: nodeName, RootDir: o.RootDir, MaxPods: maxPods, Reserved: reserved,
 		Labels: o.NodeLabels, HostIPs: hostIPs,
 	}, m)
 	cgroups, err := setUpCgroups(c, enforced)

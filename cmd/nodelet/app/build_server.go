@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
@@ -17,11 +18,24 @@ import (
 	"github.com/nodelet/nodelet/pkg/server"
 )
 
-// buildServers opens the read-only and kubelet API ports, so a port in
-// use fails start-up before anything runs.
+// buildServers opens the read-only and kubelet API ports (unless
+// enableServer is false) and the plain /healthz, so a port in use fails
+// start-up before anything runs.
 func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimeParts, core *coreParts, health *health.Node) ([]component, error) {
 	c := b.c
 	var out []component
+	if p := *c.HealthzPort; p > 0 {
+		l, err := server.Listen(net.JoinHostPort(c.HealthzBindAddress, strconv.Itoa(int(p))), server.Healthz(health.Healthz), nil)
+		if err != nil {
+			return nil, fmt.Errorf("healthz server: %w", err)
+		}
+		klog.InfoS("Serving /healthz", "address", l.Addr().String())
+		out = append(out, component{"healthz server", l.Run})
+	}
+	if !*c.EnableServer {
+		klog.InfoS("Not serving the kubelet API or the read-only port: enableServer is false")
+		return out, nil
+	}
 	if c.ReadOnlyPort > 0 {
 		l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core.kubelet, health.Healthz), nil)
 		if err != nil {
@@ -52,6 +66,11 @@ func kubeletAPI(b *base, h http.Handler) (*server.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Validated at start.
+	if c.TLSMinVersion != "" {
+		tlsConfig.MinVersion, _ = cliflag.TLSVersion(c.TLSMinVersion)
+	}
+	tlsConfig.CipherSuites, _ = cliflag.TLSCipherSuites(c.TLSCipherSuites)
 	h = server.WithAuth(h, server.AuthOptions{
 		NodeName: b.nodeName, Anonymous: *c.Authentication.Anonymous.Enabled, Client: b.client,
 		TokenWebhook: *c.Authentication.Webhook.Enabled, TokenCacheTTL: c.Authentication.Webhook.CacheTTL.Duration,

@@ -99,6 +99,7 @@ func buildReporter(b *base, node *nodeParts, health *health.Node) *reporterParts
 		LeaseDuration:         time.Duration(c.NodeLeaseDurationSeconds) * time.Second,
 		Ready:                 health.ReadyError,
 		Pressure:              node.pressure.Pressure,
+		SkipRegistration:      !*c.RegisterNode,
 	})
 	// Admission sees the labels an administrator put on the Node.
 	return &reporterParts{node: reporter.Node, components: []component{runs("node status reporter", reporter.Run)}}

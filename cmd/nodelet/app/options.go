@@ -247,6 +247,17 @@ func LoadConfigFile(path string) (*kubeletv1beta1.KubeletConfiguration, bool, er
 	if err := dec.Decode(cfg); err != nil {
 		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
 	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(js, &raw); err != nil {
+		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
+	}
+	warnings, err := checkFields(raw)
+	for _, w := range warnings {
+		klog.Warningf("config file %s: %s", path, w)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("config file %s: %w", path, err)
+	}
 	return cfg, len(head.ReadOnly) > 0, nil
 }
 
@@ -382,6 +393,25 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 	if c.Authorization.Webhook.CacheUnauthorizedTTL.Duration == 0 {
 		c.Authorization.Webhook.CacheUnauthorizedTTL.Duration = 30 * time.Second
 	}
+	setServingDefaults(c)
+}
+
+// setServingDefaults fills in upstream's defaults for serving and
+// registration: the servers on, the plain /healthz on 127.0.0.1:10248,
+// the Node registered.
+func setServingDefaults(c *kubeletv1beta1.KubeletConfiguration) {
+	if c.EnableServer == nil {
+		c.EnableServer = new(true)
+	}
+	if c.HealthzPort == nil {
+		c.HealthzPort = new(int32(10248))
+	}
+	if c.HealthzBindAddress == "" {
+		c.HealthzBindAddress = "127.0.0.1"
+	}
+	if c.RegisterNode == nil {
+		c.RegisterNode = new(true)
+	}
 }
 
 func validate(c *kubeletv1beta1.KubeletConfiguration) error {
@@ -450,6 +480,12 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	}
 	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
 		errs = append(errs, errors.New("tlsCertFile and tlsPrivateKeyFile go together"))
+	}
+	errs = append(errs, validateServing(c)...)
+	errs = append(errs, validateFeatureGates(c.FeatureGates)...)
+	errs = append(errs, validateEvictionSoft(c)...)
+	if c.PodsPerCore < 0 {
+		errs = append(errs, fmt.Errorf("podsPerCore (%d) must not be negative", c.PodsPerCore))
 	}
 	switch c.CgroupDriver {
 	case "cgroupfs":

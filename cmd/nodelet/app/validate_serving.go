@@ -1,0 +1,60 @@
+package app
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	cliflag "k8s.io/component-base/cli/flag"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/pkg/nodestatus"
+)
+
+// validateServing checks the TLS settings (names as the upstream kubelet
+// takes them) and the /healthz address.
+func validateServing(c *kubeletv1beta1.KubeletConfiguration) []error {
+	var errs []error
+	if c.TLSMinVersion != "" {
+		if _, err := cliflag.TLSVersion(c.TLSMinVersion); err != nil {
+			errs = append(errs, fmt.Errorf("tlsMinVersion: %v", err))
+		}
+	}
+	if _, err := cliflag.TLSCipherSuites(c.TLSCipherSuites); err != nil {
+		errs = append(errs, fmt.Errorf("tlsCipherSuites: %v", err))
+	}
+	if p := *c.HealthzPort; p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("healthzPort (%d) must be between 0 and 65535", p))
+	}
+	if net.ParseIP(c.HealthzBindAddress) == nil {
+		errs = append(errs, fmt.Errorf("healthzBindAddress %q is not an IP address", c.HealthzBindAddress))
+	}
+	return errs
+}
+
+// validateEvictionSoft checks the thresholds as upstream does: each one
+// parses, each soft one has a grace period, and every grace period belongs
+// to a soft threshold. (Soft ones take effect once nodelet evicts pods.)
+func validateEvictionSoft(c *kubeletv1beta1.KubeletConfiguration) []error {
+	var errs []error
+	if _, err := nodestatus.ParseThresholds(c.EvictionHard); err != nil {
+		errs = append(errs, fmt.Errorf("evictionHard: %v", err))
+	}
+	if _, err := nodestatus.ParseThresholds(c.EvictionSoft); err != nil {
+		errs = append(errs, fmt.Errorf("evictionSoft: %v", err))
+	}
+	for signal := range c.EvictionSoft {
+		if _, ok := c.EvictionSoftGracePeriod[signal]; !ok {
+			errs = append(errs, fmt.Errorf("evictionSoft %s has no evictionSoftGracePeriod", signal))
+		}
+	}
+	for signal, d := range c.EvictionSoftGracePeriod {
+		if _, ok := c.EvictionSoft[signal]; !ok {
+			errs = append(errs, fmt.Errorf("evictionSoftGracePeriod %s has no evictionSoft threshold", signal))
+		}
+		if dur, err := time.ParseDuration(d); err != nil || dur < 0 {
+			errs = append(errs, fmt.Errorf("evictionSoftGracePeriod %s: %q is not a duration such as 1m30s", signal, d))
+		}
+	}
+	return errs
+}
