@@ -11,9 +11,16 @@ go build -o _output/nodelet ./cmd/nodelet
 go build -o _output/podtable ./hack/podtable
 
 MANIFESTS=${MANIFESTS:-$ROOT/examples}
+# Like the upstream kubelet, nodelet refuses a cgroup v1 host unless told
+# otherwise; the demo says so and goes on.
+EXTRA=()
+if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
+	echo "run-demo: this host uses cgroup v1; running nodelet with --fail-cgroupv1=false"
+	EXTRA+=(--fail-cgroupv1=false)
+fi
 PORT=${PORT:-10255}
 echo "run-demo: starting nodelet on the manifests in $MANIFESTS (log: _output/nodelet.log)"
-./_output/nodelet --pod-manifest-path="$MANIFESTS" --root-dir=/var/lib/nodelet --read-only-port="$PORT" -v=2 \
+./_output/nodelet --pod-manifest-path="$MANIFESTS" --root-dir=/var/lib/nodelet --read-only-port="$PORT" -v=2 "${EXTRA[@]}" \
 	>_output/nodelet.log 2>&1 &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid; echo "run-demo: nodelet stopped; the pods keep running"' EXIT INT TERM

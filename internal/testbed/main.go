@@ -48,7 +48,7 @@ func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cle
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		cleanups[i]()
 	}
-	if cg, err := cm.New(CgroupRoot(), 0); err == nil {
+	if cg, err := cm.New(cm.Options{CgroupRoot: CgroupRoot()}); err == nil {
 		if err := cg.RemoveRoot(); err != nil {
 			fmt.Fprintln(os.Stderr, "removing test cgroups:", err)
 		}

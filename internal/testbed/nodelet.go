@@ -135,7 +135,8 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 		n.opts.Args = append([]string{"--kubeconfig", opts.Kubeconfig}, opts.Args...)
 	}
 	// Test nodelets share the host: none takes the fixed /healthz port.
-	cfg := n.kubeletConfig(cd.Endpoint, opts.Address, opts.CgroupRoot) + "healthzPort: 0\n" + opts.ExtraConfig
+	// CI's hosts run cgroup v1, which upstream's default refuses.
+	cfg := n.kubeletConfig(cd.Endpoint, opts.Address, opts.CgroupRoot) + "healthzPort: 0\nfailCgroupV1: false\n" + opts.ExtraConfig
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -3,34 +3,33 @@
 // and /kubepods/besteffort, and one cgroup per pod in its QoS class, with
 // the pod's CPU shares and quota, memory limit and PIDs limit. Sandboxes
 // and containers are created under the pod's cgroup (their CRI cgroup
-// parent), so a pod as a whole cannot take more than it asked for. Only
-// cgroup v1 with the cgroupfs driver is supported.
+// parent), so a pod as a whole cannot take more than it asked for.
+//
+// Both cgroup versions are supported with the cgroupfs driver, behind one
+// Manager over a hierarchy: on cgroup v1 each controller has its own tree
+// (cpu.shares, cpu.cfs_quota_us, memory.limit_in_bytes, pids.max); on the
+// unified cgroup v2 hierarchy one directory per cgroup holds cpu.weight,
+// cpu.max, memory.max and pids.max, written by opencontainers/cgroups'
+// fs2, and each level enables the cpu, memory and pids controllers for
+// the next.
 package cm
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 
-	"github.com/moby/sys/mountinfo"
-
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
-
-// The controllers whose files nodelet writes. Other controllers (cpuset,
-// devices, freezer, blkio, ...) get the pod's directories from runc, which
-// creates a container's cgroup path in every mounted hierarchy.
-var managed = []string{"cpu", "cpuacct", "memory", "pids"}
 
 const (
 	kubepods   = "kubepods"
@@ -45,52 +44,81 @@ const (
 // Manager manages the QoS and pod cgroups.
 type Manager struct {
 	root string // cgroupRoot, e.g. "/"
-	// mounts maps each mounted controller to its hierarchy's mount point.
-	mounts    map[string]string
-	pidsLimit int64
+	h    hierarchy
+	o    Options
 }
 
-// New finds the cgroup v1 hierarchies. cgroupRoot is where /kubepods goes.
-func New(cgroupRoot string, podPidsLimit int64) (*Manager, error) {
-	mounts, err := cgroupMounts()
+// Options configure a Manager.
+type Options struct {
+	// CgroupRoot is where /kubepods goes ("" is "/").
+	CgroupRoot string
+	// PodPidsLimit is each pod's pids.max; 0 or less leaves it unset.
+	PodPidsLimit int64
+	// NoCPUQuota (cpuCFSQuota: false) leaves CPU limits unenforced: pod
+	// cgroups get no CFS quota.
+	NoCPUQuota bool
+}
+
+// hierarchy is one cgroup version's files. Cgroups are named relative to
+// the hierarchy root ("/kubepods/burstable/pod<uid>").
+type hierarchy interface {
+	// version is 1 or 2.
+	version() int
+	// create makes a cgroup and its parents.
+	create(cgroup string) error
+	// set applies the limits that are set (non-zero).
+	set(cgroup string, l limits) error
+	exists(cgroup string) bool
+	// children lists a cgroup's child cgroups by name.
+	children(cgroup string) ([]string, error)
+	// procs lists the processes in a cgroup.
+	procs(cgroup string) []int
+	// remove removes a cgroup and its children, deepest first.
+	remove(cgroup string) error
+}
+
+// limits are what nodelet sets on a cgroup; zero leaves a value alone.
+type limits struct {
+	cpuShares uint64 // cgroup v1 shares; cgroup v2 converts them to a weight
+	cpuQuota  int64  // microseconds per cpuPeriod
+	memory    int64  // bytes
+	pids      int64
+}
+
+// CheckVersion refuses a cgroup v1 host when failV1 is set, as the
+// upstream kubelet does by default (failCgroupV1), whether or not nodelet
+// manages cgroups.
+func CheckVersion(failV1 bool) error {
+	if failV1 && !cgroups.IsCgroup2UnifiedMode() {
+		return errors.New("the host uses cgroup v1, which failCgroupV1 refuses (true by default, as upstream's): move the host to cgroup v2, or set failCgroupV1: false (--fail-cgroupv1=false)")
+	}
+	return nil
+}
+
+// New finds the cgroup hierarchy: cgroup v2 when /sys/fs/cgroup is the
+// unified hierarchy, cgroup v1 otherwise.
+func New(o Options) (*Manager, error) {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return newManager(unified{mount: unifiedMountpoint, dirs: kernel{}}, o), nil
+	}
+	h, err := newV1Hierarchy()
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range []string{"cpu", "memory"} {
-		if _, ok := mounts[c]; !ok {
-			return nil, fmt.Errorf("cgroup v1 controller %q is not mounted (cgroup v2 is not supported)", c)
-		}
-	}
-	if cgroupRoot == "" {
-		cgroupRoot = "/"
-	}
-	return &Manager{root: filepath.Clean("/" + cgroupRoot), mounts: mounts, pidsLimit: podPidsLimit}, nil
+	return newManager(h, o), nil
 }
 
-// cgroupMounts reads which controller is mounted where.
-func cgroupMounts() (map[string]string, error) {
-	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
-	if err != nil {
-		return nil, err
+func newManager(h hierarchy, o Options) *Manager {
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/"
 	}
-	out := map[string]string{}
-	for _, m := range mounts {
-		if m.FSType == "cgroup2" {
-			// The hybrid layout's unified hierarchy: runc puts containers
-			// there too, so pod cgroups must be removed from it as well.
-			out["unified"] = m.Mountpoint
-			continue
-		}
-		for _, opt := range strings.Split(m.VFSOptions, ",") {
-			if controllers[opt] || strings.HasPrefix(opt, "name=") {
-				out[opt] = m.Mountpoint
-			}
-		}
-	}
-	return out, nil
+	return &Manager{root: filepath.Clean("/" + o.CgroupRoot), h: h, o: o}
 }
 
-// QoSCgroup is the cgroup (relative to the hierarchy roots) pods of a QoS
+// Version is the cgroup version in use, 1 or 2.
+func (m *Manager) Version() int { return m.h.version() }
+
+// QoSCgroup is the cgroup (relative to the hierarchy root) pods of a QoS
 // class go under.
 func (m *Manager) QoSCgroup(qos v1.PodQOSClass) string {
 	switch qos {
@@ -109,27 +137,21 @@ func (m *Manager) PodCgroup(pod *v1.Pod) string {
 	return filepath.Join(m.QoSCgroup(podutil.QOSClass(pod)), podPrefix+string(pod.UID))
 }
 
-func (m *Manager) path(controller, cgroup string) string {
-	return filepath.Join(m.mounts[controller], cgroup)
-}
-
 // Setup creates the QoS cgroups and limits /kubepods to what pods may use.
 func (m *Manager) Setup(allocatable v1.ResourceList) error {
 	top := filepath.Join(m.root, kubepods)
 	for _, cg := range []string{top, m.QoSCgroup(v1.PodQOSBurstable), m.QoSCgroup(v1.PodQOSBestEffort)} {
-		if err := m.create(cg); err != nil {
+		if err := m.h.create(cg); err != nil {
 			return err
 		}
 	}
 	cpu := allocatable[v1.ResourceCPU]
-	var errs []error
-	errs = append(errs, m.write("cpu", top, "cpu.shares", strconv.FormatInt(milliToShares(cpu.MilliValue()), 10)))
-	if mem, ok := allocatable[v1.ResourceMemory]; ok && mem.Value() > 0 {
-		errs = append(errs, m.write("memory", top, "memory.limit_in_bytes", strconv.FormatInt(mem.Value(), 10)))
-	}
-	// Best-effort pods get what is left over, and no more than that.
-	errs = append(errs, m.write("cpu", m.QoSCgroup(v1.PodQOSBestEffort), "cpu.shares", strconv.Itoa(minShares)))
-	return errors.Join(errs...)
+	mem := allocatable[v1.ResourceMemory]
+	return errors.Join(
+		m.h.set(top, limits{cpuShares: milliToShares(cpu.MilliValue()), memory: mem.Value()}),
+		// Best-effort pods get what is left over, and no more than that.
+		m.h.set(m.QoSCgroup(v1.PodQOSBestEffort), limits{cpuShares: minShares}),
+	)
 }
 
 // UpdateQoS sets the burstable class's CPU shares to the sum of its
@@ -143,44 +165,36 @@ func (m *Manager) UpdateQoS(active []*v1.Pod) error {
 			milli += q.MilliValue()
 		}
 	}
-	return m.write("cpu", m.QoSCgroup(v1.PodQOSBurstable), "cpu.shares", strconv.FormatInt(milliToShares(milli), 10))
+	return m.h.set(m.QoSCgroup(v1.PodQOSBurstable), limits{cpuShares: milliToShares(milli)})
 }
 
 // Exists reports whether the pod's cgroup exists.
-func (m *Manager) Exists(pod *v1.Pod) bool {
-	_, err := os.Stat(m.path("memory", m.PodCgroup(pod)))
-	return err == nil
-}
+func (m *Manager) Exists(pod *v1.Pod) bool { return m.h.exists(m.PodCgroup(pod)) }
 
 // EnsureExists creates the pod's cgroup and applies its limits: CPU shares
 // from its requests, CPU quota and memory limit when every container has
-// a limit, and the node's PIDs limit.
+// a limit (and cpuCFSQuota is on), and the node's PIDs limit.
 func (m *Manager) EnsureExists(pod *v1.Pod) error {
 	cg := m.PodCgroup(pod)
-	if err := m.create(cg); err != nil {
+	if err := m.h.create(cg); err != nil {
 		return err
 	}
 	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	lim := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
 	cpuReq := req[v1.ResourceCPU]
-	var errs []error
-	errs = append(errs, m.write("cpu", cg, "cpu.shares", strconv.FormatInt(milliToShares(cpuReq.MilliValue()), 10)))
-	if allLimited(pod, v1.ResourceCPU) {
+	l := limits{cpuShares: milliToShares(cpuReq.MilliValue())}
+	if allLimited(pod, v1.ResourceCPU) && !m.o.NoCPUQuota {
 		cpuLim := lim[v1.ResourceCPU]
-		errs = append(errs,
-			m.write("cpu", cg, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)),
-			m.write("cpu", cg, "cpu.cfs_quota_us", strconv.FormatInt(max(cpuLim.MilliValue()*cpuPeriod/1000, 1000), 10)))
+		l.cpuQuota = max(cpuLim.MilliValue()*cpuPeriod/1000, 1000)
 	}
 	if allLimited(pod, v1.ResourceMemory) {
 		memLim := lim[v1.ResourceMemory]
-		errs = append(errs, m.write("memory", cg, "memory.limit_in_bytes", strconv.FormatInt(memLim.Value(), 10)))
+		l.memory = memLim.Value()
 	}
-	if m.pidsLimit > 0 {
-		if _, ok := m.mounts["pids"]; ok {
-			errs = append(errs, m.write("pids", cg, "pids.max", strconv.FormatInt(m.pidsLimit, 10)))
-		}
+	if m.o.PodPidsLimit > 0 {
+		l.pids = m.o.PodPidsLimit
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := m.h.set(cg, l); err != nil {
 		return fmt.Errorf("applying the limits of pod %s: %w", podutil.Ref(pod), err)
 	}
 	return nil
@@ -202,137 +216,43 @@ func (m *Manager) PodCgroups() (map[types.UID]string, error) {
 	out := map[types.UID]string{}
 	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
 		dir := m.QoSCgroup(qos)
-		entries, err := os.ReadDir(m.path("memory", dir))
-		if os.IsNotExist(err) {
-			continue
-		}
+		names, err := m.h.children(dir)
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), podPrefix) {
-				out[types.UID(strings.TrimPrefix(e.Name(), podPrefix))] = filepath.Join(dir, e.Name())
+		for _, name := range names {
+			if strings.HasPrefix(name, podPrefix) {
+				out[types.UID(strings.TrimPrefix(name, podPrefix))] = filepath.Join(dir, name)
 			}
 		}
 	}
 	return out, nil
 }
 
-// Destroy removes a pod cgroup from every hierarchy, killing anything
-// still running in it first (its containers are stopped by then; what is
-// left is strays).
+// Destroy removes a pod cgroup, killing anything still running in it
+// first (its containers are stopped by then; what is left is strays).
 func (m *Manager) Destroy(cgroup string) error {
-	var errs []error
+	var err error
 	for i := 0; i < 5; i++ {
-		errs = errs[:0]
-		m.killProcesses(cgroup)
-		for controller, mount := range m.uniqueMounts() {
-			if err := removeTree(filepath.Join(mount, cgroup)); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", controller, err))
-			}
+		for _, pid := range m.h.procs(cgroup) {
+			klog.InfoS("Killing a process left in a pod cgroup", "cgroup", cgroup, "pid", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL) // fails only when it has exited
 		}
-		if len(errs) == 0 {
+		if err = m.h.remove(cgroup); err == nil {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond) // let killed processes exit
 	}
-	return fmt.Errorf("removing cgroup %s: %w", cgroup, errors.Join(errs...))
-}
-
-// controllers are the cgroup v1 controllers (superblock options of a
-// cgroup mount that are not controllers are flags like rw).
-var controllers = map[string]bool{
-	"cpu": true, "cpuacct": true, "cpuset": true, "memory": true, "devices": true, "freezer": true, "blkio": true,
-	"pids": true, "net_cls": true, "net_prio": true, "hugetlb": true, "perf_event": true, "rdma": true, "misc": true,
-}
-
-// uniqueMounts lists each hierarchy once (co-mounted controllers share one).
-func (m *Manager) uniqueMounts() map[string]string {
-	seen := map[string]bool{}
-	out := map[string]string{}
-	for c, mount := range m.mounts {
-		if seen[mount] {
-			continue
-		}
-		seen[mount] = true
-		out[c] = mount
-	}
-	return out
-}
-
-func (m *Manager) killProcesses(cgroup string) {
-	procs, err := os.ReadFile(filepath.Join(m.path("memory", cgroup), "cgroup.procs"))
-	if err != nil {
-		return
-	}
-	for _, f := range strings.Fields(string(procs)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
-			klog.InfoS("Killing a process left in a pod cgroup", "cgroup", cgroup, "pid", pid)
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-}
-
-// removeTree removes a cgroup directory and its children, deepest first.
-// cgroup directories hold only pseudo-files, so rmdir is the way.
-func removeTree(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return err
-	}
-	return nil
-}
-
-// create makes a cgroup in every managed controller.
-func (m *Manager) create(cgroup string) error {
-	for _, c := range managed {
-		mount, ok := m.mounts[c]
-		if !ok {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Join(mount, cgroup), 0o755); err != nil {
-			return fmt.Errorf("creating cgroup %s (%s): %w", cgroup, c, err)
-		}
-	}
-	return nil
-}
-
-func (m *Manager) write(controller, cgroup, file, value string) error {
-	if _, ok := m.mounts[controller]; !ok {
-		return nil
-	}
-	if err := os.WriteFile(filepath.Join(m.path(controller, cgroup), file), []byte(value), 0o644); err != nil {
-		return fmt.Errorf("writing %s=%s for %s: %w", file, value, cgroup, err)
-	}
-	return nil
-}
-
-func milliToShares(milli int64) int64 {
-	if s := milli * 1024 / 1000; s >= minShares {
-		return s
-	}
-	return minShares
+	return fmt.Errorf("removing cgroup %s: %w", cgroup, err)
 }
 
 // RemoveRoot removes everything nodelet created under cgroupRoot; only for
 // a cgroupRoot of nodelet's own (tests).
-func (m *Manager) RemoveRoot() error {
-	var errs []error
-	for _, mount := range m.uniqueMounts() {
-		errs = append(errs, removeTree(filepath.Join(mount, m.root)))
+func (m *Manager) RemoveRoot() error { return m.h.remove(m.root) }
+
+func milliToShares(milli int64) uint64 {
+	if s := milli * 1024 / 1000; s >= minShares {
+		return uint64(s)
 	}
-	return errors.Join(errs...)
+	return minShares
 }

@@ -17,10 +17,14 @@ import (
 )
 
 // newTestManager works under a cgroupRoot of the test's own, on the real
-// cgroup filesystem (root and cgroup v1, as CI has).
+// cgroup filesystem (root and cgroup v1, as CI has; the cgroup v2 paths
+// are tested on a fake root in v2_test.go).
 func newTestManager(t *testing.T) *Manager {
 	t.Helper()
-	m, err := New(fmt.Sprintf("/nodelet-unit-%d", os.Getpid()), 1024)
+	m, err := New(Options{CgroupRoot: fmt.Sprintf("/nodelet-unit-%d", os.Getpid()), PodPidsLimit: 1024})
+	if err == nil && m.Version() != 1 {
+		t.Fatalf("this test needs a cgroup v1 host; found cgroup v%d", m.Version())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +38,7 @@ func newTestManager(t *testing.T) *Manager {
 
 func read(t *testing.T, m *Manager, controller, cgroup, file string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.path(controller, cgroup), file))
+	b, err := os.ReadFile(filepath.Join(m.h.(v1Hierarchy).path(controller, cgroup), file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +158,8 @@ func TestDestroyKillsStrays(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	cg := m.PodCgroup(p)
-	for _, c := range managed {
-		testutil.Must(t, os.WriteFile(filepath.Join(m.path(c, cg), "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644))
+	for _, c := range managedV1 {
+		testutil.Must(t, os.WriteFile(filepath.Join(m.h.(v1Hierarchy).path(c, cg), "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644))
 	}
 	if err := m.Destroy(cg); err != nil {
 		t.Fatal(err)

@@ -160,6 +160,9 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	}
 
 	linux, err := linuxContainerConfig(pod, c, m.memoryCapacity)
+	if err == nil && m.noCPUQuota {
+		linux.Resources.CpuQuota, linux.Resources.CpuPeriod = 0, 0
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -78,6 +78,9 @@ type Options struct {
 	// KeyringDir holds the node's own registry credentials (config.json
 	// or .dockercfg), as the kubelet's root directory does.
 	KeyringDir string
+	// NoCPUQuota (cpuCFSQuota: false) leaves containers' CPU limits
+	// unenforced: no CFS quota.
+	NoCPUQuota bool
 	// MaxParallelPulls caps concurrent image pulls; 0 means no cap.
 	MaxParallelPulls int
 	// MemoryCapacity is the node's memory, for OOM score adjustments.
@@ -106,6 +109,7 @@ type Manager struct {
 	cgroupParent   func(*v1.Pod) string
 	health         ContainerHealth
 	memoryCapacity int64
+	noCPUQuota     bool
 
 	images imagePuller
 	hooks  *hookRunner
@@ -152,6 +156,7 @@ func New(o Options) *Manager {
 		cgroupParent:   o.CgroupParent,
 		health:         o.Health,
 		memoryCapacity: o.MemoryCapacity,
+		noCPUQuota:     o.NoCPUQuota,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 		starts:         newStartGate(MaxParallelPodStarts),
 		stopping:       newStopping(o.Clock),

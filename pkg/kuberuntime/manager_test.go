@@ -14,6 +14,7 @@ import (
 	"github.com/nodelet/nodelet/internal/testutil"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -520,5 +521,26 @@ func TestCancelledPullIsNoFailure(t *testing.T) {
 	other.UID, other.Spec.Containers[0].Image = "uid2", "remote"
 	if err := f.sync(t, other).Error(); err != nil {
 		t.Fatalf("image backing off after a cancelled pull: %v", err)
+	}
+}
+
+// TestNoCPUQuotaLeavesLimitsUnenforced: with cpuCFSQuota false a CPU
+// limit gives the container no CFS quota; its shares stay.
+func TestNoCPUQuotaLeavesLimitsUnenforced(t *testing.T) {
+	for _, noQuota := range []bool{false, true} {
+		clk := testingclock.NewFakeClock(t0)
+		rt := fakecri.New(clk, "img")
+		m := New(Options{Runtime: rt, Images: rt, Helper: testHelper{t.TempDir()}, Clock: clk, PodLogsDir: t.TempDir(), NoCPUQuota: noQuota})
+		f := &fixture{m: m, rt: rt, clock: clk}
+		pod := newPod(v1.RestartPolicyAlways, "a").pod
+		pod.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m")}
+		if err := f.sync(t, pod).Error(); err != nil {
+			t.Fatal(err)
+		}
+		st := f.status(t, pod)
+		r := rt.ContainerConfig(st.ContainerStatuses[0].ID.ID).GetLinux().GetResources()
+		if wantQuota := map[bool]int64{false: 50000, true: 0}[noQuota]; r.CpuQuota != wantQuota || r.CpuShares != 512 {
+			t.Errorf("NoCPUQuota=%t: quota %d shares %d, want quota %d and 512 shares", noQuota, r.CpuQuota, r.CpuShares, wantQuota)
+		}
 	}
 }

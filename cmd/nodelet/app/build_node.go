@@ -138,8 +138,12 @@ func setUpNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, nodeCgr
 	return node, cgroups, err
 }
 
-// setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off.
+// setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off. A
+// cgroup v1 host is refused first if failCgroupV1 says so.
 func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList) (nodeCgroups, error) {
+	if err := cm.CheckVersion(*c.FailCgroupV1); err != nil {
+		return nil, err
+	}
 	if c.CgroupsPerQOS != nil && !*c.CgroupsPerQOS {
 		return cm.Disabled{}, nil
 	}
@@ -147,13 +151,14 @@ func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceLi
 	if c.PodPidsLimit != nil {
 		pidsLimit = *c.PodPidsLimit
 	}
-	cgroups, err := cm.New(c.CgroupRoot, pidsLimit)
+	cgroups, err := cm.New(cm.Options{CgroupRoot: c.CgroupRoot, PodPidsLimit: pidsLimit, NoCPUQuota: !*c.CPUCFSQuota})
 	if err != nil {
 		return nil, fmt.Errorf("cgroups: %w", err)
 	}
 	if err := cgroups.Setup(enforced); err != nil {
 		return nil, fmt.Errorf("setting up the QoS cgroups: %w", err)
 	}
+	klog.InfoS("QoS cgroups ready", "cgroupVersion", cgroups.Version(), "cgroupRoot", c.CgroupRoot)
 	return cgroups, nil
 }
 

@@ -85,7 +85,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
 		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.o.RootDir, MemoryCapacity: node.memoryCapacity(),
 		// Pulls are serialised unless told otherwise, as upstream does.
-		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics,
+		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: plegRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

@@ -75,6 +75,7 @@ type flagValues struct {
 	clusterDNS         []string
 	clusterDomain      string
 	resolvConf         string
+	failCgroupV1       bool
 }
 
 // Answer is what Parse returns for --help and --version: not a failure,
@@ -121,6 +122,7 @@ func Parse(args []string) (*Options, error) {
 	fs.StringSliceVar(&f.clusterDNS, "cluster-dns", nil, "DNS server IPs for ClusterFirst pods, comma-separated (clusterDNS)")
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS domain, searched by ClusterFirst pods (clusterDomain)")
 	fs.StringVar(&f.resolvConf, "resolv-conf", "", "resolver file that dnsPolicy Default pods get, \"\" for none (resolvConf)")
+	fs.BoolVar(&f.failCgroupV1, "fail-cgroupv1", true, "refuse to start on a cgroup v1 host (failCgroupV1)")
 	// The flags override the config file, so they have no default of their
 	// own; --help shows the value nodelet uses when neither sets one.
 	for name, def := range map[string]string{
@@ -200,6 +202,9 @@ func Parse(args []string) (*Options, error) {
 	}
 	if fs.Changed("resolv-conf") {
 		c.ResolverConfig = &f.resolvConf
+	}
+	if fs.Changed("fail-cgroupv1") {
+		c.FailCgroupV1 = &f.failCgroupV1
 	}
 	if fs.Changed("manifest-url-header") {
 		h, err := parseHeaders(f.manifestURLHeaders)
@@ -396,9 +401,9 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 	setServingDefaults(c)
 }
 
-// setServingDefaults fills in upstream's defaults for serving and
-// registration: the servers on, the plain /healthz on 127.0.0.1:10248,
-// the Node registered.
+// setServingDefaults fills in upstream's defaults for serving,
+// registration and the host: the servers on, the plain /healthz on
+// 127.0.0.1:10248, the Node registered, cgroup v1 refused.
 func setServingDefaults(c *kubeletv1beta1.KubeletConfiguration) {
 	if c.EnableServer == nil {
 		c.EnableServer = new(true)
@@ -411,6 +416,12 @@ func setServingDefaults(c *kubeletv1beta1.KubeletConfiguration) {
 	}
 	if c.RegisterNode == nil {
 		c.RegisterNode = new(true)
+	}
+	if c.FailCgroupV1 == nil {
+		c.FailCgroupV1 = new(true)
+	}
+	if c.CPUCFSQuota == nil {
+		c.CPUCFSQuota = new(true)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opencontainers/cgroups"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -74,8 +76,12 @@ func run(dataDir, rootDir, manifests string) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(out, "nodelet"), "--kubeconfig", kubeconfig, "--pod-manifest-path", manifests,
-		"--root-dir", rootDir, "--hostname-override", nodeName, "-v=2")
+	args := []string{"--kubeconfig", kubeconfig, "--pod-manifest-path", manifests, "--root-dir", rootDir, "--hostname-override", nodeName, "-v=2"}
+	if !cgroups.IsCgroup2UnifiedMode() {
+		fmt.Println("cluster-up: this host uses cgroup v1; running nodelet with --fail-cgroupv1=false")
+		args = append(args, "--fail-cgroupv1=false")
+	}
+	cmd := exec.Command(filepath.Join(out, "nodelet"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting nodelet: %w", err)

@@ -1,0 +1,237 @@
+package cm
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/opencontainers/cgroups"
+
+	"github.com/nodelet/nodelet/internal/testutil"
+)
+
+// fakeKernel stands in for the cgroup v2 filesystem on a plain directory:
+// a new cgroup gets cgroup.controllers (what its parent enables),
+// cgroup.subtree_control and cgroup.procs, and the interface files of
+// those controllers with the kernel's initial values; removing a cgroup
+// removes them, and fails while it has children, as rmdir does. Writing
+// a file that does not exist fails, so a wrong file name is caught.
+type fakeKernel struct{ t *testing.T }
+
+var fakeControllerFiles = map[string]map[string]string{
+	"cpu":    {"cpu.weight": "100", "cpu.max": "max 100000", "cpu.stat": ""},
+	"memory": {"memory.max": "max", "memory.min": "0", "memory.low": "0", "memory.high": "max", "memory.current": "0"},
+	"pids":   {"pids.max": "max", "pids.current": "0"},
+}
+
+func (k fakeKernel) mkdir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	enabled := k.enabled(filepath.Dir(dir))
+	files := map[string]string{"cgroup.controllers": strings.Join(enabled, " "), "cgroup.subtree_control": "", "cgroup.procs": ""}
+	for _, c := range enabled {
+		for f, v := range fakeControllerFiles[c] {
+			files[f] = v
+		}
+	}
+	for f, v := range files {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enabled reads what a cgroup enables for its children ("+cpu +memory").
+func (k fakeKernel) enabled(dir string) []string {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	if err != nil {
+		k.t.Fatalf("parent %s is not a cgroup: %v", dir, err)
+	}
+	var out []string
+	for _, f := range strings.Fields(string(b)) {
+		out = append(out, strings.TrimPrefix(f, "+"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (k fakeKernel) rmdir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return syscall.ENOENT
+		}
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return syscall.EBUSY
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// newFakeV2 is a Manager on a fake cgroup v2 root whose top level offers
+// the controllers a current kernel does.
+func newFakeV2(t *testing.T, pidsLimit int64) (*Manager, string) {
+	t.Helper()
+	root := t.TempDir()
+	for f, v := range map[string]string{"cgroup.controllers": "cpuset cpu io memory hugetlb pids rdma misc", "cgroup.subtree_control": "", "cgroup.procs": "1"} {
+		testutil.Must(t, os.WriteFile(filepath.Join(root, f), []byte(v), 0o644))
+	}
+	return newManager(unified{mount: root, dirs: fakeKernel{t}}, Options{PodPidsLimit: pidsLimit}), root
+}
+
+func readFile(t *testing.T, root, cgroup, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, cgroup, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestV2SetupSizesTheQoSCgroups: kubepods gets the allocatable CPU as a
+// weight and memory as memory.max; best-effort the minimum weight; every
+// level enables cpu, memory and pids for the next.
+func TestV2SetupSizesTheQoSCgroups(t *testing.T) {
+	m, root := newFakeV2(t, 0)
+	if m.Version() != 2 {
+		t.Fatalf("version %d", m.Version())
+	}
+	if err := m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}); err != nil {
+		t.Fatal(err)
+	}
+	for cg, want := range map[string]string{
+		"/kubepods":            "79", // 2048 shares: 1 + ((2048-2)*9999)/262142
+		"/kubepods/besteffort": "1",
+	} {
+		if got := readFile(t, root, cg, "cpu.weight"); got != want {
+			t.Errorf("%s cpu.weight %s, want %s", cg, got, want)
+		}
+	}
+	if got := readFile(t, root, "/kubepods", "memory.max"); got != strconv.Itoa(1<<30) {
+		t.Errorf("kubepods memory.max %s", got)
+	}
+	for _, cg := range []string{"", "/kubepods"} {
+		if got := readFile(t, root, cg, "cgroup.subtree_control"); got != "+cpu +memory +pids" {
+			t.Errorf("%s/cgroup.subtree_control %q", cg, got)
+		}
+	}
+	if got := readFile(t, root, "/kubepods/burstable", "cgroup.controllers"); got != "cpu memory pids" {
+		t.Errorf("burstable has controllers %q", got)
+	}
+}
+
+// TestV2PodCgroupLimits: a pod's cgroup carries cpu.weight from its
+// requests, cpu.max and memory.max when every container is limited, and
+// pids.max; a pod with an unlimited container has no memory.max.
+func TestV2PodCgroupLimits(t *testing.T) {
+	m, root := newFakeV2(t, 1024)
+	testutil.Must(t, m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("4")}))
+	guaranteed := podWith("g", rr("cpu=500m,memory=64Mi", "cpu=500m,memory=64Mi"))
+	burst := podWith("b", rr("cpu=250m", "memory=32Mi"), rr("cpu=250m", ""))
+	for _, p := range []*v1.Pod{guaranteed, burst} {
+		if m.Exists(p) {
+			t.Fatalf("%s exists before creation", p.UID)
+		}
+		testutil.Must(t, m.EnsureExists(p))
+		if !m.Exists(p) {
+			t.Fatalf("%s missing after creation", p.UID)
+		}
+	}
+	// cpuCFSQuota: false leaves the limit unenforced.
+	noQuota := newManager(m.h, Options{NoCPUQuota: true})
+	other := podWith("q", rr("cpu=500m", "cpu=500m"))
+	testutil.Must(t, noQuota.EnsureExists(other))
+	if got := readFile(t, root, noQuota.PodCgroup(other), "cpu.max"); got != "max 100000" {
+		t.Errorf("cpu.max with cpuCFSQuota false: %s", got)
+	}
+	g := m.PodCgroup(guaranteed)
+	if g != "/kubepods/podg" {
+		t.Fatalf("guaranteed pod cgroup %s", g)
+	}
+	for file, want := range map[string]string{"cpu.weight": "20", "cpu.max": "50000 100000", "memory.max": strconv.Itoa(64 << 20), "pids.max": "1024"} {
+		if got := readFile(t, root, g, file); got != want {
+			t.Errorf("guaranteed %s = %s, want %s", file, got, want)
+		}
+	}
+	b := m.PodCgroup(burst)
+	for file, want := range map[string]string{"cpu.weight": "20", "cpu.max": "max 100000", "memory.max": "max"} {
+		if got := readFile(t, root, b, file); got != want {
+			t.Errorf("burstable %s = %s, want %s", file, got, want)
+		}
+	}
+	testutil.Must(t, m.UpdateQoS([]*v1.Pod{guaranteed, burst}))
+	if got := readFile(t, root, "/kubepods/burstable", "cpu.weight"); got != "20" {
+		t.Errorf("burstable class cpu.weight %s, want its pods' 500m of requests", got)
+	}
+	listed, err := m.PodCgroups()
+	if err != nil || len(listed) != 3 || listed["b"] != b || listed["g"] != g {
+		t.Fatalf("listed %v %v", listed, err)
+	}
+}
+
+// TestV2DestroyRemovesThePodCgroup: the pod's cgroup goes, its class's
+// stays; a cgroup with a child cannot go until the child has.
+func TestV2DestroyRemovesThePodCgroup(t *testing.T) {
+	m, root := newFakeV2(t, 0)
+	testutil.Must(t, m.Setup(v1.ResourceList{}))
+	p := podWith("e", rr("", ""))
+	testutil.Must(t, m.EnsureExists(p))
+	cg := m.PodCgroup(p)
+	testutil.Must(t, m.h.create(cg+"/container"))
+	if err := (fakeKernel{t}).rmdir(filepath.Join(root, cg)); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("the fake kernel removed a cgroup with a child: %v", err)
+	}
+	testutil.Must(t, m.Destroy(cg))
+	if m.Exists(p) {
+		t.Fatal("destroyed cgroup still exists")
+	}
+	if _, err := os.Stat(filepath.Join(root, "/kubepods/besteffort")); err != nil {
+		t.Fatalf("the class went with the pod: %v", err)
+	}
+}
+
+// TestV2WritesOnlyKernelFiles: every file in a cgroup nodelet made is one
+// the kernel provides (the library creates what it writes on a fake root,
+// so a wrong name would show up here as an extra file).
+func TestV2WritesOnlyKernelFiles(t *testing.T) {
+	m, root := newFakeV2(t, 100)
+	testutil.Must(t, m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}))
+	p := podWith("g", rr("cpu=1,memory=1Gi", "cpu=1,memory=1Gi"))
+	testutil.Must(t, m.EnsureExists(p))
+	known := map[string]bool{"cgroup.controllers": true, "cgroup.subtree_control": true, "cgroup.procs": true}
+	for _, files := range fakeControllerFiles {
+		for f := range files {
+			known[f] = true
+		}
+	}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if !known[d.Name()] {
+			t.Errorf("nodelet wrote %s, which the kernel does not provide", path)
+		}
+		return nil
+	})
+	testutil.Must(t, err)
+}
+
+func TestMain(m *testing.M) {
+	// Lets opencontainers/cgroups read and write the fake v2 roots (plain
+	// directories); the v1 tests write the real cgroupfs themselves.
+	cgroups.TestMode = true
+	os.Exit(m.Run())
+}
