@@ -50,6 +50,8 @@ type Containerd struct {
 	Network        string
 	Bridge         string
 	Subnet         string
+	// Version is the runtime's version as it reports it (1.6.x, 2.4.x).
+	Version string
 
 	cmd     *exec.Cmd
 	logFile *os.File
@@ -107,9 +109,37 @@ func StartContainerdN(ctx context.Context, index int) (*Containerd, error) {
 	return c, nil
 }
 
+// runtimeVersionEnv selects the containerd the test bed runs: "1" (the
+// default) is the host's (Debian's 1.6), "2" the containerd 2.x built
+// from hack/containerd/tools.
+const runtimeVersionEnv = "NODELET_TEST_CONTAINERD"
+
+// containerdBinary returns the containerd to run, its config template,
+// and a PATH under which it finds its own shim.
+func containerdBinary() (bin, template, path string, err error) {
+	hack := filepath.Join(RepoRoot(), "hack", "containerd")
+	switch v := os.Getenv(runtimeVersionEnv); v {
+	case "", "1":
+		return "containerd", filepath.Join(hack, "config.toml.tmpl"), os.Getenv("PATH"), nil
+	case "2":
+		out, err := exec.Command("bash", filepath.Join(hack, "build.sh")).Output()
+		if err != nil {
+			return "", "", "", fmt.Errorf("building containerd 2.x: %w", err)
+		}
+		dir := strings.TrimSpace(string(out))
+		return filepath.Join(dir, "containerd"), filepath.Join(hack, "config-v3.toml.tmpl"), dir + ":" + os.Getenv("PATH"), nil
+	default:
+		return "", "", "", fmt.Errorf("%s=%q: want 1 (the host's containerd) or 2 (containerd 2.x)", runtimeVersionEnv, v)
+	}
+}
+
 func (c *Containerd) start(ctx context.Context) error {
 	hack := filepath.Join(RepoRoot(), "hack", "containerd")
-	cfg, err := fill(filepath.Join(hack, "config.toml.tmpl"), map[string]string{
+	bin, template, path, err := containerdBinary()
+	if err != nil {
+		return err
+	}
+	cfg, err := fill(template, map[string]string{
 		"@ROOT@": filepath.Join(c.Dir, "root"), "@STATE@": filepath.Join(c.Dir, "state"),
 		"@ADDRESS@": c.Address, "@CNI_CONF_DIR@": c.CNIConf, "@CNI_BIN_DIR@": "/usr/lib/cni",
 		"@SANDBOX_IMAGE@": PauseImage, "@REGISTRY_CONFIG_DIR@": c.RegistryConfig,
@@ -139,7 +169,8 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.cmd = exec.Command("containerd", "--config", cfgPath)
+	c.cmd = exec.Command(bin, "--config", cfgPath)
+	c.cmd.Env = append(os.Environ(), "PATH="+path)
 	c.cmd.Stdout, c.cmd.Stderr = c.logFile, c.logFile
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.cmd.Start(); err != nil {
@@ -155,7 +186,7 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("containerd did not come up (log %s): %w", c.logFile.Name(), err)
 	}
-	_ = v
+	c.Version = v.RuntimeVersion
 	c.Runtime = runtimeapi.NewRuntimeServiceClient(c.conn)
 	c.Events = containerdevents.NewEventsClient(c.conn)
 	c.Images = runtimeapi.NewImageServiceClient(c.conn)

@@ -131,32 +131,44 @@ func (r *Reporter) Run(ctx context.Context) {
 	r.runStatus(ctx)
 }
 
-// register creates the Node or, when it exists (nodelet restarted),
-// brings its labels up to date. It reports success.
+// register creates the Node or, when it exists (nodelet restarted, or
+// someone else registered it), brings its labels up to date. It reports
+// success. The registered Node goes into the cache at once, so the first
+// lease already names its owner without waiting for the watch.
 func (r *Reporter) register(ctx context.Context) bool {
-	nodes := r.o.Client.CoreV1().Nodes()
 	want := r.o.Node.DeepCopy()
 	want.Status.Conditions = r.conditions(nil, r.o.Clock.Now())
 	if !r.o.SkipRegistration {
-		created, err := nodes.Create(ctx, want, metav1.CreateOptions{})
+		created, err := r.o.Client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
 			klog.InfoS("Successfully registered node", "node", klog.KObj(created))
 			r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "RegisteredNode", "Node %s registered", created.Name)
-			return true
+			return r.remember(created)
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			klog.ErrorS(err, "Unable to register node with API server", "node", klog.KObj(want))
 			return false
 		}
 	}
+	existing, err := r.adopt(ctx, want)
+	if err != nil {
+		return false
+	}
+	klog.InfoS("Node was previously registered", "node", klog.KObj(existing), "nodeUID", existing.UID)
+	return r.remember(existing)
+}
+
+// adopt reads the existing Node and adds the labels nodelet sets.
+func (r *Reporter) adopt(ctx context.Context, want *v1.Node) (*v1.Node, error) {
+	nodes := r.o.Client.CoreV1().Nodes()
 	existing, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) && r.o.SkipRegistration {
 		klog.InfoS("Waiting for the Node to be created: registerNode is false", "node", klog.KObj(want))
-		return false
+		return nil, err
 	}
 	if err != nil {
 		klog.ErrorS(err, "Unable to read the existing node", "node", klog.KObj(want))
-		return false
+		return nil, err
 	}
 	changed := false
 	if existing.Labels == nil {
@@ -167,13 +179,22 @@ func (r *Reporter) register(ctx context.Context) bool {
 			existing.Labels[k], changed = v, true
 		}
 	}
-	if changed {
-		if _, err := nodes.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
-			klog.ErrorS(err, "Unable to update the labels of the existing node", "node", klog.KObj(existing))
-			return false
-		}
+	if !changed {
+		return existing, nil
 	}
-	klog.InfoS("Node was previously registered", "node", klog.KObj(existing), "nodeUID", existing.UID)
+	updated, err := nodes.Update(ctx, existing, metav1.UpdateOptions{})
+	if err != nil {
+		klog.ErrorS(err, "Unable to update the labels of the existing node", "node", klog.KObj(existing))
+		return nil, err
+	}
+	return updated, nil
+}
+
+// remember puts the registered Node into the cache the watch keeps.
+func (r *Reporter) remember(node *v1.Node) bool {
+	if err := r.store.Add(node); err != nil {
+		klog.ErrorS(err, "Unable to cache the registered node", "node", klog.KObj(node))
+	}
 	return true
 }
 

@@ -255,3 +255,26 @@ func TestRegisterNodeFalseWaitsForTheNode(t *testing.T) {
 		t.Fatalf("labels not brought up to date: role=%q", got)
 	}
 }
+
+// TestFirstLeaseNamesItsOwner: the lease written right after registration
+// is owned by the Node, before the node watch has listed anything.
+func TestFirstLeaseNamesItsOwner(t *testing.T) {
+	var ready error
+	r, client, _ := newReporter(t, &ready)
+	// The API server gives a created Node its UID (the fake does not).
+	client.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*v1.Node).UID = "node-uid"
+		return false, nil, nil
+	})
+	ctx := context.Background()
+	if !r.register(ctx) {
+		t.Fatal("registration failed")
+	}
+	testutil.Must(t, r.RenewLease(ctx))
+	l, err := client.CoordinationV1().Leases("kube-node-lease").Get(ctx, "n1", metav1.GetOptions{})
+	testutil.Must(t, err)
+	node := getNode(t, client)
+	if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != node.UID || node.UID == "" {
+		t.Fatalf("lease owners %+v, want the node %q", l.OwnerReferences, node.UID)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // writeKeyring writes the node's registry credentials where the kubelet
@@ -152,15 +153,22 @@ func TestImageGarbageCollection(t *testing.T) {
 	if _, err := cd.Images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: unused}}); err != nil {
 		t.Fatal(err)
 	}
-	// Thresholds of 0% make every unused image a candidate at once.
+	// The pod that uses busybox runs first, with collection off (a 100%
+	// threshold), however long its start takes; then nodelet restarts with
+	// thresholds of 0%, which make every unused image a candidate at once.
 	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{
-		ExtraConfig: "imageGCHighThresholdPercent: 0\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1ms\n",
+		ExtraConfig: "imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1ms\n",
 		Args:        []string{"--image-gc-period=1s", "--pod-infra-container-image=" + testbed.PauseImage},
 	})
 	n.WriteManifest("user.yaml", imagePod("user", testbed.BusyboxImage, v1.PullNever))
 	waitPod(t, n, "user", podTimeout, func(p *v1.Pod) (bool, string) {
 		return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 	})
+	n.Stop()
+	cfg, err := os.ReadFile(n.Config)
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(n.Config, []byte(strings.Replace(string(cfg), "imageGCHighThresholdPercent: 100", "imageGCHighThresholdPercent: 0", 1)), 0o644))
+	n.Start()
 	present := func(image string) bool {
 		resp, err := cd.Images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
 		return err == nil && resp.GetImage() != nil
