@@ -32,7 +32,7 @@ clean-pods:
 # Everything: formatting, vet, unit and integration tests, all with the
 # race detector (integration tests also build nodelet with it).
 test: setup lint
-	$(GO) test -race -count=1 -timeout 30m -tags integration ./...
+	GO=$(GO) bash hack/test-integration.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -42,13 +42,16 @@ unit:
 	$(GO) test -race -count=1 ./...
 
 integration: setup
-	$(GO) test -race -count=1 -timeout 30m -tags integration ./test/integration/...
+	GO=$(GO) bash hack/test-integration.sh
 
 # Benchmarks: start-up latency against the raw CRI cost, delete to
-# terminated against StopContainer, and manifest write to ADD.
+# terminated against StopContainer, and manifest write to ADD; on the
+# host's containerd 1.6, then on containerd 2.x.
 bench: setup
 	$(GO) test -tags integration -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
 	$(GO) test -tags integration -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
+	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
+	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
 	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/config/
 
 # Density in cluster mode: 1, 30 and 110 pods created through the API at

@@ -114,6 +114,8 @@ if [ $CLUSTER = 0 ]; then
 fi
 log "building the upstream control plane (about 20 minutes the first time; cached after)"
 K8S_BIN=$(bash "$ROOT/hack/cluster/build.sh")
+log "building containerd 2.x for the second runtime the tests use (a few minutes the first time; cached after)"
+log "containerd 2.x in $(bash "$ROOT/hack/containerd/build.sh")"
 ln -sf "$K8S_BIN/kubectl" /usr/local/bin/kubectl
 log "control plane binaries in $K8S_BIN"
 log "done"

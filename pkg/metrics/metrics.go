@@ -46,6 +46,7 @@ type Metrics struct {
 	runtimeOps        *prometheus.CounterVec
 	runtimeOpsErrors  *prometheus.CounterVec
 	runtimeOpsSeconds *prometheus.HistogramVec
+	eventStreamErrors prometheus.Counter
 
 	mu         sync.Mutex
 	lastRelist time.Time
@@ -92,8 +93,12 @@ func New() *Metrics {
 		Subsystem: subsystem, Name: "runtime_operations_duration_seconds", Buckets: durationBuckets,
 		Help: "Duration in seconds of runtime operations. Broken down by operation type.",
 	}, []string{"operation_type"})
+	m.eventStreamErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Subsystem: subsystem, Name: "evented_pleg_connection_error_count",
+		Help: "The number of errors encountered during the establishment of streaming connection with the CRI runtime.",
+	})
 	m.registry.MustRegister(m.podStart, m.podStartSLI, m.podWorker, m.plegRelist, m.plegRelistPeriod,
-		m.runtimeOps, m.runtimeOpsErrors, m.runtimeOpsSeconds,
+		m.runtimeOps, m.runtimeOpsErrors, m.runtimeOpsSeconds, m.eventStreamErrors,
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), prometheus.NewGoCollector())
 	return m
 }
@@ -107,6 +112,10 @@ func (m *Metrics) Handler(pods RuntimePods) http.Handler {
 	running.MustRegister(&runningCollector{pods: pods})
 	return promhttp.HandlerFor(prometheus.Gatherers{m.registry, running}, promhttp.HandlerOpts{})
 }
+
+// EventStreamBroke counts a container event stream that broke (upstream's
+// evented PLEG connection error count).
+func (m *Metrics) EventStreamBroke() { m.eventStreamErrors.Inc() }
 
 // ObserveRelist records one PLEG relist that started at start.
 func (m *Metrics) ObserveRelist(start time.Time, took time.Duration) {

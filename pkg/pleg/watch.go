@@ -48,6 +48,9 @@ type WatcherOptions struct {
 	Clock      clock.WithTicker
 	// Notify is told the IDs of containers (or sandboxes) that exited.
 	Notify func(ids ...string)
+	// StreamBroke, if set, counts event streams that broke (a metric):
+	// exits are then seen by the relist alone until the stream reopens.
+	StreamBroke func()
 }
 
 // reopenDelay spaces attempts to reopen a broken event stream.
@@ -137,6 +140,9 @@ func (w *Watcher) follow(ctx context.Context, name string, stream func(context.C
 			return false
 		}
 		klog.ErrorS(err, "Container event stream broke; relisting alone until it is reopened", "stream", name)
+		if w.o.StreamBroke != nil {
+			w.o.StreamBroke()
+		}
 		select {
 		case <-ctx.Done():
 		case <-w.o.Clock.After(reopenDelay):

@@ -22,8 +22,7 @@ import (
 )
 
 const (
-	plegRelistPeriod = time.Second
-	dialTimeout      = 10 * time.Second
+	dialTimeout = 10 * time.Second
 	// containerPollPeriod bounds how late a container exit is seen on
 	// runtimes without an event stream.
 	containerPollPeriod = 100 * time.Millisecond
@@ -87,7 +86,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		// Pulls are serialised unless told otherwise, as upstream does.
 		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota,
 	})
-	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: plegRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
+	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.o.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)
 	maxLogSize := resource.MustParse(c.ContainerLogMaxSize) // validated
 	rotator := logs.NewRotator(rt.runtime, logs.Policy{
@@ -121,7 +120,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 func containerWatcher(b *base, rt *runtimeConn, manager *kuberuntime.Manager, gpleg *pleg.Generic) *pleg.Watcher {
 	o := pleg.WatcherOptions{
 		Runtime: rt.runtime, Poll: containerPollPeriod, RequestTimeout: b.c.RuntimeRequestTimeout.Duration,
-		StuckAfter: watcherStuckAfter, Clock: b.clock,
+		StuckAfter: watcherStuckAfter, Clock: b.clock, StreamBroke: rt.metrics.EventStreamBroke,
 		Notify: func(ids ...string) {
 			if len(ids) == 0 {
 				gpleg.Trigger()

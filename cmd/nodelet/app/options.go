@@ -41,7 +41,10 @@ type Options struct {
 	PodInfraContainerImage string
 	// ImageGCPeriod is how often image garbage collection runs.
 	ImageGCPeriod time.Duration
-	Config        kubeletv1beta1.KubeletConfiguration
+	// PLEGRelistPeriod is how often every pod is relisted, the safety net
+	// under the container event stream.
+	PLEGRelistPeriod time.Duration
+	Config           kubeletv1beta1.KubeletConfiguration
 }
 
 // Defaults nodelet applies to fields left unset. The v1beta1 package has
@@ -107,6 +110,7 @@ func Parse(args []string) (*Options, error) {
 	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels for the node, key=value,... (checked by nodeSelector and node affinity)")
 	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", DefaultSandboxImage, "the runtime's sandbox image, never garbage collected")
 	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")
+	fs.DurationVar(&o.PLEGRelistPeriod, "pleg-relist-period", time.Second, "how often every pod is relisted; container exits are seen sooner through the runtime's event stream")
 	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
 	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
 	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")
@@ -219,6 +223,11 @@ func Parse(args []string) (*Options, error) {
 	}
 	if o.DeadContainersKept < 0 {
 		return nil, fmt.Errorf("--maximum-dead-containers-per-container (%d) must not be negative", o.DeadContainersKept)
+	}
+	for name, d := range map[string]time.Duration{"--image-gc-period": o.ImageGCPeriod, "--pleg-relist-period": o.PLEGRelistPeriod} {
+		if d <= 0 {
+			return nil, fmt.Errorf("%s (%v) must be positive", name, d)
+		}
 	}
 	return o, nil
 }
