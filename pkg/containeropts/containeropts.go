@@ -319,6 +319,13 @@ func (o *Provider) objectData(ctx context.Context, pod *v1.Pod, kind, name strin
 func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	for _, m := range c.VolumeMounts {
+		if img := imageVolume(pod, m.Name); img != nil {
+			// The runtime mounts the image, read-only; the runtime manager
+			// pulls it and puts the pulled reference in.
+			out = append(out, &runtimeapi.Mount{ContainerPath: m.MountPath, Readonly: true,
+				Image: &runtimeapi.ImageSpec{Image: img.Reference}, ImageSubPath: m.SubPath})
+			continue
+		}
 		host, ok := o.volumes.HostPath(pod.UID, m.Name)
 		if !ok {
 			// Callers that skip the pod sync (the runtime tests) set the
@@ -351,6 +358,17 @@ func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env
 		})
 	}
 	return out, nil
+}
+
+// imageVolume is the image source of the pod's volume with the name, or
+// nil when it is another kind.
+func imageVolume(pod *v1.Pod, name string) *v1.ImageVolumeSource {
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == name {
+			return pod.Spec.Volumes[i].Image
+		}
+	}
+	return nil
 }
 
 func propagation(p *v1.MountPropagationMode) runtimeapi.MountPropagation {

@@ -211,3 +211,33 @@ func TestHostsFileAndHostname(t *testing.T) {
 		t.Errorf("mounted over the container's own /etc/hosts")
 	}
 }
+
+// TestImageVolumeMount: an image volume becomes a read-only CRI image
+// mount (the runtime manager puts in the pulled reference), with its
+// subPath as the image sub-path, beside ordinary host-path mounts.
+func TestImageVolumeMount(t *testing.T) {
+	o := New(Options{RootDir: t.TempDir(), NodeName: "n1"})
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"}}
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "data", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "data:1"}}},
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}
+	c := v1.Container{Name: "main", VolumeMounts: []v1.VolumeMount{
+		{Name: "data", MountPath: "/data", SubPath: "etc"}, {Name: "scratch", MountPath: "/scratch"},
+	}}
+	pod.Spec.Containers = []v1.Container{c}
+	opts, err := o.RunContainerOptions(context.Background(), pod, &c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Mounts) != 2 {
+		t.Fatalf("mounts %+v", opts.Mounts)
+	}
+	img, dir := opts.Mounts[0], opts.Mounts[1]
+	if img.GetImage().GetImage() != "data:1" || img.ImageSubPath != "etc" || !img.Readonly || img.HostPath != "" || img.ContainerPath != "/data" {
+		t.Errorf("image mount %+v", img)
+	}
+	if dir.GetImage() != nil || dir.HostPath == "" {
+		t.Errorf("emptyDir mount %+v", dir)
+	}
+}

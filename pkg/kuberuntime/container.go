@@ -37,6 +37,30 @@ func (k containerKind) String() string {
 	return [...]string{"container", "init container", "ephemeral container"}[k]
 }
 
+// ensureImageVolumes pulls the images of the image volumes the container
+// mounts, each with its volume's pull policy and the pod's pull secrets,
+// and returns the pulled reference of each image. A failure is an image
+// error of the container, as for its own image.
+func (m *Manager) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandboxCfg *runtimeapi.PodSandboxConfig) (map[string]string, string, error) {
+	refs := map[string]string{}
+	for _, vm := range c.VolumeMounts {
+		for i := range pod.Spec.Volumes {
+			vol := &pod.Spec.Volumes[i]
+			if vol.Name != vm.Name || vol.Image == nil || refs[vol.Image.Reference] != "" {
+				continue
+			}
+			// The puller takes a container; the volume's image stands in.
+			as := &v1.Container{Name: c.Name, Image: vol.Image.Reference, ImagePullPolicy: vol.Image.PullPolicy}
+			ref, msg, err := m.images.EnsureImage(ctx, pod, as, pullSecrets, sandboxCfg)
+			if err != nil {
+				return nil, msg, err
+			}
+			refs[vol.Image.Reference] = ref
+		}
+	}
+	return refs, "", nil
+}
+
 // startContainer pulls the image, creates and starts the container and
 // runs its postStart hook. On failure it returns one of the container
 // package's sentinel errors, unwrapped so its text is the container's
@@ -44,6 +68,11 @@ func (k containerKind) String() string {
 func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig, c *v1.Container, pod *v1.Pod, podStatus *container.PodStatus, pullSecrets []v1.Secret, podIPs []string) (string, error) {
 	ref := podutil.ContainerRef(pod, c)
 	imageRef, msg, err := m.images.EnsureImage(ctx, pod, c, pullSecrets, sandboxCfg)
+	if err != nil {
+		m.warn(ctx, ref, "Failed", "Error: %v", err)
+		return msg, err
+	}
+	volumeRefs, msg, err := m.ensureImageVolumes(ctx, pod, c, pullSecrets, sandboxCfg)
 	if err != nil {
 		m.warn(ctx, ref, "Failed", "Error: %v", err)
 		return msg, err
@@ -60,6 +89,11 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 	if err != nil {
 		m.warn(ctx, ref, "Failed", "Error: %v", err)
 		return err.Error(), container.ErrCreateContainerConfig
+	}
+	for _, mnt := range cfg.Mounts {
+		if mnt.Image != nil {
+			mnt.Image.Image = volumeRefs[mnt.Image.Image]
+		}
 	}
 
 	id, msg, err := m.createAndStart(ctx, pod, c, sandboxID, cfg, sandboxCfg)

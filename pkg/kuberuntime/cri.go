@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -98,4 +99,29 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration, extra ...
 		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q did not answer: %v", ErrRuntimeUnreachable, endpoint, err)
 	}
 	return conn, v, nil
+}
+
+// ImageVolumeSupport says why the runtime cannot mount image volumes (an
+// OCI image as a read-only volume, CRI Mount.image), or nil when it can:
+// containerd can from 2.1, CRI-O from 1.31. The CRI has no feature flag
+// for it, and a runtime without it would start the container with an
+// empty mount, so the version decides.
+func ImageVolumeSupport(v *runtimeapi.VersionResponse) error {
+	minimum := map[string][2]int{"containerd": {2, 1}, "cri-o": {1, 31}}[v.GetRuntimeName()]
+	major, minor, ok := majorMinor(v.GetRuntimeVersion())
+	if minimum == [2]int{} || !ok || major < minimum[0] || (major == minimum[0] && minor < minimum[1]) {
+		return fmt.Errorf("the container runtime (%s %s) cannot mount image volumes (containerd 2.1 and CRI-O 1.31 can)", v.GetRuntimeName(), v.GetRuntimeVersion())
+	}
+	return nil
+}
+
+// majorMinor reads "v2.4.2" or "1.6.20~ds1".
+func majorMinor(version string) (major, minor int, ok bool) {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	return major, minor, err1 == nil && err2 == nil
 }

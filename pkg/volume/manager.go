@@ -65,6 +65,9 @@ type Options struct {
 	Allocatable func() v1.ResourceList
 	Recorder    record.EventRecorder
 	Clock       clock.PassiveClock
+	// ImageVolumes says why the runtime cannot mount image volumes, or
+	// nil when it can; nil means it can.
+	ImageVolumes func() error
 }
 
 // ErrNoAPIServer is returned for a volume or variable that needs an API
@@ -250,7 +253,15 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		}
 		return dir, emptyDirOwnership(dir, fsGroup(pod))
 	}
-	return "", fmt.Errorf("unsupported volume type (hostPath, emptyDir, configMap, secret, downwardAPI and projected are)")
+	if vol.Image != nil {
+		// The runtime mounts the image itself (CRI Mount.image); there is
+		// nothing on the host to set up.
+		if m.o.ImageVolumes != nil {
+			return "", m.o.ImageVolumes()
+		}
+		return "", nil
+	}
+	return "", fmt.Errorf("unsupported volume type (hostPath, emptyDir, configMap, secret, downwardAPI, projected and image are)")
 }
 
 // emptyDirOwnership lets any user of the pod write to an emptyDir, umask

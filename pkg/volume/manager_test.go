@@ -3,7 +3,6 @@ package volume
 import (
 	"context"
 	"errors"
-	"github.com/moby/sys/mountinfo"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/volume/volumetest"
 )
@@ -386,4 +388,28 @@ func TestFSGroupOwnership(t *testing.T) {
 	}
 	token, _ = f.m.HostPath(plain.UID, "token")
 	check(filepath.Join(token, "token"), 0o644, 0, 0)
+}
+
+// TestImageVolumes: on a runtime that cannot mount images the volume
+// fails with a FailedMount event naming why; on one that can there is
+// nothing on the host to set up.
+func TestImageVolumes(t *testing.T) {
+	pod := testPod(v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "data:1"}}})
+	rec := record.NewFakeRecorder(10)
+	cannot := NewManager(Options{RootDir: t.TempDir(), Recorder: rec,
+		ImageVolumes: func() error {
+			return errors.New("the container runtime (containerd 1.6.20) cannot mount image volumes")
+		}})
+	err := cannot.WaitForAttachAndMount(context.Background(), pod)
+	if err == nil || !strings.Contains(err.Error(), "cannot mount image volumes") {
+		t.Fatalf("image volume on a runtime without them: %v", err)
+	}
+	if e := <-rec.Events; !strings.Contains(e, "FailedMount") || !strings.Contains(e, "containerd 1.6.20") {
+		t.Fatalf("event %q", e)
+	}
+	can := NewManager(Options{RootDir: t.TempDir(), ImageVolumes: func() error { return nil }})
+	testutil.Must(t, can.WaitForAttachAndMount(context.Background(), pod))
+	if host, ok := can.HostPath(pod.UID, "data"); !ok || host != "" {
+		t.Fatalf("image volume host path %q %v, want none", host, ok)
+	}
 }

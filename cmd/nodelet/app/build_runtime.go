@@ -69,9 +69,11 @@ type runtimeParts struct {
 
 func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients) *runtimeParts {
 	c := b.c
+	imageVolumes := kuberuntime.ImageVolumeSupport(rt.version)
 	volumes := volume.NewManager(volume.Options{
 		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
 		Objects: cl.objects, Tokens: cl.tokens, Allocatable: node.allocatable,
+		ImageVolumes: func() error { return imageVolumes },
 	})
 	options := containeropts.New(containeropts.Options{
 		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Volumes: volumes, Objects: cl.objects,

@@ -38,3 +38,41 @@ func TestExitSeenThroughTheEventStream(t *testing.T) {
 	}
 	t.Logf("containerd %s: exit seen %v after the manifest was written (relist every 5m)", cd.Version, took.Round(time.Millisecond))
 }
+
+// TestImageVolume: on containerd 2.x an image volume is the image's files,
+// read-only, in the container; on containerd 1.6 the pod waits with a
+// FailedMount event saying the runtime cannot mount images.
+func TestImageVolume(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("imgvol.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: imgvol
+spec:
+  restartPolicy: Never
+  volumes:
+  - name: tools
+    image: {reference: %q, pullPolicy: Never}
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "test -x /tools/bin/busybox && ! touch /tools/new"]
+    volumeMounts: [{name: tools, mountPath: /tools}]
+`, testbed.BusyboxImage, testbed.BusyboxImage))
+	if !strings.HasPrefix(strings.TrimPrefix(cd.Version, "v"), "2.") {
+		testbed.Eventually(t, 60*time.Second, func() (bool, string) {
+			return podEvents(n, "imgvol", "FailedMount") > 0 && strings.Contains(n.Log(), "cannot mount image volumes"), "no FailedMount event naming the runtime"
+		})
+		p := mustPod(t, n, "imgvol")
+		if p.Status.Phase != v1.PodPending || len(n.RuntimeSandboxes("imgvol")) != 0 {
+			t.Fatalf("phase %s with %d sandboxes on a runtime without image volumes", p.Status.Phase, len(n.RuntimeSandboxes("imgvol")))
+		}
+		return
+	}
+	p := waitPod(t, n, "imgvol", podTimeout, func(p *v1.Pod) (bool, string) {
+		return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s, container %+v", p.Status.Phase, mainStatus(p).State)
+	})
+	if p.Status.Phase != v1.PodSucceeded {
+		t.Fatalf("the container did not find the image's files read-only: %+v", mainStatus(p).State)
+	}
+}
