@@ -2,7 +2,8 @@ package app
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // featureGate is a gate's state in the upstream kubelet nodelet replaces.
@@ -17,13 +18,8 @@ type featureGate struct {
 // default in the release it replaces, so any other value would be a
 // promise it does not keep.
 func validateFeatureGates(gates map[string]bool) []error {
-	names := make([]string, 0, len(gates))
-	for name := range gates {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var errs []error
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(gates)) {
 		g, ok := upstreamFeatureGates[name]
 		switch {
 		case !ok:

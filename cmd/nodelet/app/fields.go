@@ -3,8 +3,9 @@ package app
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -176,13 +177,8 @@ var configFields = map[string]field{
 // its top-level JSON): a refused field set to anything but its default is
 // an error naming it; an ignored one a warning.
 func checkFields(raw map[string]json.RawMessage) (warnings []string, err error) {
-	names := make([]string, 0, len(raw))
-	for name := range raw {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var refusals []string
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
 		f, ok := configFields[name]
 		if !ok || f.support == honoured {
 			continue
