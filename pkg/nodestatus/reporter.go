@@ -114,6 +114,21 @@ func (r *Reporter) Node() *v1.Node {
 	return r.o.Node
 }
 
+// AdmissionNode is the Node pods are admitted against: the API's (its
+// labels and taints are the administrator's) with the capacity and
+// allocatable nodelet measured, which it is the authority on. The API's
+// copy may still carry the previous run's until the first status write
+// (a restart with a smaller maxPods, say).
+func (r *Reporter) AdmissionNode() *v1.Node {
+	api := r.Node()
+	if api == r.o.Node {
+		return api
+	}
+	n := api.DeepCopy()
+	n.Status.Capacity, n.Status.Allocatable = r.o.Node.Status.Capacity, r.o.Node.Status.Allocatable
+	return n
+}
+
 // Run registers the node, then reports until ctx ends.
 func (r *Reporter) Run(ctx context.Context) {
 	r.o.Recorder.Eventf(r.nodeRef, v1.EventTypeNormal, "Starting", "Starting nodelet.")

@@ -10,6 +10,7 @@ import (
 	"github.com/nodelet/nodelet/internal/testutil"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -276,5 +277,29 @@ func TestFirstLeaseNamesItsOwner(t *testing.T) {
 	node := getNode(t, client)
 	if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != node.UID || node.UID == "" {
 		t.Fatalf("lease owners %+v, want the node %q", l.OwnerReferences, node.UID)
+	}
+}
+
+// TestAdmissionNodeHasTheMeasuredResources: after a restart the API's
+// Node still shows the previous run's allocatable; admission uses what
+// nodelet measured now, and the API's labels.
+func TestAdmissionNodeHasTheMeasuredResources(t *testing.T) {
+	var ready error
+	r, client, _ := newReporter(t, &ready)
+	ctx := context.Background()
+	old := r.o.Node.DeepCopy()
+	old.Labels["zone"] = "a" // set by an administrator
+	old.Status.Allocatable[v1.ResourcePods] = resource.MustParse("110")
+	_, err := client.CoreV1().Nodes().Create(ctx, old, metav1.CreateOptions{})
+	testutil.Must(t, err)
+	if !r.register(ctx) {
+		t.Fatal("registration failed")
+	}
+	n := r.AdmissionNode()
+	if pods := n.Status.Allocatable[v1.ResourcePods]; pods.Value() != 10 || n.Labels["zone"] != "a" {
+		t.Fatalf("admission node: pods %s, zone %q; want the measured 10 and the API's label", pods.String(), n.Labels["zone"])
+	}
+	if api := r.Node().Status.Allocatable[v1.ResourcePods]; api.Value() != 110 {
+		t.Fatalf("the API's node changed: pods %s", api.String())
 	}
 }

@@ -101,6 +101,7 @@ func buildReporter(b *base, node *nodeParts, health *health.Node) *reporterParts
 		Pressure:              node.pressure.Pressure,
 		SkipRegistration:      !*c.RegisterNode,
 	})
-	// Admission sees the labels an administrator put on the Node.
-	return &reporterParts{node: reporter.Node, components: []component{runs("node status reporter", reporter.Run)}}
+	// Admission sees the labels an administrator put on the Node, and the
+	// resources nodelet measured.
+	return &reporterParts{node: reporter.AdmissionNode, components: []component{runs("node status reporter", reporter.Run)}}
 }
