@@ -55,7 +55,9 @@ type Containerd struct {
 
 	cmd     *exec.Cmd
 	logFile *os.File
-	conn    *grpc.ClientConn
+	// releaseSubnet gives the pod subnet back at Stop.
+	releaseSubnet func()
+	conn          *grpc.ClientConn
 	// Runtime and Images talk CRI to this containerd directly, so tests
 	// can check what nodelet did without going through nodelet.
 	Runtime runtimeapi.RuntimeServiceClient
@@ -100,7 +102,9 @@ func StartContainerdN(ctx context.Context, index int) (*Containerd, error) {
 		RegistryConfig: filepath.Join(dir, "certs.d"),
 		Network:        "nodelet-test-" + id,
 		Bridge:         fmt.Sprintf("ntest%d-%d", os.Getpid()%100000, index),
-		Subnet:         fmt.Sprintf("10.%d.%d.0/20", 100+os.Getpid()%100, 16*index),
+	}
+	if c.Subnet, c.releaseSubnet, err = claimSubnet(); err != nil {
+		return nil, err
 	}
 	c.Endpoint = "unix://" + c.Address
 	if err := c.start(ctx); err != nil {
@@ -276,6 +280,9 @@ func (c *Containerd) removeAllOnce(ctx context.Context) error {
 // bridge and IP allocations.
 func (c *Containerd) Stop() error {
 	var errs []error
+	if c.releaseSubnet != nil {
+		defer c.releaseSubnet()
+	}
 	if c.Runtime != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		errs = append(errs, c.RemoveAll(ctx))
