@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -26,29 +28,19 @@ func TestUncheckedRuntimeStopsSyncingUntilChecked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- n.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for n.SyncError() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("Run never checked the runtime")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	testutil.WaitFor(t, "Run to check the runtime", func() bool { return n.SyncError() == nil })
 	// The network is not ready: pods may sync (host-network ones need no
 	// network), but the node is not Ready.
 	if err := n.ReadyError(); err == nil || err.Error() != "cni config uninitialized" {
 		t.Fatalf("ready with no network: %v", err)
 	}
-	// The next check comes a period later.
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond) // polling interval
+	// The next check comes a period later, not before.
+	testutil.WaitFor(t, "Run to wait for the next period", clk.HasWaiters)
+	if c := calls.Load(); c != 1 {
+		t.Fatalf("%d runtime checks before the period passed, want 1", c)
 	}
 	clk.Step(DefaultRuntimeCheckPeriod)
-	for calls.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no periodic check")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	testutil.WaitFor(t, "the periodic check", func() bool { return calls.Load() >= 2 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

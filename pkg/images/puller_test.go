@@ -20,6 +20,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/fakecri"
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/container"
 )
 
@@ -146,10 +147,7 @@ func TestParallelPullsAreCapped(t *testing.T) {
 				}
 			}(i)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for imgs.running.Load() < tc.want && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond) // polling interval
-		}
+		testutil.WaitFor(t, fmt.Sprintf("%d pulls at once", tc.want), func() bool { return imgs.running.Load() >= tc.want })
 		for i := 0; i < 4; i++ {
 			imgs.release <- struct{}{}
 		}
@@ -181,13 +179,7 @@ func TestSamePullIsShared(t *testing.T) {
 		c := p.inflight["same"]
 		return c != nil && c.sharers == 2
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !joined() {
-		if time.Now().After(deadline) {
-			t.Fatal("the three pulls never met")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	testutil.WaitFor(t, "the three pulls to meet", joined)
 	imgs.release <- struct{}{}
 	wg.Wait()
 	if got := imgs.peak.Load(); got != 1 {

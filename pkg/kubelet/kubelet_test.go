@@ -19,6 +19,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/fakecri"
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
@@ -538,26 +539,19 @@ func TestSyncLoopWaitsWhileTheRuntimeIsUnhealthy(t *testing.T) {
 // goroutine under test waits for comes, however late it starts waiting.
 func stepUntil(t *testing.T, clk *testingclock.FakeClock, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met while the clock moved on")
+	testutil.WaitFor(t, "the condition while the clock moved on", func() bool {
+		if cond() {
+			return true
 		}
 		clk.Step(d)
-		time.Sleep(time.Millisecond) // polling interval
-	}
+		return false
+	})
 }
 
 // waitForWaiter waits until something waits on the fake clock.
 func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing waits on the clock")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	testutil.WaitFor(t, "something to wait on the clock", clk.HasWaiters)
 }
 
 // A pod past its active deadline fails with DeadlineExceeded and an event;
