@@ -124,9 +124,11 @@ func (r *Reporter) AdmissionNode() *v1.Node {
 	if api == r.o.Node {
 		return api
 	}
-	n := api.DeepCopy()
+	// A shallow copy: admission reads it (once per pod admitted), and only
+	// the two maps are replaced, never changed in place.
+	n := *api
 	n.Status.Capacity, n.Status.Allocatable = r.o.Node.Status.Capacity, r.o.Node.Status.Allocatable
-	return n
+	return &n
 }
 
 // Run registers the node, then reports until ctx ends.
