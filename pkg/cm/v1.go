@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/cgroups"
 )
 
 // managedV1 are the controllers whose files nodelet writes. Other
@@ -166,19 +167,14 @@ func subdirs(dir string) ([]string, error) {
 	return out, nil
 }
 
-// readProcs reads a cgroup directory's cgroup.procs.
+// readProcs lists the processes in a cgroup directory; a cgroup that is
+// gone has none.
 func readProcs(dir string) []int {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	pids, err := cgroups.GetPids(dir)
 	if err != nil {
 		return nil
 	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return pids
 }
 
 // removeTree removes a cgroup directory and its children, deepest first.
