@@ -201,8 +201,6 @@ type podSyncStatus struct {
 	ctx      context.Context
 	cancelFn context.CancelFunc
 	fullname string
-	// working is true while an update is pending or being processed.
-	working bool
 	// pendingUpdate is the next update to process.
 	pendingUpdate *UpdatePodOptions
 	// activeUpdate is the latest update the worker acted on: what other
@@ -214,9 +212,6 @@ type podSyncStatus struct {
 	// lastSyncTime is when the last sync finished. It outlives the worker
 	// goroutine, which exits whenever the pod is idle.
 	lastSyncTime time.Time
-	// terminatingAt and terminatedAt record when termination was
-	// requested and when SyncTerminatingPod succeeded; data only.
-	terminatingAt, terminatedAt time.Time
 	// gracePeriod is the grace period in force once terminating.
 	gracePeriod           int64
 	notifyPostTerminating []chan<- struct{}
@@ -232,18 +227,11 @@ type podSyncStatus struct {
 	observedRuntime bool
 }
 
-// advance moves the pod forward to l (never back), recording when.
-func (s *podSyncStatus) advance(l lifecycle, now time.Time) {
-	if l <= s.state {
-		return
+// advance moves the pod forward to l, never back.
+func (s *podSyncStatus) advance(l lifecycle) {
+	if l > s.state {
+		s.state = l
 	}
-	if s.state < terminationRequested {
-		s.terminatingAt = now
-	}
-	if l >= terminated && s.state < terminated {
-		s.terminatedAt = now
-	}
-	s.state = l
 }
 
 func (s *podSyncStatus) IsTerminationRequested() bool { return s.state >= terminationRequested }
@@ -319,8 +307,7 @@ func (p *PodWorkers) UpdatePod(options UpdatePodOptions) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.clock.Now()
-	status, firstTime := p.statusFor(u, now)
+	status, firstTime := p.statusFor(u)
 	pod := u.pod(status)
 	if !firstTime && status.IsTerminationRequested() && u.options.UpdateType == UpdateCreate {
 		// The UID was reused (common with static pods, whose UID is their
@@ -334,7 +321,7 @@ func (p *PodWorkers) UpdatePod(options UpdatePodOptions) {
 		klog.V(4).InfoS("Pod is finished processing, no further updates", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid, "updateType", u.options.UpdateType)
 		return
 	}
-	becameTerminating := transition(status, u, pod, now)
+	becameTerminating := transition(status, u, pod)
 	gracePeriodShortened, proceed := killOptions(status, &u, pod)
 	if !proceed {
 		return
@@ -372,7 +359,7 @@ func classify(options UpdatePodOptions) (update, bool) {
 // a terminal phase seen for the first time (typically after a nodelet
 // restart) whose runtime state agrees has already been through
 // termination: only the cleanup is left to do. Call with p.mu held.
-func (p *PodWorkers) statusFor(u update, now time.Time) (*podSyncStatus, bool) {
+func (p *PodWorkers) statusFor(u update) (*podSyncStatus, bool) {
 	if status, ok := p.statuses[u.uid]; ok {
 		return status, false
 	}
@@ -380,7 +367,7 @@ func (p *PodWorkers) statusFor(u update, now time.Time) (*podSyncStatus, bool) {
 	status := &podSyncStatus{fullname: podutil.BuildFullName(u.name, u.ns)}
 	if pod := u.options.Pod; pod != nil && podutil.IsTerminal(pod.Status.Phase) {
 		if cached, err := p.status.Get(u.uid); err == nil && cached.IsTerminal() {
-			status.advance(terminated, now)
+			status.advance(terminated)
 		}
 	}
 	p.statuses[u.uid] = status
@@ -407,7 +394,7 @@ func (u *update) pod(status *podSyncStatus) *v1.Pod {
 
 // transition requests the pod's termination if the update calls for it,
 // and reports whether it did.
-func transition(status *podSyncStatus, u update, pod *v1.Pod, now time.Time) bool {
+func transition(status *podSyncStatus, u update, pod *v1.Pod) bool {
 	if status.IsTerminationRequested() {
 		return false
 	}
@@ -427,7 +414,7 @@ func transition(status *podSyncStatus, u update, pod *v1.Pod, now time.Time) boo
 	default:
 		return false
 	}
-	status.advance(terminationRequested, now)
+	status.advance(terminationRequested)
 	return true
 }
 
@@ -489,7 +476,6 @@ func (p *PodWorkers) enqueue(status *podSyncStatus, u update, interrupt bool) {
 		options.StartTime = pending.StartTime
 	}
 	status.pendingUpdate = &options
-	status.working = true
 	klog.V(4).InfoS("Notifying pod of pending update", "pod", klog.KRef(u.ns, u.name), "podUID", u.uid, "workType", status.WorkType())
 	p.wake(u.uid)
 	if interrupt && status.cancelFn != nil {
@@ -629,7 +615,6 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 		return nil, w, lastSync, false
 	}
 	if status.pendingUpdate == nil || status.IsFinished() {
-		status.working = false
 		delete(p.active, uid)
 		return nil, w, lastSync, false
 	}
@@ -657,8 +642,7 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 		case !canEverStart:
 			klog.V(4).InfoS("Pod cannot start ever", "pod", klog.KObj(w.options.Pod), "podUID", uid, "updateType", w.state)
 			// Terminated before it could start: nothing to tear down.
-			status.advance(finished, p.clock.Now())
-			status.working = false
+			status.advance(finished)
 			p.releaseStaticPod(status.fullname, uid)
 			delete(p.active, uid)
 			return nil, w, lastSync, false
@@ -666,7 +650,6 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 			// Wait for the static pod ahead of us; it wakes us when done.
 			klog.V(4).InfoS("Pod cannot start yet", "pod", klog.KObj(w.options.Pod), "podUID", uid)
 			status.pendingUpdate = &w.options
-			status.working = false
 			delete(p.active, uid)
 			return nil, w, lastSync, false
 		}
@@ -730,7 +713,6 @@ func (p *PodWorkers) releaseStaticPod(fullname string, uid types.UID) {
 	}
 	for _, w := range p.staticPods.waiting[fullname] {
 		if s, ok := p.statuses[w]; ok && s.pendingUpdate != nil && !s.IsTerminationRequested() {
-			s.working = true
 			p.wake(w)
 			return
 		}
@@ -749,7 +731,7 @@ func (p *PodWorkers) acknowledgeTerminating(uid types.UID) PodStatusFunc {
 	}
 	if status.state == terminationRequested {
 		klog.V(4).InfoS("Pod worker has observed request to terminate", "podUID", uid)
-		status.advance(terminating, p.clock.Now())
+		status.advance(terminating)
 	}
 	if l := len(status.statusPostTerminating); l > 0 {
 		return status.statusPostTerminating[l-1]
@@ -769,11 +751,9 @@ func (p *PodWorkers) complete(uid types.UID, w work, isTerminal bool) (moved, do
 	if !ok {
 		return false, true
 	}
-	now := p.clock.Now()
 	switch {
 	case w.state == TerminatedPod, w.state == TerminatingPod && w.options.RunningPod != nil:
-		status.advance(finished, now)
-		status.working = false
+		status.advance(finished)
 		p.releaseStaticPod(status.fullname, uid)
 		if w.options.RunningPod != nil {
 			// No configuration and no API object to report to: forget it.
@@ -781,13 +761,13 @@ func (p *PodWorkers) complete(uid types.UID, w work, isTerminal bool) (moved, do
 		}
 		return false, true
 	case w.state == TerminatingPod:
-		status.advance(terminated, now)
+		status.advance(terminated)
 		for _, ch := range status.notifyPostTerminating {
 			close(ch)
 		}
 		status.notifyPostTerminating, status.statusPostTerminating = nil, nil
 	case isTerminal:
-		status.advance(terminating, now)
+		status.advance(terminating)
 	default:
 		return false, false
 	}
@@ -803,7 +783,6 @@ func (p *PodWorkers) requeueLastPodUpdate(uid types.UID, status *podSyncStatus) 
 	}
 	copied := *status.activeUpdate
 	status.pendingUpdate = &copied
-	status.working = true
 	p.wake(uid)
 }
 
@@ -824,11 +803,6 @@ func (p *PodWorkers) completeWork(uid types.UID, phaseTransition bool, syncErr e
 		p.workQueue.Enqueue(uid, p.jitter(backOffOnNetworkNotReady, backOffJitterFactor))
 	default:
 		p.workQueue.Enqueue(uid, p.jitter(p.backOffPeriod, backOffJitterFactor))
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if status, ok := p.statuses[uid]; ok && status.pendingUpdate == nil {
-		status.working = false
 	}
 }
 
@@ -882,7 +856,7 @@ func (p *PodWorkers) removeTerminatedWorker(uid types.UID, status *podSyncStatus
 			// Never started: forget it; its worker exits without a sync.
 			klog.V(4).InfoS("Pod is orphaned and has not been started", "podUID", uid)
 		case !status.IsTerminationRequested():
-			status.advance(terminationRequested, p.clock.Now())
+			status.advance(terminationRequested)
 			if status.activeUpdate != nil && status.activeUpdate.Pod != nil {
 				status.gracePeriod, _ = effectiveGracePeriod(status, status.activeUpdate.Pod, nil)
 			} else {
