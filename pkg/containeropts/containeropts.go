@@ -319,7 +319,7 @@ func (o *Provider) objectData(ctx context.Context, pod *v1.Pod, kind, name strin
 func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	for _, m := range c.VolumeMounts {
-		if img := imageVolume(pod, m.Name); img != nil {
+		if img := podutil.ImageVolume(pod, m.Name); img != nil {
 			// The runtime mounts the image, read-only; the runtime manager
 			// pulls it and puts the pulled reference in.
 			out = append(out, &runtimeapi.Mount{ContainerPath: m.MountPath, Readonly: true,
@@ -358,17 +358,6 @@ func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env
 		})
 	}
 	return out, nil
-}
-
-// imageVolume is the image source of the pod's volume with the name, or
-// nil when it is another kind.
-func imageVolume(pod *v1.Pod, name string) *v1.ImageVolumeSource {
-	for i := range pod.Spec.Volumes {
-		if pod.Spec.Volumes[i].Name == name {
-			return pod.Spec.Volumes[i].Image
-		}
-	}
-	return nil
 }
 
 func propagation(p *v1.MountPropagationMode) runtimeapi.MountPropagation {

@@ -44,19 +44,17 @@ func (k containerKind) String() string {
 func (m *Manager) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandboxCfg *runtimeapi.PodSandboxConfig) (map[string]string, string, error) {
 	refs := map[string]string{}
 	for _, vm := range c.VolumeMounts {
-		for i := range pod.Spec.Volumes {
-			vol := &pod.Spec.Volumes[i]
-			if vol.Name != vm.Name || vol.Image == nil || refs[vol.Image.Reference] != "" {
-				continue
-			}
-			// The puller takes a container; the volume's image stands in.
-			as := &v1.Container{Name: c.Name, Image: vol.Image.Reference, ImagePullPolicy: vol.Image.PullPolicy}
-			ref, msg, err := m.images.EnsureImage(ctx, pod, as, pullSecrets, sandboxCfg)
-			if err != nil {
-				return nil, msg, err
-			}
-			refs[vol.Image.Reference] = ref
+		img := podutil.ImageVolume(pod, vm.Name)
+		if img == nil || refs[img.Reference] != "" {
+			continue
 		}
+		// The puller takes a container; the volume's image stands in.
+		as := &v1.Container{Name: c.Name, Image: img.Reference, ImagePullPolicy: img.PullPolicy}
+		ref, msg, err := m.images.EnsureImage(ctx, pod, as, pullSecrets, sandboxCfg)
+		if err != nil {
+			return nil, msg, err
+		}
+		refs[img.Reference] = ref
 	}
 	return refs, "", nil
 }

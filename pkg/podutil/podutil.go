@@ -156,3 +156,14 @@ func QOSClass(pod *v1.Pod) v1.PodQOSClass {
 
 // IsTerminal reports whether a pod phase is final: Succeeded or Failed.
 func IsTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// ImageVolume is the image source of the pod's volume with the name, or
+// nil when that volume is of another kind (or there is none).
+func ImageVolume(pod *v1.Pod, name string) *v1.ImageVolumeSource {
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == name {
+			return pod.Spec.Volumes[i].Image
+		}
+	}
+	return nil
+}
