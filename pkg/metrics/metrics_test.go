@@ -87,6 +87,8 @@ func TestMetrics(t *testing.T) {
 	}
 	m.ObserveRelist(time.Unix(1000, 0), 20*time.Millisecond)
 	m.ObserveRelist(time.Unix(1001, 0), 30*time.Millisecond)
+	m.EventStreamBroke()
+	m.EventStreamBroke()
 
 	f := scrape(t, m, runtimePods)
 	if h := f["kubelet_pod_start_duration_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 3 {
@@ -117,6 +119,9 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := byLabel("kubelet_runtime_operations_errors_total", "operation_type"); got["stop_container"] != 1 || got["list_containers"] != 0 {
 		t.Errorf("runtime operation errors: %v", got)
+	}
+	if got := byLabel("kubelet_evented_pleg_connection_error_count", ""); got[""] != 2 {
+		t.Errorf("broken event streams: %v", got)
 	}
 	if got := byLabel("kubelet_pleg_relist_interval_seconds", ""); got[""] != 1 {
 		t.Errorf("relist intervals: %v", got)

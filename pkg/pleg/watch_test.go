@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,6 +174,8 @@ func TestWatcherUsesTheEventStream(t *testing.T) {
 func TestWatcherReportsABrokenStream(t *testing.T) {
 	rt := &fakeEvents{events: make(chan *runtimeapi.ContainerEventResponse)}
 	w, clk, _ := newWatcher(rt)
+	var broke atomic.Int32
+	w.o.StreamBroke = func() { broke.Add(1) }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
@@ -192,6 +195,10 @@ func TestWatcherReportsABrokenStream(t *testing.T) {
 	}
 	if err := w.Healthy(); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("healthy after a minute without a stream: %v", err)
+	}
+	// Every break and failed reopen is counted (the metric).
+	if n := broke.Load(); n < 61 {
+		t.Fatalf("%d broken streams counted, want one per failed attempt (61+)", n)
 	}
 	// Reopened: healthy again, and never polled meanwhile.
 	rt.set(func() { rt.openErr = nil })
