@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
+
 	"github.com/nodelet/nodelet/pkg/container"
 )
 
@@ -296,21 +298,11 @@ func TestTriggerRetriesAnExitNotRecordedYet(t *testing.T) {
 	go g.Run(ctx)
 	<-g.Watch()    // started
 	g.Trigger("1") // the status still says running
-	deadline := time.Now().Add(5 * time.Second)
-	for rt.readCount("a") < 2 { // the first relist's read, then this one
-		if time.Now().After(deadline) {
-			t.Fatal("the triggered pod was never read")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	// The first relist's read, then this one.
+	testutil.WaitFor(t, "the triggered pod read", func() bool { return rt.readCount("a") >= 2 })
 	rt.set(pod("a", ctr("1", container.StateExited)))
 	// Run's ticker waits on the clock; the retry is a second waiter.
-	for clk.Waiters() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no retry was scheduled")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	testutil.WaitFor(t, "a retry scheduled", func() bool { return clk.Waiters() >= 2 })
 	clk.Step(exitRetryDelay)
 	select {
 	case e := <-g.Watch():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -265,20 +267,69 @@ func TestSyncerRunWritesEveryPodConcurrently(t *testing.T) {
 	for _, o := range objs {
 		m.SetPodStatus(o, ready(v1.ConditionTrue))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := 0
-		for _, o := range objs {
-			if p := apiPod(t, client, o.Name); p.Status.Phase == v1.PodRunning {
-				n++
-			}
+	testutil.WaitFor(t, "every status written", func() bool { return written(t, client, objs) == len(objs) })
+}
+
+func written(t *testing.T, client *fake.Clientset, objs []*v1.Pod) int {
+	n := 0
+	for _, o := range objs {
+		if p := apiPod(t, client, o.Name); p.Status.Phase == v1.PodRunning {
+			n++
 		}
-		if n == len(objs) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d statuses written", n, len(objs))
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
 	}
+	return n
+}
+
+// Flush returns once Run wrote every status, and gives up when its
+// context ends (a pod whose object is gone is never written).
+func TestSyncerFlush(t *testing.T) {
+	objs := []*v1.Pod{testPod("a"), testPod("b")}
+	s, m, client, _ := newSyncer(t, objs...)
+	clk := s.clock.(*testingclock.FakeClock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	flush := func(ctx context.Context) <-chan struct{} {
+		flushed := make(chan struct{})
+		go func() { s.Flush(ctx); close(flushed) }()
+		return flushed
+	}
+	for _, o := range objs {
+		m.SetPodStatus(o, ready(v1.ConditionTrue))
+	}
+	flushed := flush(context.Background())
+	testutil.WaitFor(t, "flushed", func() bool {
+		clk.Step(retryDelay)
+		select {
+		case <-flushed:
+			return true
+		default:
+			return false
+		}
+	})
+	if n := written(t, client, objs); n != len(objs) {
+		t.Fatalf("Flush returned with %d of %d statuses written", n, len(objs))
+	}
+	// A status that cannot be written (the API server failing) keeps
+	// Flush waiting until its context ends.
+	var refused atomic.Int32
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		refused.Add(1)
+		return true, nil, errors.New("etcdserver: request timed out")
+	})
+	m.SetPodStatus(objs[0], ready(v1.ConditionFalse))
+	fctx, fcancel := context.WithCancel(context.Background())
+	flushed = flush(fctx)
+	testutil.WaitFor(t, "the write refused twice", func() bool {
+		clk.Step(retryDelay)
+		return refused.Load() >= 2
+	})
+	select {
+	case <-flushed:
+		t.Fatal("Flush returned with a status unwritten")
+	default:
+	}
+	fcancel()
+	<-flushed
 }
