@@ -129,6 +129,22 @@ func (s *APISyncer) Run(ctx context.Context) {
 	}
 }
 
+// Flush waits until every status is written and every deletable pod
+// deleted, or ctx ends: pods stopped as the node shuts down must say so
+// in the API before nodelet exits. Run does the writing.
+func (s *APISyncer) Flush(ctx context.Context) {
+	t := s.clock.NewTicker(retryDelay)
+	defer t.Stop()
+	for len(s.due()) > 0 {
+		select {
+		case <-ctx.Done():
+			klog.InfoS("Pod statuses left unwritten", "pods", len(s.due()), "err", ctx.Err())
+			return
+		case <-t.C():
+		}
+	}
+}
+
 func (s *APISyncer) processNext(ctx context.Context) bool {
 	uid, quit := s.queue.Get()
 	if quit {
