@@ -25,6 +25,8 @@ type admission struct {
 	allowedUnsafeSysctls []string
 	// pressure returns the node's pressure conditions; nil for none.
 	pressure func() map[v1.NodeConditionType]string
+	// hooks are asked first.
+	hooks []AdmitFunc
 }
 
 // systemCriticalPriority is upstream's threshold of critical pods, which
@@ -75,6 +77,11 @@ type Rejection struct {
 
 // admit checks a pod against the node and the pods already admitted.
 func (a *admission) admit(active []*v1.Pod, pod *v1.Pod) *Rejection {
+	for _, hook := range a.hooks {
+		if ok, reason, message := hook(pod); !ok {
+			return &Rejection{Reason: reason, Message: message}
+		}
+	}
 	node := a.node()
 	for _, check := range []func() *Rejection{
 		func() *Rejection { return a.checkPressure(pod) },

@@ -154,3 +154,26 @@ func TestAdmissionUnderPressure(t *testing.T) {
 		}
 	}
 }
+
+// Admission hooks (the node shutting down) are asked before the node's own
+// checks, and their refusal is the pod's.
+func TestAdmissionHooksComeFirst(t *testing.T) {
+	var asked []string
+	a := admission{node: func() *v1.Node { return admissionNode(0) }, hooks: []AdmitFunc{
+		func(p *v1.Pod) (bool, string, string) { asked = append(asked, "first "+p.Name); return true, "", "" },
+		func(p *v1.Pod) (bool, string, string) {
+			asked = append(asked, "second "+p.Name)
+			return p.Name != "refused", "NodeShutdown", "Pod was rejected as the node is shutting down."
+		},
+	}}
+	if r := a.admit(nil, mk("refused")); r == nil || r.Reason != "NodeShutdown" || r.Message != "Pod was rejected as the node is shutting down." {
+		t.Fatalf("rejection %+v", r)
+	}
+	// Passing every hook, the pod meets the node's checks: no room at all.
+	if r := a.admit(nil, mk("other")); r == nil || r.Reason != "OutOfpods" {
+		t.Fatalf("rejection %+v", r)
+	}
+	if got := strings.Join(asked, ";"); got != "first refused;second refused;first other;second other" {
+		t.Fatalf("hooks asked %q", got)
+	}
+}

@@ -92,7 +92,14 @@ type Config struct {
 	// Cgroups is the container manager; nil (cm.Disabled) when
 	// cgroupsPerQOS is off.
 	Cgroups Cgroups
+	// Admit are further admission checks, asked first (the node shutting
+	// down refuses every pod).
+	Admit []AdmitFunc
 }
+
+// AdmitFunc says whether a new pod may run, and if not why: upstream's
+// reason and a message.
+type AdmitFunc func(pod *v1.Pod) (ok bool, reason, message string)
 
 // Health is where the sync loop learns whether it may sync pods, and
 // reports that it is alive.
@@ -181,7 +188,7 @@ func New(cfg Config, d Deps) *Kubelet {
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
 		cleaner:   cleaner,
-		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure},
+		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure, hooks: cfg.Admit},
 	}
 }
 
@@ -487,6 +494,24 @@ func (kl *Kubelet) activePods(pods []*v1.Pod) []*v1.Pod {
 		out = append(out, p)
 	}
 	return out
+}
+
+// ActivePods are the desired pods that may still run.
+func (kl *Kubelet) ActivePods() []*v1.Pod { return kl.activePods(kl.pods.pods()) }
+
+// KillPod stops a pod that stays desired (the node shutting down, say)
+// within gracePeriod seconds; status amends its final status. The channel
+// closes once its containers are stopped.
+func (kl *Kubelet) KillPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{} {
+	done := make(chan struct{})
+	pod, mirror, _ := kl.pods.podAndMirror(pod)
+	kl.workers.UpdatePod(podworkers.UpdatePodOptions{
+		Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateKill, StartTime: kl.clock.Now(),
+		KillPodOptions: &podworkers.KillPodOptions{
+			CompletedCh: done, PodStatusFunc: status, PodTerminationGracePeriodSecondsOverride: &gracePeriod,
+		},
+	})
+	return done
 }
 
 // canAdmitPod decides whether a new pod fits on the node.

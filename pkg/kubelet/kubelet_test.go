@@ -652,3 +652,37 @@ func TestReconcile(t *testing.T) {
 		t.Fatalf("pruned %q, want every dead container of the evicted pod", got)
 	}
 }
+
+// KillPod stops a pod that stays desired: the workers get a kill with the
+// grace period and status amendment, and the pod is still active until the
+// workers know it terminated.
+func TestKillPodKeepsThePodDesired(t *testing.T) {
+	f := newCore(t, 10)
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("a", "first", now)})
+	var got podworkers.UpdatePodOptions
+	f.workers.hook = func(o podworkers.UpdatePodOptions) { got = o }
+	f.workers.take()
+	pod := f.kl.ActivePods()[0]
+	done := f.kl.KillPod(pod, 7, func(s *v1.PodStatus) { s.Reason = "Terminated" })
+	if u := strings.Join(f.workers.take(), ";"); u != "kill first" {
+		t.Fatalf("workers got %q", u)
+	}
+	k := got.KillPodOptions
+	if k == nil || *k.PodTerminationGracePeriodSecondsOverride != 7 || k.CompletedCh == nil || k.PodStatusFunc == nil {
+		t.Fatalf("kill options %+v", k)
+	}
+	var s v1.PodStatus
+	k.PodStatusFunc(&s)
+	if s.Reason != "Terminated" {
+		t.Fatalf("status func gave %+v", s)
+	}
+	close(k.CompletedCh)
+	<-done
+	if len(f.kl.ActivePods()) != 1 {
+		t.Fatal("a killed pod left the active pods before its worker finished")
+	}
+	f.workers.terminated = map[types.UID]bool{"a": true}
+	if len(f.kl.ActivePods()) != 0 {
+		t.Fatal("a terminated pod is still active")
+	}
+}
