@@ -1,0 +1,225 @@
+package nodeshutdown
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
+)
+
+func TestGroups(t *testing.T) {
+	d := func(s string) metav1.Duration { v, _ := time.ParseDuration(s); return metav1.Duration{Duration: v} }
+	for _, tc := range []struct {
+		name string
+		c    kubeletv1beta1.KubeletConfiguration
+		want string
+	}{
+		{"off", kubeletv1beta1.KubeletConfiguration{}, "[]"},
+		{"total only", kubeletv1beta1.KubeletConfiguration{ShutdownGracePeriod: d("30s")}, "[{0 30s} {2000000000 0s}]"},
+		{"two phases", kubeletv1beta1.KubeletConfiguration{ShutdownGracePeriod: d("30s"), ShutdownGracePeriodCriticalPods: d("10s")}, "[{0 20s} {2000000000 10s}]"},
+		{"critical above total", kubeletv1beta1.KubeletConfiguration{ShutdownGracePeriod: d("5s"), ShutdownGracePeriodCriticalPods: d("10s")}, "[]"},
+		{"by priority, sorted", kubeletv1beta1.KubeletConfiguration{ShutdownGracePeriodByPodPriority: []kubeletv1beta1.ShutdownGracePeriodByPodPriority{
+			{Priority: 100000, ShutdownGracePeriodSeconds: 5}, {Priority: 0, ShutdownGracePeriodSeconds: 20}, {Priority: 2000000000, ShutdownGracePeriodSeconds: 3},
+		}}, "[{0 20s} {100000 5s} {2000000000 3s}]"},
+	} {
+		if got := fmt.Sprint(Groups(&tc.c)); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func pod(name string, priority int32, grace int64) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name), Generation: 3}}
+	p.Spec.Priority = &priority
+	p.Spec.TerminationGracePeriodSeconds = &grace
+	return p
+}
+
+// A pod goes to the group of the highest priority not above its own; one
+// below every group goes to the lowest.
+func TestGroupPods(t *testing.T) {
+	groups := []Group{{Priority: 10, Period: time.Second}, {Priority: 100, Period: time.Second}, {Priority: 1000, Period: time.Second}}
+	pods := []*v1.Pod{pod("below", 5, 30), pod("at10", 10, 30), pod("mid", 99, 30), pod("at100", 100, 30), pod("top", 5000, 30)}
+	noPriority := pod("none", 0, 30)
+	noPriority.Spec.Priority = nil
+	var got []string
+	for _, g := range groupPods(groups, append(pods, noPriority)) {
+		var names []string
+		for _, p := range g.pods {
+			names = append(names, p.Name)
+		}
+		got = append(got, fmt.Sprintf("%d:%s", g.Priority, strings.Join(names, ",")))
+	}
+	if s := strings.Join(got, " "); s != "10:below,at10,mid,none 100:at100 1000:top" {
+		t.Fatalf("groups %s", s)
+	}
+}
+
+// fakeKiller records kills; the test closes their channels.
+type fakeKiller struct {
+	mu     sync.Mutex
+	kills  []string
+	done   map[string]chan struct{}
+	status map[string]func(*v1.PodStatus)
+}
+
+func (k *fakeKiller) KillPod(p *v1.Pod, grace int64, status func(*v1.PodStatus)) <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.kills = append(k.kills, fmt.Sprintf("%s/%d", p.Name, grace))
+	ch := make(chan struct{})
+	k.done[p.Name], k.status[p.Name] = ch, status
+	return ch
+}
+
+func (k *fakeKiller) killed() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := slices.Clone(k.kills)
+	slices.Sort(out)
+	return out
+}
+
+func (k *fakeKiller) stopped(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	close(k.done[name])
+}
+
+type pods []*v1.Pod
+
+func (p pods) ActivePods() []*v1.Pod { return p }
+
+type fixture struct {
+	m        *Manager
+	state    *State
+	killer   *fakeKiller
+	clock    *testingclock.FakeClock
+	recorder *record.FakeRecorder
+	signal   chan os.Signal
+	hooks    chan string
+	result   chan error
+}
+
+func start(t *testing.T, groups []Group, active pods) *fixture {
+	f := &fixture{
+		killer: &fakeKiller{done: map[string]chan struct{}{}, status: map[string]func(*v1.PodStatus){}},
+		clock:  testingclock.NewFakeClock(time.Unix(1000, 0)), recorder: record.NewFakeRecorder(10),
+		signal: make(chan os.Signal, 1), hooks: make(chan string, 4), result: make(chan error, 1), state: &State{},
+	}
+	f.m = New(Options{
+		Groups: groups, State: f.state, Signal: f.signal, Pods: active, Killer: f.killer, NodeName: "node1", Recorder: f.recorder, Clock: f.clock,
+		OnStart: []func(context.Context){func(context.Context) { f.hooks <- "start" }},
+		OnDone: []func(context.Context){func(ctx context.Context) {
+			dl, _ := ctx.Deadline()
+			f.hooks <- fmt.Sprintf("done, %v left", time.Until(dl).Round(time.Second)) // contexts keep real time
+		}},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { f.result <- f.m.Run(ctx) }()
+	return f
+}
+
+// The shutdown: NotReady and refusing pods at once, then each group
+// stopped in turn, lowest priority first, every pod with the shorter of
+// its grace period and its group's; a group waits for its pods or its
+// period, whichever ends first.
+func TestShutdownStopsGroupsInOrder(t *testing.T) {
+	groups := []Group{{Priority: 0, Period: 20 * time.Second}, {Priority: systemCriticalPriority, Period: 10 * time.Second}}
+	f := start(t, groups, pods{pod("web", 0, 30), pod("batch", 100, 5), pod("dns", systemCriticalPriority, 30)})
+	if f.state.Err() != nil {
+		t.Fatal("shutting down before the signal")
+	}
+	if ok, _, _ := f.state.Admit(pod("new", 0, 1)); !ok {
+		t.Fatal("refused a pod before the signal")
+	}
+	f.signal <- syscall.SIGTERM
+	if h := <-f.hooks; h != "start" {
+		t.Fatalf("hook %q", h)
+	}
+	if f.state.Err() != ErrShuttingDown {
+		t.Fatalf("Err %v", f.state.Err())
+	}
+	if ok, reason, msg := f.state.Admit(pod("new", 0, 1)); ok || reason != NotAdmittedReason || msg != NotAdmittedMessage {
+		t.Fatalf("admitted during shutdown: %v %s %s", ok, reason, msg)
+	}
+	if e := <-f.recorder.Events; e != "Normal NodeShutdown Shutdown manager detected shutdown event" {
+		t.Fatalf("event %q", e)
+	}
+	// The regular group, each pod with the shorter grace period.
+	testutil.WaitFor(t, "regular pods killed", func() bool { return len(f.killer.killed()) == 2 })
+	if got := strings.Join(f.killer.killed(), " "); got != "batch/5 web/20" {
+		t.Fatalf("killed %s", got)
+	}
+	// The critical group waits for the regular pods, which stop early.
+	f.killer.stopped("web")
+	f.killer.stopped("batch")
+	testutil.WaitFor(t, "critical pod killed", func() bool { return len(f.killer.killed()) == 3 })
+	f.clock.Step(4 * time.Second)
+	// The critical pod does not stop: its group's period ends the wait.
+	testutil.WaitFor(t, "the critical group's timer", f.clock.HasWaiters)
+	f.clock.Step(10 * time.Second)
+	if h := <-f.hooks; h != "done, 16s left" {
+		t.Fatalf("hook %q", h)
+	}
+	if err := <-f.result; err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.killer.killed(), " "); got != "batch/5 dns/10 web/20" {
+		t.Fatalf("killed %s", got)
+	}
+}
+
+// A regular group whose pods do not stop is waited for its whole period
+// only; the status of a pod stopped says why, in upstream's words.
+func TestShutdownStatus(t *testing.T) {
+	f := start(t, []Group{{Priority: 0, Period: 3 * time.Second}}, pods{pod("web", 0, 30)})
+	f.signal <- syscall.SIGTERM
+	<-f.hooks
+	testutil.WaitFor(t, "the group's timer", f.clock.HasWaiters)
+	f.clock.Step(3 * time.Second)
+	if h := <-f.hooks; h != "done, 2s left" {
+		t.Fatalf("hook %q: OnDone gets at least minDoneTime", h)
+	}
+	<-f.result
+	s := v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse}}}
+	f.killer.status["web"](&s)
+	want := v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, ObservedGeneration: 3, Reason: v1.PodReasonTerminationByKubelet, Message: Message}
+	if s.Phase != v1.PodFailed || s.Reason != Reason || s.Message != Message || len(s.Conditions) != 2 || s.Conditions[1] != want {
+		t.Fatalf("status %+v", s)
+	}
+	// A pod that had succeeded stays Succeeded; the condition is not doubled.
+	s.Phase = v1.PodSucceeded
+	f.killer.status["web"](&s)
+	if s.Phase != v1.PodSucceeded || len(s.Conditions) != 2 {
+		t.Fatalf("status %+v", s)
+	}
+}
+
+// Ending before the signal stops nothing.
+func TestNoSignalNoShutdown(t *testing.T) {
+	killer := &fakeKiller{done: map[string]chan struct{}{}, status: map[string]func(*v1.PodStatus){}}
+	state := &State{}
+	m := New(Options{Groups: []Group{{Period: time.Second}}, State: state, Signal: make(chan os.Signal), Pods: pods{pod("web", 0, 30)}, Killer: killer,
+		Recorder: record.NewFakeRecorder(1), Clock: testingclock.NewFakeClock(time.Now())})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.Run(ctx); err != nil || state.Err() != nil || len(killer.killed()) != 0 {
+		t.Fatalf("Run %v, Err %v, killed %v", err, state.Err(), killer.killed())
+	}
+}
