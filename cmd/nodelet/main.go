@@ -27,9 +27,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGINT stops nodelet at once. SIGTERM does too, unless a shutdown
+	// grace period is configured: then it shuts the node down gracefully.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
-	err = app.Run(ctx, opts)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	err = app.Run(ctx, opts, term)
 	klog.Flush()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)

@@ -235,6 +235,14 @@ func (n *Nodelet) peekDone() bool {
 	}
 }
 
+// ExitError is how the process ended (nil: exit status 0); it waits for
+// the end.
+func (n *Nodelet) ExitError() error {
+	err := <-n.done
+	n.done <- err
+	return err
+}
+
 // PID is the nodelet process's ID, 0 when it is not running.
 func (n *Nodelet) PID() int {
 	if n.Exited() {
@@ -243,7 +251,8 @@ func (n *Nodelet) PID() int {
 	return n.cmd.Process.Pid
 }
 
-// Stop ends nodelet with SIGTERM (pods keep running).
+// Stop ends nodelet with SIGTERM: pods keep running, unless a shutdown
+// grace period is configured (then they are stopped first).
 func (n *Nodelet) Stop() { n.signal(syscall.SIGTERM) }
 
 // Kill ends nodelet with SIGKILL, as a crash would.

@@ -1,12 +1,17 @@
 package app
 
 import (
+	"context"
 	"net/http"
+	"os"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kubelet"
+	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
@@ -28,9 +33,11 @@ func buildHealth(b *base, runtime *runtimeParts) *health.Node {
 // loop, the pod workers and the sync scripts they run, and the status
 // syncer that reports back.
 type coreParts struct {
-	kubelet    *kubelet.Kubelet
-	workers    *podworkers.PodWorkers
-	components []component
+	kubelet *kubelet.Kubelet
+	workers *podworkers.PodWorkers
+	// statusSyncer writes the pods' statuses to the API; nil standalone.
+	statusSyncer *status.APISyncer
+	components   []component
 }
 
 func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts) *coreParts {
@@ -49,18 +56,18 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
 		AllowedUnsafeSysctls: b.c.AllowedUnsafeSysctls, DeadContainersKept: b.o.DeadContainersKept,
-		Pressure: node.pressure.Pressure, Cgroups: node.cgroups,
+		Pressure: node.pressure.Pressure, Cgroups: node.cgroups, Admit: []kubelet.AdmitFunc{b.shutdown.Admit},
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
 		Sources: config.NewSourcesReady(podConfig.Sources), Updates: podConfig.Updates(), Health: health,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes, Mirrors: cl.mirrors, Volumes: runtime.volumes,
 	})
-	components := append(sources, component{"sync loop", core.Run})
+	parts := &coreParts{kubelet: core, workers: workers, components: append(sources, component{"sync loop", core.Run})}
 	if b.client != nil {
-		statusSyncer := status.NewAPISyncer(b.client, b.status, apiPods{core, workers}, b.clock)
-		components = append(components, runs("pod status syncer", statusSyncer.Run))
+		parts.statusSyncer = status.NewAPISyncer(b.client, b.status, apiPods{core, workers}, b.clock)
+		parts.components = append(parts.components, runs("pod status syncer", parts.statusSyncer.Run))
 	}
-	return &coreParts{kubelet: core, workers: workers, components: components}
+	return parts
 }
 
 // podSources registers the configured pod sources with the merge: a
@@ -92,4 +99,40 @@ func podSources(b *base, podConfig *config.PodConfig) []component {
 type apiPods struct {
 	*kubelet.Kubelet
 	*podworkers.PodWorkers
+}
+
+// buildShutdown is what a termination signal does: with a shutdown grace
+// period, the graceful node shutdown (NotReady, then the pods stopped by
+// priority and their statuses written), after which nodelet stops; without
+// one, nodelet stops at once and its pods keep running.
+func buildShutdown(b *base, core *coreParts, reporter *reporterParts, term <-chan os.Signal) []component {
+	groups := nodeshutdown.Groups(b.c)
+	if len(groups) == 0 {
+		return []component{{"termination signal", func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case sig := <-term:
+				klog.InfoS("Termination signal: stopping nodelet, pods keep running", "signal", sig)
+				return errStop
+			}
+		}}}
+	}
+	o := nodeshutdown.Options{
+		Groups: groups, State: b.shutdown, Signal: term, Pods: core.kubelet, Killer: core.kubelet,
+		NodeName: b.nodeName, Recorder: b.recorder, Clock: b.clock,
+	}
+	if reporter.syncStatus != nil {
+		o.OnStart = append(o.OnStart, reporter.syncStatus)
+	}
+	if core.statusSyncer != nil {
+		o.OnDone = append(o.OnDone, core.statusSyncer.Flush)
+	}
+	m := nodeshutdown.New(o)
+	return []component{{"node shutdown", func(ctx context.Context) error {
+		if err := m.Run(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+		return errStop
+	}}}
 }

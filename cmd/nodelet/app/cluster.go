@@ -1,11 +1,13 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -83,7 +85,10 @@ func buildClusterClients(b *base) *clusterClients {
 // its status and lease kept up to date. Standalone, it is the Node
 // nodelet measured.
 type reporterParts struct {
-	node       func() *v1.Node
+	node func() *v1.Node
+	// syncStatus writes the Node's status now if it changed; nil
+	// standalone.
+	syncStatus func(ctx context.Context)
 	components []component
 }
 
@@ -97,11 +102,13 @@ func buildReporter(b *base, node *nodeParts, health *health.Node) *reporterParts
 		StatusUpdateFrequency: c.NodeStatusUpdateFrequency.Duration,
 		StatusReportFrequency: c.NodeStatusReportFrequency.Duration,
 		LeaseDuration:         time.Duration(c.NodeLeaseDurationSeconds) * time.Second,
-		Ready:                 health.ReadyError,
-		Pressure:              node.pressure.Pressure,
-		SkipRegistration:      !*c.RegisterNode,
+		Ready: func() error {
+			return utilerrors.NewAggregate([]error{health.ReadyError(), b.shutdown.Err()})
+		},
+		Pressure:         node.pressure.Pressure,
+		SkipRegistration: !*c.RegisterNode,
 	})
 	// Admission sees the labels an administrator put on the Node, and the
 	// resources nodelet measured.
-	return &reporterParts{node: reporter.AdmissionNode, components: []component{runs("node status reporter", reporter.Run)}}
+	return &reporterParts{node: reporter.AdmissionNode, syncStatus: reporter.SyncStatus, components: []component{runs("node status reporter", reporter.Run)}}
 }

@@ -504,6 +504,7 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	errs = append(errs, validateServing(c)...)
 	errs = append(errs, validateFeatureGates(c.FeatureGates)...)
 	errs = append(errs, validateEvictionSoft(c)...)
+	errs = append(errs, validateShutdown(c)...)
 	if c.PodsPerCore < 0 {
 		errs = append(errs, fmt.Errorf("podsPerCore (%d) must not be negative", c.PodsPerCore))
 	}

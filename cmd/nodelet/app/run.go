@@ -15,6 +15,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
 )
@@ -54,13 +55,16 @@ type base struct {
 	workQueue *podworkers.WorkQueue
 	// status holds the pods' API statuses.
 	status *status.Manager
+	// shutdown says whether the node is shutting down.
+	shutdown *nodeshutdown.State
 }
 
-// Run builds nodelet from its options and runs it until ctx ends. Each
-// subsystem's builder returns finished components; one group runs them
-// all, and the first to fail stops the others. Stopping leaves every pod
-// running: only deleting a pod stops it.
-func Run(ctx context.Context, o *Options) error {
+// Run builds nodelet from its options and runs it until ctx ends or term
+// delivers. Each subsystem's builder returns finished components; one
+// group runs them all, and the first to fail stops the others. Stopping
+// leaves every pod running (only deleting a pod stops it), unless a
+// shutdown grace period is configured: then term shuts the node down.
+func Run(ctx context.Context, o *Options, term <-chan os.Signal) error {
 	b, stopEvents, err := newBase(ctx, o)
 	if err != nil {
 		return err
@@ -84,9 +88,10 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	shutdown := buildShutdown(b, core, reporter, term)
 	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.c.StaticPodPath, "cluster", b.client != nil)
 	err = supervise(ctx, concat(node.components, runtime.components, []component{{"health", health.Run}},
-		cl.components, reporter.components, core.components, servers))
+		cl.components, reporter.components, core.components, servers, shutdown))
 	klog.InfoS("nodelet stopped; pods keep running", "err", err)
 	return err
 }
@@ -104,7 +109,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 			return nil, nil, fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	b := &base{o: o, c: c, nodeName: nodeName, hostIPs: nodeIPs(), clock: clock.RealClock{}}
+	b := &base{o: o, c: c, nodeName: nodeName, hostIPs: nodeIPs(), clock: clock.RealClock{}, shutdown: &nodeshutdown.State{}}
 	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), status.New(b.clock)
 	var eventClient kubernetes.Interface
 	if o.Kubeconfig != "" {

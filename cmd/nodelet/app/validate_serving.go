@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -54,6 +55,34 @@ func validateEvictionSoft(c *kubeletv1beta1.KubeletConfiguration) []error {
 		}
 		if dur, err := time.ParseDuration(d); err != nil || dur < 0 {
 			errs = append(errs, fmt.Errorf("evictionSoftGracePeriod %s: %q is not a duration such as 1m30s", signal, d))
+		}
+	}
+	return errs
+}
+
+// validateShutdown checks the shutdown grace periods as upstream does:
+// whole seconds from one up (or zero), the critical part within the
+// total, and either the two periods or the priority groups, not both.
+func validateShutdown(c *kubeletv1beta1.KubeletConfiguration) []error {
+	var errs []error
+	total, critical := c.ShutdownGracePeriod.Duration, c.ShutdownGracePeriodCriticalPods.Duration
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"shutdownGracePeriod", total}, {"shutdownGracePeriodCriticalPods", critical}} {
+		if p.d < 0 || (p.d > 0 && p.d < time.Second) {
+			errs = append(errs, fmt.Errorf("%s (%v) must be zero or at least 1s", p.name, p.d))
+		}
+	}
+	if critical > total {
+		errs = append(errs, fmt.Errorf("shutdownGracePeriodCriticalPods (%v) must not exceed shutdownGracePeriod (%v)", critical, total))
+	}
+	if len(c.ShutdownGracePeriodByPodPriority) > 0 && (total > 0 || critical > 0) {
+		errs = append(errs, errors.New("shutdownGracePeriodByPodPriority and shutdownGracePeriod cannot both be set: keep one"))
+	}
+	for i, g := range c.ShutdownGracePeriodByPodPriority {
+		if g.ShutdownGracePeriodSeconds < 0 {
+			errs = append(errs, fmt.Errorf("shutdownGracePeriodByPodPriority[%d].shutdownGracePeriodSeconds (%d) must not be negative", i, g.ShutdownGracePeriodSeconds))
 		}
 	}
 	return errs
