@@ -157,11 +157,13 @@ func (g *Generic) trigger(attempt int, ids []string) {
 }
 
 // exitRetries bounds how often an exit the runtime reported but does not
-// show yet is read again, exitRetryDelay apart (doubling): containerd
-// publishes a task's exit before its CRI has recorded it.
+// show yet is read again, exitRetryDelay apart (doubling, about 5 s in
+// all): containerd publishes a task's exit before its CRI has recorded
+// it, and on a loaded node the CRI's record lagged by more than the 0.3 s
+// five retries from 10 ms covered, leaving the exit to the next relist.
 const (
-	exitRetries    = 5
-	exitRetryDelay = 10 * time.Millisecond
+	exitRetries    = 8
+	exitRetryDelay = 20 * time.Millisecond
 )
 
 // serveTriggers reads the pods of the exited containers, or relists when

@@ -313,3 +313,36 @@ func TestTriggerRetriesAnExitNotRecordedYet(t *testing.T) {
 		t.Fatal("the exit was not seen on the retry")
 	}
 }
+
+// TestTriggerRetriesForSeconds: an exit the runtime's status shows only
+// late (a loaded node) is read again for about five seconds, then left
+// to the relist.
+func TestTriggerRetriesForSeconds(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Hour, Clock: clk})
+	rt.set(pod("a", ctr("1", container.StateRunning)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.Run(ctx)
+	<-g.Watch() // started
+	g.Trigger("1")
+	testutil.WaitFor(t, "the triggered pod read", func() bool { return rt.readCount("a") >= 2 })
+	var waited time.Duration
+	for reads := 2; reads < 2+exitRetries; reads++ {
+		testutil.WaitFor(t, "a retry scheduled", func() bool { return clk.Waiters() >= 2 })
+		d := exitRetryDelay << (reads - 2)
+		clk.Step(d)
+		waited += d
+		testutil.WaitFor(t, "the retry's read", func() bool { return rt.readCount("a") >= reads+1 })
+	}
+	if waited < 5*time.Second {
+		t.Fatalf("retries gave up after %v", waited)
+	}
+	// The last retry schedules nothing more: only Run's ticker waits.
+	g.Trigger() // a full relist proves the loop went on past the last retry
+	testutil.WaitFor(t, "the relist", func() bool { return rt.listCount() >= 2 })
+	if w := clk.Waiters(); w != 1 {
+		t.Fatalf("%d waiters after the last retry, want Run's ticker alone", w)
+	}
+}
