@@ -122,40 +122,46 @@ func TestNodeRegistersReady(t *testing.T) {
 }
 
 // A graceful node shutdown shows in the API: the node NotReady because it
-// is shutting down, and its pod Failed with upstream's reason and a
-// DisruptionTarget condition, all written before nodelet exits.
+// is shutting down, and its pods terminal with upstream's reason and a
+// DisruptionTarget condition, all written before nodelet exits. As
+// upstream, a pod whose containers all exit 0 on SIGTERM is Succeeded;
+// one that fails is Failed.
 func TestGracefulShutdownInTheAPI(t *testing.T) {
 	ns := namespace(t)
 	n := startNode(t, "node-shutdown", cd, "shutdownGracePeriod: 6s\nshutdownGracePeriodCriticalPods: 2s\n")
 	waitNodeReady(t, n.NodeName, time.Minute)
-	pod := busyboxPod("web", n.NodeName, "sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait")
-	pod.Spec.TerminationGracePeriodSeconds = new(int64(30))
-	if _, err := cl.Client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for name, code := range map[string]int{"fails": 1, "clean": 0} {
+		pod := busyboxPod(name, n.NodeName, "sh", "-c", fmt.Sprintf("trap 'exit %d' TERM; sleep 3600 & wait", code))
+		pod.Spec.TerminationGracePeriodSeconds = new(int64(30))
+		if _, err := cl.Client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(t, time.Minute, ns, name, running)
 	}
-	waitPod(t, time.Minute, ns, "web", running)
 
 	n.Stop()
 	if err := n.ExitError(); err != nil {
 		t.Fatalf("nodelet exited with %v", err)
 	}
 	// Already written: nodelet is gone, nobody else writes these.
-	p, err := cl.Client.CoreV1().Pods(ns).Get(context.Background(), "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const msg = "Pod was terminated in response to imminent node shutdown."
-	if p.Status.Phase != v1.PodFailed || p.Status.Reason != "Terminated" || p.Status.Message != msg {
-		t.Errorf("pod status: phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
-	}
-	var disruption *v1.PodCondition
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == v1.DisruptionTarget {
-			disruption = &p.Status.Conditions[i]
+	for name, phase := range map[string]v1.PodPhase{"fails": v1.PodFailed, "clean": v1.PodSucceeded} {
+		p, err := cl.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if disruption == nil || disruption.Status != v1.ConditionTrue || disruption.Reason != v1.PodReasonTerminationByKubelet || disruption.Message != msg {
-		t.Errorf("DisruptionTarget condition %+v", disruption)
+		if p.Status.Phase != phase || p.Status.Reason != "Terminated" || p.Status.Message != msg {
+			t.Errorf("%s: phase %s reason %q message %q, want %s", name, p.Status.Phase, p.Status.Reason, p.Status.Message, phase)
+		}
+		var disruption *v1.PodCondition
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == v1.DisruptionTarget {
+				disruption = &p.Status.Conditions[i]
+			}
+		}
+		if disruption == nil || disruption.Status != v1.ConditionTrue || disruption.Reason != v1.PodReasonTerminationByKubelet || disruption.Message != msg {
+			t.Errorf("%s: DisruptionTarget condition %+v", name, disruption)
+		}
 	}
 	node, err := cl.Client.CoreV1().Nodes().Get(context.Background(), n.NodeName, metav1.GetOptions{})
 	if err != nil {
