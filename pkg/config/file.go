@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -201,7 +202,7 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 }
 
 func (s *FileSource) readFile(path string) ([]*v1.Pod, error) {
-	data, err := os.ReadFile(path)
+	data, err := readAtMost(path, maxManifestBytes+1)
 	if err != nil {
 		return nil, err
 	}
@@ -340,3 +341,14 @@ func (w *watch) close() {
 
 // String describes the source for logs.
 func (s *FileSource) String() string { return fmt.Sprintf("file source %s", s.path) }
+
+// readAtMost reads up to limit bytes of a file: a manifest over the
+// limit is refused anyway, and a huge file must not be read into memory.
+func readAtMost(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}

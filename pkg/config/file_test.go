@@ -180,6 +180,10 @@ func TestFileSourceReportsBadFilesOnce(t *testing.T) {
 	testutil.Must(t, os.WriteFile(filepath.Join(dir, "invalid.yaml"), []byte(manifest("Bad_Name", "img:1")), 0o644))
 	testutil.Must(t, os.WriteFile(filepath.Join(dir, "service.yaml"), []byte("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"), 0o644))
 	testutil.Must(t, os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "dangling.yaml")))
+	testutil.Must(t, os.Symlink(filepath.Join(dir, "loop2.yaml"), filepath.Join(dir, "loop1.yaml")))
+	testutil.Must(t, os.Symlink(filepath.Join(dir, "loop1.yaml"), filepath.Join(dir, "loop2.yaml")))
+	huge := manifest("huge", "img:1") + "# " + strings.Repeat("x", maxManifestBytes) + "\n"
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "huge.yaml"), []byte(huge), 0o644))
 	f := startFileSource(t, dir)
 	f.waitFor("good-node1@img:1")
 	f.clock.Step(20 * time.Second)
@@ -190,13 +194,14 @@ func TestFileSourceReportsBadFilesOnce(t *testing.T) {
 		events = append(events, <-f.events.Events)
 	}
 	joined := strings.Join(events, "\n")
-	for _, want := range []string{"garbage.yaml", "invalid.yaml", "Bad_Name", "service.yaml", "Service", "dangling.yaml"} {
+	for _, want := range []string{"garbage.yaml", "invalid.yaml", "Bad_Name", "service.yaml", "Service", "dangling.yaml",
+		"loop1.yaml: too many levels of symbolic links", "loop2.yaml", "huge.yaml: manifest is larger than 10485760 bytes"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("no event mentions %q:\n%s", want, joined)
 		}
 	}
-	if len(events) != 4 {
-		t.Errorf("%d events after two reads, want 4 (one per bad file):\n%s", len(events), joined)
+	if len(events) != 7 {
+		t.Errorf("%d events after two reads, want 7 (one per bad file):\n%s", len(events), joined)
 	}
 }
 
