@@ -59,8 +59,12 @@ bench: setup
 bench-density: setup
 	$(GO) test -tags integration -run XXX -bench Density -benchtime 1x -timeout 90m ./test/integration/density/ $(BENCHFLAGS)
 
+# Each fuzz target for a minute; their corpora (testdata/fuzz) replay in
+# every plain test run.
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/config/
+	$(GO) test -run XXX -fuzz FuzzHTTPSource -fuzztime 60s ./pkg/config/
+	$(GO) test -run XXX -fuzz FuzzContainerLogsQuery -fuzztime 60s ./pkg/server/
 
 clean:
 	rm -rf _output

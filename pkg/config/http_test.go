@@ -176,3 +176,27 @@ func TestHTTPSourceUIDsDependOnTheURLNotTheNode(t *testing.T) {
 		t.Fatal("HTTP static pods get no tolerations (only file pods do)")
 	}
 }
+
+// FuzzHTTPSource serves arbitrary bodies and statuses to the HTTP source:
+// garbage is an error (and an event), never a panic, and a set is
+// delivered only from a body that decodes.
+func FuzzHTTPSource(f *testing.F) {
+	f.Add(200, podList)
+	f.Add(200, "")
+	f.Add(200, "{{{")
+	f.Add(500, podList)
+	f.Add(200, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"i","ports":[{"containerPort":-1}]}]}}`)
+	f.Fuzz(func(t *testing.T, status int, body string) {
+		if status < 200 || status > 599 {
+			return // not a final HTTP status: the client would see another
+		}
+		fx := newHTTPFixture(t, status, body)
+		_, delivered := fx.poll()
+		if delivered && status != http.StatusOK {
+			t.Fatalf("HTTP %d delivered pods", status)
+		}
+		if !delivered && fx.eventCount() == 0 {
+			t.Fatalf("HTTP %d with %q: neither pods nor an event", status, body)
+		}
+	})
+}

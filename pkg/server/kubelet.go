@@ -115,10 +115,11 @@ func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
 	intParam("limitBytes", &opts.LimitBytes)
 	intParam("sinceSeconds", &since)
 	if v := q.Get("sinceTime"); v != "" && err == nil {
-		var t time.Time
-		if t, err = time.Parse(time.RFC3339, v); err == nil {
-			opts.SinceTime = &t
+		t, perr := time.Parse(time.RFC3339, v)
+		if perr != nil {
+			err = fmt.Errorf("sinceTime=%q must be an RFC 3339 time such as 2006-01-02T15:04:05Z", v)
 		}
+		opts.SinceTime = &t
 	}
 	if since > 0 {
 		t := time.Now().Add(-time.Duration(since) * time.Second)

@@ -269,3 +269,32 @@ func TestSelfSignedServingCertificate(t *testing.T) {
 		t.Error("a second start made a new certificate instead of keeping the first")
 	}
 }
+
+// FuzzContainerLogsQuery sends arbitrary query strings to containerLogs:
+// a bad parameter is a 400 naming it, a good one reaches the runtime
+// with the options it says; nothing panics.
+func FuzzContainerLogsQuery(f *testing.F) {
+	for _, q := range []string{"", "follow=true&tailLines=10", "tailLines=-1", "limitBytes=99999999999999999999",
+		"sinceSeconds=5&timestamps=true", "sinceTime=2026-11-23T10:00:00Z", "sinceTime=yesterday", "previous=true&%zz", "tailLines=1&tailLines=x"} {
+		f.Add(q)
+	}
+	h := NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "hello\n"}})
+	f.Fuzz(func(t *testing.T, query string) {
+		r := httptest.NewRequest(http.MethodGet, "/containerLogs/ns/p/c", nil)
+		r.URL.RawQuery = query
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		switch w.Code {
+		case http.StatusOK:
+			if w.Body.String() != "ns/p/c: hello\n" {
+				t.Fatalf("query %q: body %q", query, w.Body.String())
+			}
+		case http.StatusBadRequest:
+			if !strings.Contains(w.Body.String(), "=") {
+				t.Fatalf("query %q: a 400 that names no parameter: %q", query, w.Body.String())
+			}
+		default:
+			t.Fatalf("query %q: HTTP %d %q", query, w.Code, w.Body.String())
+		}
+	})
+}
