@@ -4,7 +4,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all setup build run cluster-up clean-pods test unit integration lint bench bench-density fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test unit integration lint bench bench-density faults fuzz clean
 
 all: build
 
@@ -58,6 +58,11 @@ bench: setup
 # once, then deleted, three rounds on one nodelet, beside the raw CRI floor.
 bench-density: setup
 	$(GO) test -tags integration -run XXX -bench Density -benchtime 1x -timeout 90m ./test/integration/density/ $(BENCHFLAGS)
+
+# The fault-injection suite alone (make test runs it too), ending with its
+# table: scenario, load, fault, time to converge, invariants checked.
+faults: setup
+	$(GO) test -race -count=1 -timeout 30m -tags integration ./test/faults/
 
 # Each fuzz target for a minute; their corpora (testdata/fuzz) replay in
 # every plain test run.

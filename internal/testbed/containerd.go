@@ -169,7 +169,16 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(c.CNIConf, "10-test.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
-	c.logFile, err = os.Create(filepath.Join(c.Dir, "containerd.log"))
+	if err := c.launch(ctx, bin, cfgPath, path); err != nil {
+		return err
+	}
+	return c.ImportImages(ctx)
+}
+
+// launch runs containerd on its configuration and connects to it.
+func (c *Containerd) launch(ctx context.Context, bin, cfgPath, path string) error {
+	var err error
+	c.logFile, err = os.OpenFile(filepath.Join(c.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -194,7 +203,27 @@ func (c *Containerd) start(ctx context.Context) error {
 	c.Runtime = runtimeapi.NewRuntimeServiceClient(c.conn)
 	c.Events = containerdevents.NewEventsClient(c.conn)
 	c.Images = runtimeapi.NewImageServiceClient(c.conn)
-	return c.ImportImages(ctx)
+	return nil
+}
+
+// Crash kills containerd with SIGKILL, as a crash would: its shims and
+// their containers keep running.
+func (c *Containerd) Crash() error {
+	if err := c.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("killing containerd: %w", err)
+	}
+	_ = c.cmd.Wait() // killed: its exit status says nothing
+	c.conn.Close()
+	return c.logFile.Close()
+}
+
+// Restart runs a crashed containerd again on the same state.
+func (c *Containerd) Restart(ctx context.Context) error {
+	bin, _, path, err := containerdBinary()
+	if err != nil {
+		return err
+	}
+	return c.launch(ctx, bin, filepath.Join(c.Dir, "config.toml"), path)
 }
 
 // ImagesTar is the docker archive of the local test images.

@@ -154,6 +154,9 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		return id, crierr.Message(err), container.ErrRunContainer
 	}
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	// The fault tests stop nodelet here: a container running that nodelet
+	// has not recorded as started.
+	failpoint.Inject("container-started")
 	return id, "", nil
 }
 

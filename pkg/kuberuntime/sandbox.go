@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/crierr"
+	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -41,6 +42,8 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 		msg := fmt.Sprintf("Failed to create pod sandbox: %v", crierr.Message(err))
 		return "", msg, err
 	}
+	// The fault tests stop nodelet here: a sandbox with no container yet.
+	failpoint.Inject("sandbox-created")
 	return resp.PodSandboxId, "", nil
 }
 
@@ -156,5 +159,7 @@ func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error
 		return err
 	}
 	klog.V(4).InfoS("Stopped pod sandbox", "podSandboxID", id)
+	// The fault tests stop nodelet here: a stopped sandbox not removed yet.
+	failpoint.Inject("sandbox-stopped")
 	return nil
 }
