@@ -286,16 +286,23 @@ func TestTriggerReadsOnlyTheChangedPod(t *testing.T) {
 	}
 }
 
-// TestTriggerRetriesAnExitNotRecordedYet: the runtime reported an exit
-// its status does not show yet; the pod is read again shortly after.
-func TestTriggerRetriesAnExitNotRecordedYet(t *testing.T) {
+// runWithOneContainer runs a PLEG relisting hourly on a fake clock, over
+// a runtime with one pod running one container; it stops with the test.
+func runWithOneContainer(t *testing.T) (*fakeRuntime, *testingclock.FakeClock, *Generic) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))
 	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Hour, Clock: clk})
 	rt.set(pod("a", ctr("1", container.StateRunning)))
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	go g.Run(ctx)
+	return rt, clk, g
+}
+
+// TestTriggerRetriesAnExitNotRecordedYet: the runtime reported an exit
+// its status does not show yet; the pod is read again shortly after.
+func TestTriggerRetriesAnExitNotRecordedYet(t *testing.T) {
+	rt, clk, g := runWithOneContainer(t)
 	<-g.Watch()    // started
 	g.Trigger("1") // the status still says running
 	// The first relist's read, then this one.
@@ -318,13 +325,7 @@ func TestTriggerRetriesAnExitNotRecordedYet(t *testing.T) {
 // late (a loaded node) is read again for about five seconds, then left
 // to the relist.
 func TestTriggerRetriesForSeconds(t *testing.T) {
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Hour, Clock: clk})
-	rt.set(pod("a", ctr("1", container.StateRunning)))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go g.Run(ctx)
+	rt, clk, g := runWithOneContainer(t)
 	<-g.Watch() // started
 	g.Trigger("1")
 	testutil.WaitFor(t, "the triggered pod read", func() bool { return rt.readCount("a") >= 2 })

@@ -100,10 +100,7 @@ func TestBadManifests(t *testing.T) {
 		untouched(t)
 		n.RemoveManifest("many.yaml")
 	})
-	removePods(n, bystanders)
-	allGone(t, n)
-	checkNoHostLeaks(t, n)
-	checkGoroutines(t, n, idle)
+	deleteAndCheck(t, n, bystanders, idle)
 }
 
 func waitLog(t *testing.T, n *testbed.Nodelet, s string) {

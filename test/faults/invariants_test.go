@@ -341,3 +341,14 @@ func removePods(n *testbed.Nodelet, names []string) {
 		n.RemoveManifest(name + ".yaml")
 	}
 }
+
+// deleteAndCheck deletes the pods and checks that they went for good:
+// nothing left in the runtime or on the host, and no goroutine leaked
+// since the idle count.
+func deleteAndCheck(t *testing.T, n *testbed.Nodelet, names []string, idle int) {
+	t.Helper()
+	removePods(n, names)
+	allGone(t, n)
+	checkNoHostLeaks(t, n)
+	checkGoroutines(t, n, idle)
+}

@@ -27,10 +27,7 @@ func TestContainerdKilledDuringBurst(t *testing.T) {
 	allRunning(t, n, names)
 	setRow(t, time.Since(start))
 	checkTruth(t, n, names)
-	removePods(n, names)
-	allGone(t, n)
-	checkNoHostLeaks(t, n)
-	checkGoroutines(t, n, idle)
+	deleteAndCheck(t, n, names, idle)
 }
 
 // containerd is SIGKILLed in the middle of deleting 30 pods, and started

@@ -39,10 +39,7 @@ func TestNodeletKilledWhileCreating(t *testing.T) {
 				checkNoRestarts(t, n, names)
 			}
 			checkTruth(t, n, names)
-			removePods(n, names)
-			allGone(t, n)
-			checkNoHostLeaks(t, n)
-			checkGoroutines(t, n, idle)
+			deleteAndCheck(t, n, names, idle)
 		})
 	}
 }
@@ -83,10 +80,7 @@ func TestNodeletKilledWhileDeleting(t *testing.T) {
 			setRow(t, time.Since(start))
 			checkNoRestarts(t, n, bystanders)
 			checkTruth(t, n, bystanders)
-			removePods(n, bystanders)
-			allGone(t, n)
-			checkNoHostLeaks(t, n)
-			checkGoroutines(t, n, idle)
+			deleteAndCheck(t, n, bystanders, idle)
 		})
 	}
 }
