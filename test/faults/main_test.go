@@ -69,14 +69,14 @@ func printTable() {
 	tableMu.Lock()
 	defer tableMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-44s | %-22s | %-34s | %-9s | %s\n", "scenario", "load", "fault", "converged", "invariants checked")
-	fmt.Fprintf(&b, "%s\n", strings.Repeat("-", 150))
+	fmt.Fprintf(&b, "\n%-44s | %-26s | %-40s | %-9s | %s\n", "scenario", "load", "fault", "converged", "invariants checked")
+	fmt.Fprintf(&b, "%s\n", strings.Repeat("-", 160))
 	for _, r := range table {
 		conv := r.converge.Round(10 * time.Millisecond).String()
 		if r.failed {
 			conv = "FAILED"
 		}
-		fmt.Fprintf(&b, "%-44s | %-22s | %-34s | %-9s | %s\n", r.scenario, r.load, r.fault, conv, strings.Join(r.invariants, ", "))
+		fmt.Fprintf(&b, "%-44s | %-26s | %-40s | %-9s | %s\n", r.scenario, r.load, r.fault, conv, strings.Join(r.invariants, ", "))
 	}
 	fmt.Fprint(os.Stderr, b.String())
 }
