@@ -57,6 +57,7 @@ type Containerd struct {
 	logFile *os.File
 	// releaseSubnet gives the pod subnet back at Stop.
 	releaseSubnet func()
+	cniBinDir     string
 	conn          *grpc.ClientConn
 	// Runtime and Images talk CRI to this containerd directly, so tests
 	// can check what nodelet did without going through nodelet.
@@ -75,6 +76,19 @@ func StartContainerd(ctx context.Context) (*Containerd, error) { return StartCon
 // process: each has its own socket, state, bridge and pod subnet, as the
 // runtimes of separate nodes would.
 func StartContainerdN(ctx context.Context, index int) (*Containerd, error) {
+	return StartContainerdWith(ctx, index, ContainerdOptions{})
+}
+
+// ContainerdOptions tune a test containerd.
+type ContainerdOptions struct {
+	// CNIBinDir is where containerd finds its CNI plugins (a directory of
+	// wrappers, say); /usr/lib/cni by default.
+	CNIBinDir string
+}
+
+// StartContainerdWith starts the index'th private containerd of this test
+// process with the options.
+func StartContainerdWith(ctx context.Context, index int, opts ContainerdOptions) (*Containerd, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("integration tests need root (they run containerd)")
 	}
@@ -102,6 +116,10 @@ func StartContainerdN(ctx context.Context, index int) (*Containerd, error) {
 		RegistryConfig: filepath.Join(dir, "certs.d"),
 		Network:        "nodelet-test-" + id,
 		Bridge:         fmt.Sprintf("ntest%d-%d", os.Getpid()%100000, index),
+		cniBinDir:      opts.CNIBinDir,
+	}
+	if c.cniBinDir == "" {
+		c.cniBinDir = "/usr/lib/cni"
 	}
 	if c.Subnet, c.releaseSubnet, err = claimSubnet(); err != nil {
 		return nil, err
@@ -145,7 +163,7 @@ func (c *Containerd) start(ctx context.Context) error {
 	}
 	cfg, err := fill(template, map[string]string{
 		"@ROOT@": filepath.Join(c.Dir, "root"), "@STATE@": filepath.Join(c.Dir, "state"),
-		"@ADDRESS@": c.Address, "@CNI_CONF_DIR@": c.CNIConf, "@CNI_BIN_DIR@": "/usr/lib/cni",
+		"@ADDRESS@": c.Address, "@CNI_CONF_DIR@": c.CNIConf, "@CNI_BIN_DIR@": c.cniBinDir,
 		"@SANDBOX_IMAGE@": PauseImage, "@REGISTRY_CONFIG_DIR@": c.RegistryConfig,
 	})
 	if err != nil {

@@ -36,11 +36,12 @@ const (
 // convergeTimeout bounds how long the node may take to settle after a fault.
 const convergeTimeout = 3 * time.Minute
 
-// startNode runs a nodelet whose kubelet API (for /metrics) is open.
+// openAPI opens the kubelet API to anyone, for /metrics.
+const openAPI = "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n"
+
+// startNode runs a nodelet whose kubelet API is open.
 func startNode(t *testing.T, extra string) *testbed.Nodelet {
-	return testbed.StartNodelet(t, cd, testbed.NodeletOptions{
-		ExtraConfig: "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n" + extra,
-	})
+	return testbed.StartNodelet(t, cd, testbed.NodeletOptions{ExtraConfig: openAPI + extra})
 }
 
 // sleeper is a pod that runs until told to stop.
@@ -79,7 +80,7 @@ func allRunning(t *testing.T, n *testbed.Nodelet, names []string) time.Duration 
 		if err != nil {
 			return false, err.Error()
 		}
-		running := runningContainers(t)
+		running := runningContainers(t, n.CD)
 		for _, name := range names {
 			p, ok := pods[n.PodName(name)]
 			if !ok || p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
@@ -106,7 +107,7 @@ func podsByName(n *testbed.Nodelet) (map[string]v1.Pod, error) {
 	return out, nil
 }
 
-func runningContainers(t *testing.T) map[string]bool {
+func runningContainers(t *testing.T, cd *testbed.Containerd) map[string]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -152,11 +153,11 @@ func checkTruth(t *testing.T, n *testbed.Nodelet, names []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sandboxes, err := cd.Sandboxes(ctx)
+	sandboxes, err := n.CD.Sandboxes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	containers, err := cd.Containers(ctx)
+	containers, err := n.CD.Containers(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,11 +212,11 @@ func allGone(t *testing.T, n *testbed.Nodelet) time.Duration {
 	testbed.Eventually(t, convergeTimeout, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		sandboxes, err := cd.Sandboxes(ctx)
+		sandboxes, err := n.CD.Sandboxes(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
-		containers, err := cd.Containers(ctx)
+		containers, err := n.CD.Containers(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
