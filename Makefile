@@ -62,7 +62,7 @@ bench-density: setup
 # The fault-injection suite alone (make test runs it too), ending with its
 # table: scenario, load, fault, time to converge, invariants checked.
 faults: setup
-	$(GO) test -race -count=1 -timeout 30m -tags integration ./test/faults/
+	$(GO) test -race -count=1 -timeout 60m -tags integration ./test/faults/ -args -faults.pods=110
 
 # Each fuzz target for a minute; their corpora (testdata/fuzz) replay in
 # every plain test run.

@@ -44,6 +44,7 @@ type Cluster struct {
 	ca      *x509.Certificate
 	caKey   *rsa.PrivateKey
 	etcdURL string
+	peerURL string
 	procs   map[string]*process
 }
 
@@ -100,11 +101,8 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	c.APIPort = ports[0]
 	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[2])
-	if err := c.spawn("etcd", "etcd", "--name", "default", "--data-dir", c.path("etcd"),
-		"--listen-client-urls", c.etcdURL, "--advertise-client-urls", c.etcdURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "default="+peerURL); err != nil {
+	c.peerURL = fmt.Sprintf("http://127.0.0.1:%d", ports[2])
+	if err := c.StartEtcd(); err != nil {
 		return err
 	}
 	if err := c.StartAPIServer(ctx); err != nil {
@@ -141,6 +139,18 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	})
 }
+
+// StartEtcd (re)starts etcd on its data directory; the API server waits
+// for it.
+func (c *Cluster) StartEtcd() error {
+	return c.spawn("etcd", "etcd", "--name", "default", "--data-dir", c.path("etcd"),
+		"--listen-client-urls", c.etcdURL, "--advertise-client-urls", c.etcdURL,
+		"--listen-peer-urls", c.peerURL, "--initial-advertise-peer-urls", c.peerURL,
+		"--initial-cluster", "default="+c.peerURL)
+}
+
+// StopEtcd stops etcd (stop the API server first).
+func (c *Cluster) StopEtcd() { c.stopProc("etcd") }
 
 // StartAPIServer (re)starts the API server on its port and waits until it
 // is ready.

@@ -400,10 +400,17 @@ func (n *Nodelet) PodContainers(podName string) []*runtimeapi.Container {
 // RuntimeSandboxes lists the sandboxes the runtime holds for a static pod.
 func (n *Nodelet) RuntimeSandboxes(name string) []*runtimeapi.PodSandbox {
 	n.t.Helper()
+	return n.PodSandboxes(n.PodName(name))
+}
+
+// PodSandboxes lists the sandboxes the runtime holds for the pod with the
+// (full API) name.
+func (n *Nodelet) PodSandboxes(podName string) []*runtimeapi.PodSandbox {
+	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r, err := n.CD.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.name": n.PodName(name)},
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": podName},
 	}})
 	if err != nil {
 		n.t.Fatal(err)

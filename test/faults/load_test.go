@@ -24,9 +24,9 @@ import (
 )
 
 // loadPods is how many pods the churn scenario creates and deletes each
-// round: make faults runs upstream's maxPods (110); make test a third of
-// that, within CI's time.
-var loadPods = flag.Int("faults.pods", 36, "pods created and deleted per round in TestChurn")
+// round: make faults runs upstream's maxPods (110); make test 15, within
+// CI's time.
+var loadPods = flag.Int("faults.pods", 15, "pods created and deleted per round in TestChurn")
 
 // Pods created and deleted three times in a row leave nothing behind.
 func TestChurn(t *testing.T) {

@@ -20,10 +20,24 @@ import (
 	"github.com/nodelet/nodelet/internal/testbed"
 )
 
-var cd *testbed.Containerd
+var (
+	cd *testbed.Containerd
+	// cl is the control plane of the API server outage scenario.
+	cl *testbed.Cluster
+)
 
 func TestMain(m *testing.M) {
-	testbed.Main(m, &cd, func(context.Context) (func(), error) { return printTable, nil })
+	testbed.Main(m, &cd, func(context.Context) (func(), error) { return printTable, nil },
+		func(ctx context.Context) (func(), error) {
+			dir, err := os.MkdirTemp("/var/lib", "nodelet-faults-cluster-")
+			if err != nil {
+				return nil, err
+			}
+			if cl, err = testbed.StartCluster(ctx, dir); err != nil {
+				return func() { testbed.RemoveDir(dir) }, err
+			}
+			return func() { cl.Stop(); testbed.RemoveDir(dir) }, nil
+		})
 }
 
 // row is one scenario's line in the table.
