@@ -1,5 +1,6 @@
 // Validation of the configuration groups that need more than a line or
 // two of validate: serving, eviction thresholds, node shutdown.
+
 package app
 
 import (
