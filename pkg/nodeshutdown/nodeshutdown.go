@@ -148,10 +148,10 @@ func New(o Options) *Manager { return &Manager{o: o} }
 // Run waits for the signal, then shuts the node down and returns: the
 // caller stops nodelet. It returns early, with the pods as they are, if
 // ctx ends.
-func (m *Manager) Run(ctx context.Context) error {
+func (m *Manager) Run(ctx context.Context) {
 	select {
 	case <-ctx.Done():
-		return nil
+		return
 	case sig := <-m.o.Signal:
 		klog.InfoS("Shutdown signal received: stopping every pod by priority", "signal", sig, "groups", m.o.Groups)
 	}
@@ -164,7 +164,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	for _, g := range groupPods(m.o.Groups, m.o.Pods.ActivePods()) {
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		m.stopGroup(ctx, g)
 	}
@@ -175,7 +175,6 @@ func (m *Manager) Run(ctx context.Context) error {
 		hook(doneCtx)
 	}
 	klog.InfoS("Node shutdown complete", "took", m.o.Clock.Since(start))
-	return nil
 }
 
 func (m *Manager) total() time.Duration {

@@ -112,14 +112,14 @@ type fixture struct {
 	recorder *record.FakeRecorder
 	signal   chan os.Signal
 	hooks    chan string
-	result   chan error
+	result   chan struct{}
 }
 
 func start(t *testing.T, groups []Group, active pods) *fixture {
 	f := &fixture{
 		killer: &fakeKiller{done: map[string]chan struct{}{}, status: map[string]func(*v1.PodStatus){}},
 		clock:  testingclock.NewFakeClock(time.Unix(1000, 0)), recorder: record.NewFakeRecorder(10),
-		signal: make(chan os.Signal, 1), hooks: make(chan string, 4), result: make(chan error, 1), state: &State{},
+		signal: make(chan os.Signal, 1), hooks: make(chan string, 4), result: make(chan struct{}), state: &State{},
 	}
 	f.m = New(Options{
 		Groups: groups, State: f.state, Signal: f.signal, Pods: active, Killer: f.killer, NodeName: "node1", Recorder: f.recorder, Clock: f.clock,
@@ -131,7 +131,7 @@ func start(t *testing.T, groups []Group, active pods) *fixture {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go func() { f.result <- f.m.Run(ctx) }()
+	go func() { f.m.Run(ctx); close(f.result) }()
 	return f
 }
 
@@ -177,9 +177,7 @@ func TestShutdownStopsGroupsInOrder(t *testing.T) {
 	if h := <-f.hooks; h != "done, 16s left" {
 		t.Fatalf("hook %q", h)
 	}
-	if err := <-f.result; err != nil {
-		t.Fatal(err)
-	}
+	<-f.result
 	if got := strings.Join(f.killer.killed(), " "); got != "batch/5 dns/10 web/20" {
 		t.Fatalf("killed %s", got)
 	}
@@ -219,7 +217,8 @@ func TestNoSignalNoShutdown(t *testing.T) {
 		Recorder: record.NewFakeRecorder(1), Clock: testingclock.NewFakeClock(time.Now())})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := m.Run(ctx); err != nil || state.Err() != nil || len(killer.killed()) != 0 {
-		t.Fatalf("Run %v, Err %v, killed %v", err, state.Err(), killer.killed())
+	m.Run(ctx)
+	if state.Err() != nil || len(killer.killed()) != 0 {
+		t.Fatalf("Err %v, killed %v", state.Err(), killer.killed())
 	}
 }

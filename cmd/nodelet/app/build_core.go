@@ -130,9 +130,10 @@ func buildShutdown(b *base, core *coreParts, reporter *reporterParts, term <-cha
 	}
 	m := nodeshutdown.New(o)
 	return []component{{"node shutdown", func(ctx context.Context) error {
-		if err := m.Run(ctx); err != nil || ctx.Err() != nil {
-			return err
+		m.Run(ctx)
+		if ctx.Err() != nil {
+			return nil
 		}
-		return errStop
+		return errStop // the node is shut down: nodelet stops
 	}}}
 }
