@@ -49,9 +49,9 @@ integration: setup
 # host's containerd 1.6, then on containerd 2.x.
 bench: setup
 	$(GO) test -tags integration -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
-	$(GO) test -tags integration -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
+	$(GO) test -tags integration -run XXX -bench 'ExitSeen|DeleteToTerminated' -benchtime 10x -timeout 30m ./test/integration/runtime/
 	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
-	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench . -benchtime 10x -timeout 30m ./test/integration/runtime/
+	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench 'ExitSeen|DeleteToTerminated' -benchtime 10x -timeout 30m ./test/integration/runtime/
 	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/config/
 
 # Density in cluster mode: 1, 30 and 110 pods created through the API at

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +21,12 @@ import (
 func TestNodeletKilledWhileCreating(t *testing.T) {
 	for _, step := range []string{"sandbox-created", "container-created", "container-started"} {
 		t.Run(step, func(t *testing.T) {
-			record(t, row{scenario: "nodelet SIGKILL after " + step, load: "3 pods", fault: "SIGKILL at failpoint, restart",
-				invariants: []string{invNoneLost, invNoRestart, invTruth, invNoCRILeak, invNoHostLeak, invNoGoroutine}})
+			invariants := []string{invNoneLost, invNoRestart, invTruth, invNoCRILeak, invNoHostLeak, invNoGoroutine}
+			if step == "container-created" {
+				// The container never ran and is replaced: its restart count is not checked.
+				invariants = slices.Delete(invariants, 1, 2)
+			}
+			record(t, row{scenario: "nodelet SIGKILL after " + step, load: "3 pods", fault: "SIGKILL at failpoint, restart", invariants: invariants})
 			n := startNode(t, "")
 			idle := goroutines(t, n)
 			bystanders := writePods(n, "bystander", 2)
