@@ -59,8 +59,9 @@ bench: setup
 bench-density: setup
 	$(GO) test -tags integration -run XXX -bench Density -benchtime 1x -timeout 90m ./test/integration/density/ $(BENCHFLAGS)
 
-# The fault-injection suite alone (make test runs it too), ending with its
-# table: scenario, load, fault, time to converge, invariants checked.
+# The fault-injection suite, ending with its table: scenario, load, fault,
+# time to converge, invariants checked. Not in make test yet (see
+# docs/reliability.md).
 faults: setup
 	$(GO) test -race -count=1 -timeout 60m -tags integration ./test/faults/ -args -faults.pods=110
 

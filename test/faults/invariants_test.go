@@ -205,10 +205,25 @@ func checkTruth(t *testing.T, n *testbed.Nodelet, names []string) {
 }
 
 // allGone waits until the runtime holds nothing and /pods lists no pod,
-// and returns how long that took.
+// and returns how long that took. If something stays, nodelet's log lines
+// about it are printed first.
 func allGone(t *testing.T, n *testbed.Nodelet) time.Duration {
 	t.Helper()
 	start := time.Now()
+	var leftIDs []string
+	t.Cleanup(func() {
+		if !t.Failed() || len(leftIDs) == 0 {
+			return
+		}
+		for _, l := range strings.Split(n.Log(), "\n") {
+			for _, id := range leftIDs {
+				if strings.Contains(l, id) {
+					t.Log(l)
+					break
+				}
+			}
+		}
+	})
 	testbed.Eventually(t, convergeTimeout, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -225,11 +240,14 @@ func allGone(t *testing.T, n *testbed.Nodelet) time.Duration {
 			return false, err.Error()
 		}
 		var left []string
+		leftIDs = nil
 		for _, s := range sandboxes {
 			left = append(left, fmt.Sprintf("sandbox %s of %s (%v)", s.Id[:12], s.Metadata.Name, s.State))
+			leftIDs = append(leftIDs, s.Id[:12], s.Metadata.Uid)
 		}
 		for _, c := range containers {
 			left = append(left, fmt.Sprintf("container %s %s of %s (%v)", c.Id[:12], c.Metadata.Name, c.Labels["io.kubernetes.pod.name"], c.State))
+			leftIDs = append(leftIDs, c.Id[:12])
 		}
 		for _, p := range pods {
 			left = append(left, "pod "+p.Name)

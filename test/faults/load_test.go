@@ -24,8 +24,7 @@ import (
 )
 
 // loadPods is how many pods the churn scenario creates and deletes each
-// round: make faults runs upstream's maxPods (110); make test 15, within
-// CI's time.
+// round: make faults runs upstream's maxPods (110); a plain go test 15.
 var loadPods = flag.Int("faults.pods", 15, "pods created and deleted per round in TestChurn")
 
 // Pods created and deleted three times in a row leave nothing behind.
