@@ -45,7 +45,11 @@ func startNode(t *testing.T, extra string) *testbed.Nodelet {
 }
 
 // sleeper is a pod that runs until told to stop.
-func sleeper(name string) string {
+func sleeper(name string) string { return shPod(name, "sleep 3600") }
+
+// shPod is a pod whose one container runs the shell loop in the
+// background and exits 0 on SIGTERM.
+func shPod(name, loop string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -55,8 +59,8 @@ spec:
   containers:
   - name: main
     image: %s
-    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
-`, name, testbed.BusyboxImage)
+    command: ["sh", "-c", "trap 'exit 0' TERM; %s & wait"]
+`, name, testbed.BusyboxImage, loop)
 }
 
 // writePods writes count sleeper manifests at once and returns their names.

@@ -90,19 +90,8 @@ func TestStreamsUnderChurn(t *testing.T) {
 	deleteAndCheck(t, n, talkers, idle)
 }
 
-func talker(name string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: %s
-    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do echo tick; sleep 0.1; done & wait"]
-`, name, testbed.BusyboxImage)
-}
+// talker is a pod that logs a line every tenth of a second.
+func talker(name string) string { return shPod(name, "while true; do echo tick; sleep 0.1; done") }
 
 func apiClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, MaxConnsPerHost: 2 * streams}}
