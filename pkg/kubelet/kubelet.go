@@ -640,7 +640,12 @@ func (kl *Kubelet) APIPod(uid types.UID) *v1.Pod {
 
 func hasRunning(p *container.Pod) bool {
 	for _, c := range p.Containers {
-		if c.State == container.StateRunning || c.State == container.StateCreated || c.State == container.StateUnknown {
+		// A Created container never started runs nothing, and stopping
+		// it leaves it Created: counted here, housekeeping would kill the
+		// pod every pass for ever, and each kill's worker kept garbage
+		// collection from removing it. (Upstream lists running
+		// containers only, too.)
+		if c.State == container.StateRunning || c.State == container.StateUnknown {
 			return true
 		}
 	}

@@ -300,13 +300,19 @@ func TestHousekeeping(t *testing.T) {
 	f.runtime.pods = []*container.Pod{
 		{ID: "orphan", Name: "orphan", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
 		{ID: "dead", Name: "dead", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateExited}}},
+		// Created but never started (nodelet was killed in between), its
+		// sandbox stopped: nothing runs, and stopping a Created container
+		// leaves it Created, so killing it again would never end (and
+		// hid it from garbage collection).
+		{ID: "unstarted", Name: "unstarted", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateCreated}},
+			Sandboxes: []*container.Sandbox{{ID: "s", Ready: false}}},
 		{ID: "desired", Name: "desired", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
 		{ID: "rejected", Name: "rejected", Namespace: "ns", Containers: []*container.Container{{Name: "c", State: container.StateRunning}}},
 	}
 	// No desired pod is known to the workers: "desired" is started
 	// again, "done" (terminal) and "rejected" are not; the orphan and the
-	// rejected pod's containers are killed at once, the dead leftovers
-	// are garbage collected.
+	// rejected pod's containers are killed at once, the dead and
+	// unstarted leftovers are garbage collected.
 	if err := f.kl.HandlePodCleanups(context.Background()); err != nil {
 		t.Fatal(err)
 	}
