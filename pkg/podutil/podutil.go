@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/distribution/reference"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -107,11 +109,16 @@ func IsRestartableInitContainer(c *v1.Container) bool {
 // none: Always for :latest or an untagged image, IfNotPresent otherwise
 // (including images pinned by digest).
 func DefaultPullPolicy(image string) v1.PullPolicy {
-	if strings.Contains(image, "@") {
+	// The API server parses the reference as the docker tools do: an
+	// untagged, undigested image means :latest, and one it cannot parse
+	// has no tag.
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
 		return v1.PullIfNotPresent
 	}
-	name := image[strings.LastIndex(image, "/")+1:]
-	if i := strings.LastIndex(name, ":"); i < 0 || name[i+1:] == "latest" {
+	tagged, hasTag := named.(reference.Tagged)
+	_, hasDigest := named.(reference.Digested)
+	if (hasTag && tagged.Tag() == "latest") || (!hasTag && !hasDigest) {
 		return v1.PullAlways
 	}
 	return v1.PullIfNotPresent

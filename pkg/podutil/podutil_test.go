@@ -1,6 +1,7 @@
 package podutil
 
 import (
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -48,6 +49,9 @@ func TestDefaultPullPolicy(t *testing.T) {
 		"localhost:5000/busybox":          v1.PullAlways,
 		"localhost:5000/busybox:1":        v1.PullIfNotPresent,
 		"busybox@sha256:0123456789abcdef": v1.PullIfNotPresent,
+		"busybox:latest@sha256:" + strings.Repeat("a", 64): v1.PullAlways,
+		"busybox@sha256:" + strings.Repeat("a", 64):        v1.PullIfNotPresent,
+		"Busybox": v1.PullIfNotPresent, // not a reference: no tag
 	} {
 		if got := DefaultPullPolicy(image); got != want {
 			t.Errorf("%s: %s, want %s", image, got, want)
