@@ -1,10 +1,9 @@
 package config
 
 import (
-	"crypto/md5"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/dump"
+
+	"github.com/nodelet/nodelet/pkg/config/internal/core"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -70,6 +72,12 @@ func kindOf(gvk *schema.GroupVersionKind, obj runtime.Object) string {
 // content keeps its UID (nothing restarts when a file is touched or
 // reformatted) and changed content gets a new one (the old pod is
 // replaced). source is the manifest path or URL.
+//
+// The hash is the upstream kubelet's, so a node moved between the two
+// keeps its static pods running: FNV-128a over the dump
+// (k8s.io/utils/dump.ForHash) of the defaulted pod as upstream's internal
+// type (package core, no apiVersion or kind), then "host:<node>" and
+// "file:<path>" (or "url:<url>"), in hex.
 func staticPod(pod *v1.Pod, nodeName, source string, isFile bool) (*v1.Pod, error) {
 	pod = pod.DeepCopy()
 	setDefaults(pod)
@@ -77,19 +85,7 @@ func staticPod(pod *v1.Pod, nodeName, source string, isFile bool) (*v1.Pod, erro
 		return nil, err
 	}
 	if pod.UID == "" {
-		b, err := json.Marshal(pod)
-		if err != nil {
-			return nil, err
-		}
-		h := md5.New()
-		h.Write(b)
-		if isFile {
-			fmt.Fprintf(h, "host:%s", nodeName)
-			fmt.Fprintf(h, "file:%s", source)
-		} else {
-			fmt.Fprintf(h, "url:%s", source)
-		}
-		pod.UID = types.UID(hex.EncodeToString(h.Sum(nil)))
+		pod.UID = staticPodUID(pod, nodeName, source, isFile)
 	}
 	pod.Name = pod.Name + "-" + strings.ToLower(nodeName)
 	if pod.Namespace == "" {
@@ -106,6 +102,20 @@ func staticPod(pod *v1.Pod, nodeName, source string, isFile bool) (*v1.Pod, erro
 	}
 	pod.Status = v1.PodStatus{Phase: v1.PodPending}
 	return pod, nil
+}
+
+func staticPodUID(pod *v1.Pod, nodeName, source string, isFile bool) types.UID {
+	internal := *pod
+	internal.TypeMeta = metav1.TypeMeta{} // an internal object has none
+	h := fnv.New128a()
+	fmt.Fprintf(h, "%v", dump.ForHash(core.FromV1(&internal)))
+	if isFile {
+		fmt.Fprintf(h, "host:%s", nodeName)
+		fmt.Fprintf(h, "file:%s", source)
+	} else {
+		fmt.Fprintf(h, "url:%s", source)
+	}
+	return types.UID(hex.EncodeToString(h.Sum(nil)))
 }
 
 func addToleration(pod *v1.Pod, t v1.Toleration) {

@@ -1,11 +1,15 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 func TestDecodePods(t *testing.T) {
@@ -161,4 +165,52 @@ func FuzzDecodeManifest(f *testing.F) {
 func qty(s string) *resource.Quantity {
 	q := resource.MustParse(s)
 	return &q
+}
+
+// nodelet names a static pod as the upstream kubelet does: for every
+// manifest in testdata/staticuid, the UID equals the one upstream's own
+// file source gave it (golden.txt, written by hack/cluster/tools/staticuid
+// from k8s.io/kubernetes v1.37), so a node moved between the two agents
+// keeps its static pods.
+func TestStaticPodUIDIsUpstreams(t *testing.T) {
+	const dir = "/tmp/nodelet-staticuid/manifests" // the path golden.txt was made with
+	golden, err := os.ReadFile("testdata/staticuid/golden.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(golden)), "\n") {
+		if name, uid, ok := strings.Cut(l, " "); ok && !strings.HasPrefix(l, "#") {
+			want[name] = uid
+		}
+	}
+	files, err := filepath.Glob("testdata/staticuid/*.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, ".txt") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := decodePods(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		p, err := staticPod(pods[0], "node-a", filepath.Join(dir, filepath.Base(f)), true)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if string(p.UID) != want[p.Name] || p.Annotations[podutil.ConfigHashAnnotationKey] != want[p.Name] {
+			t.Errorf("%s: UID %s (hash annotation %s), the upstream kubelet's is %q", f, p.UID, p.Annotations[podutil.ConfigHashAnnotationKey], want[p.Name])
+		}
+		checked++
+	}
+	if checked != len(want) || checked < 6 {
+		t.Fatalf("checked %d manifests, golden.txt has %d", checked, len(want))
+	}
 }
