@@ -16,9 +16,10 @@ import (
 )
 
 // A node moves from the upstream kubelet to nodelet and back without
-// restarting its API pod: the same sandbox and container keep running and
-// the restart count stays 0, because both agents record and compare the
-// same identity (labels, annotations, container hash).
+// restarting its API pods or its static pod: the same sandbox and
+// container keep running and the restart count stays 0, because both
+// agents record and compare the same identity (labels, annotations,
+// container hash, and the static pod's UID hashed from its manifest).
 func TestMoveBetweenUpstreamKubeletAndNodelet(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -34,10 +35,22 @@ func TestMoveBetweenUpstreamKubeletAndNodelet(t *testing.T) {
 	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The static pod lives in the test's namespace, so its mirror pod
+	// shows its status beside the API pods'.
+	n.WriteManifest("static.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: static, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: %s, command: [sleep, "3600"]}
+`, ns, testbed.BusyboxImage))
+	static := n.PodName("static")
 	waitPod(t, 60*time.Second, ns, "moved", running)
-	started := map[string]*runtimeapi.Container{"moved": n.RunningPodContainer("moved", "main")}
-	if started["moved"] == nil {
-		t.Fatal("no running container")
+	waitPod(t, 60*time.Second, ns, static, running)
+	started := map[string]*runtimeapi.Container{"moved": n.RunningPodContainer("moved", "main"), static: n.RunningPodContainer(static, "main")}
+	if started["moved"] == nil || started[static] == nil {
+		t.Fatalf("no running container: %v", started)
 	}
 	unchanged := func(who, name string) {
 		t.Helper()
@@ -65,8 +78,10 @@ func TestMoveBetweenUpstreamKubeletAndNodelet(t *testing.T) {
 	up.Stop()
 	offset := len(n.Log())
 	n.Start()
-	testbed.Eventually(t, 60*time.Second, synced(n.Log, offset, "moved"))
-	unchanged("nodelet", "moved")
+	for _, name := range []string{"moved", static} {
+		testbed.Eventually(t, 60*time.Second, synced(n.Log, offset, name))
+		unchanged("nodelet", name)
+	}
 
 	// A pod born under nodelet, then everything back to the upstream
 	// kubelet, which has synced them once its log says so.
@@ -80,7 +95,7 @@ func TestMoveBetweenUpstreamKubeletAndNodelet(t *testing.T) {
 	n.Stop()
 	offset = len(up.Log())
 	up.Start()
-	for _, name := range []string{"moved", "native"} {
+	for _, name := range []string{"moved", "native", static} {
 		testbed.Eventually(t, 60*time.Second, synced(up.Log, offset, name))
 		unchanged("the upstream kubelet", name)
 	}
