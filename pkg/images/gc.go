@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"syscall"
@@ -95,12 +96,60 @@ func fsUsage(path string) (used, capacity uint64, err error) {
 // Collect removes unused images if the image filesystem is too full.
 func (g *GC) Collect(ctx context.Context) error {
 	p := g.o.Policy
-	now := g.o.Clock.Now()
-	images, inUse, err := g.imageUsage(ctx)
+	candidates, err := g.candidates(ctx)
 	if err != nil {
 		return err
 	}
+	mount, err := g.imageFsMount(ctx)
+	if err != nil {
+		return err
+	}
+	used, capacity, err := fsUsage(mount)
+	if err != nil || capacity == 0 {
+		return fmt.Errorf("measuring the image filesystem %s: %v", mount, err)
+	}
+	percent := int(used * 100 / capacity)
+	if percent < p.HighThresholdPercent {
+		return nil
+	}
+	toFree := int64(used) - int64(capacity)*int64(p.LowThresholdPercent)/100
+	klog.InfoS("Image filesystem is above its high threshold; removing unused images", "usage", percent, "high", p.HighThresholdPercent,
+		"low", p.LowThresholdPercent, "bytesToFree", toFree)
+	freed, err := g.remove(ctx, candidates, toFree)
+	if err == nil && freed < toFree {
+		err = fmt.Errorf("freed %d bytes of images, wanted %d: the rest is in use", freed, toFree)
+	}
+	return err
+}
+
+// DeleteUnused removes every unused image older than the minimum age,
+// whatever the thresholds: eviction asks for it under disk pressure.
+func (g *GC) DeleteUnused(ctx context.Context) error {
+	candidates, err := g.candidates(ctx)
+	if err != nil {
+		return err
+	}
+	freed, err := g.remove(ctx, candidates, math.MaxInt64)
+	klog.InfoS("Removed unused images under disk pressure", "images", len(candidates), "bytes", freed)
+	return err
+}
+
+// candidate is an image that may be removed.
+type candidate struct {
+	id string
+	r  imageRecord
+}
+
+// candidates refreshes what is known of the images and returns those
+// unused and old enough, least recently used first.
+func (g *GC) candidates(ctx context.Context) ([]candidate, error) {
+	now := g.o.Clock.Now()
+	images, inUse, err := g.imageUsage(ctx)
+	if err != nil {
+		return nil, err
+	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	for id, img := range images {
 		r, ok := g.records[id]
 		if !ok {
@@ -117,39 +166,23 @@ func (g *GC) Collect(ctx context.Context) error {
 			delete(g.records, id)
 		}
 	}
-	type candidate struct {
-		id string
-		r  imageRecord
-	}
-	var candidates []candidate
+	var out []candidate
 	for id, r := range g.records {
-		if !inUse[id] && now.Sub(r.firstSeen) >= p.MinAge {
-			candidates = append(candidates, candidate{id, *r})
+		if !inUse[id] && now.Sub(r.firstSeen) >= g.o.Policy.MinAge {
+			out = append(out, candidate{id, *r})
 		}
 	}
-	g.mu.Unlock()
-
-	mount, err := g.imageFsMount(ctx)
-	if err != nil {
-		return err
-	}
-	used, capacity, err := fsUsage(mount)
-	if err != nil || capacity == 0 {
-		return fmt.Errorf("measuring the image filesystem %s: %v", mount, err)
-	}
-	percent := int(used * 100 / capacity)
-	if percent < p.HighThresholdPercent {
-		return nil
-	}
-	toFree := int64(used) - int64(capacity)*int64(p.LowThresholdPercent)/100
-	klog.InfoS("Image filesystem is above its high threshold; removing unused images", "usage", percent, "high", p.HighThresholdPercent,
-		"low", p.LowThresholdPercent, "bytesToFree", toFree)
-	sort.Slice(candidates, func(i, j int) bool {
-		if !candidates[i].r.lastUsed.Equal(candidates[j].r.lastUsed) {
-			return candidates[i].r.lastUsed.Before(candidates[j].r.lastUsed)
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].r.lastUsed.Equal(out[j].r.lastUsed) {
+			return out[i].r.lastUsed.Before(out[j].r.lastUsed)
 		}
-		return candidates[i].r.firstSeen.Before(candidates[j].r.firstSeen)
+		return out[i].r.firstSeen.Before(out[j].r.firstSeen)
 	})
+	return out, nil
+}
+
+// remove removes candidates in order until toFree bytes are freed.
+func (g *GC) remove(ctx context.Context, candidates []candidate, toFree int64) (int64, error) {
 	var errs []error
 	var freed int64
 	for _, c := range candidates {
@@ -169,10 +202,7 @@ func (g *GC) Collect(ctx context.Context) error {
 		delete(g.records, c.id)
 		g.mu.Unlock()
 	}
-	if freed < toFree {
-		errs = append(errs, fmt.Errorf("freed %d bytes of images, wanted %d: the rest is in use", freed, toFree))
-	}
-	return errors.Join(errs...)
+	return freed, errors.Join(errs...)
 }
 
 // imageUsage lists the images and which of them are in use (by a

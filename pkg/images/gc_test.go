@@ -72,3 +72,23 @@ func TestGCLeavesImagesBelowTheHighThreshold(t *testing.T) {
 		t.Fatalf("above the threshold, unused images stayed: %s", got)
 	}
 }
+
+// Under disk pressure eviction removes every unused image old enough,
+// whatever the thresholds say.
+func TestDeleteUnusedIgnoresTheThresholds(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	gc, rt := newGC(t, clk, GCPolicy{HighThresholdPercent: 100, LowThresholdPercent: 90, MinAge: time.Minute}, "img", "unused:1")
+	if err := gc.DeleteUnused(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rt.Images(), ","); got != "img,unused:1" {
+		t.Fatalf("removed images younger than the minimum age: %s", got)
+	}
+	clk.Step(time.Minute)
+	if err := gc.DeleteUnused(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rt.Images(), ","); got != "" {
+		t.Fatalf("unused images stayed: %s", got)
+	}
+}

@@ -31,6 +31,8 @@ import (
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // Upstream's words, which tools and users match on.
@@ -248,16 +250,6 @@ func markStopped(pod *v1.Pod) func(*v1.PodStatus) {
 			s.Phase = v1.PodFailed
 		}
 		s.Reason, s.Message = Reason, Message
-		cond := v1.PodCondition{
-			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, ObservedGeneration: pod.Generation,
-			Reason: v1.PodReasonTerminationByKubelet, Message: Message,
-		}
-		for i := range s.Conditions {
-			if s.Conditions[i].Type == v1.DisruptionTarget {
-				s.Conditions[i] = cond
-				return
-			}
-		}
-		s.Conditions = append(s.Conditions, cond)
+		podutil.MarkTerminatedByKubelet(s, pod, Message)
 	}
 }

@@ -92,37 +92,60 @@ func ParseThresholds(evictionHard map[string]string) (Thresholds, error) {
 	return out, nil
 }
 
-// observe returns, for each signal below its threshold, a message saying
-// by how much. Signals the stats do not cover are skipped.
-func (th Thresholds) observe(n *statsapi.NodeStats) map[string]string {
-	type measure struct{ available, capacity *uint64 }
-	m := map[string]measure{}
+// Reading is one signal's reading: how much is available of how much.
+type Reading struct{ Available, Capacity uint64 }
+
+// Readings reads every signal the node stats cover.
+func Readings(n *statsapi.NodeStats) map[string]Reading {
+	m := map[string]Reading{}
+	add := func(signal string, available, capacity *uint64) {
+		if available != nil && capacity != nil {
+			m[signal] = Reading{*available, *capacity}
+		}
+	}
 	if mem := n.Memory; mem != nil && mem.AvailableBytes != nil && mem.WorkingSetBytes != nil {
 		capacity := *mem.AvailableBytes + *mem.WorkingSetBytes
-		m[SignalMemoryAvailable] = measure{mem.AvailableBytes, &capacity}
+		add(SignalMemoryAvailable, mem.AvailableBytes, &capacity)
 	}
 	if fs := n.Fs; fs != nil {
-		m[SignalNodeFsAvailable] = measure{fs.AvailableBytes, fs.CapacityBytes}
-		m[SignalNodeFsInodesFree] = measure{fs.InodesFree, fs.Inodes}
+		add(SignalNodeFsAvailable, fs.AvailableBytes, fs.CapacityBytes)
+		add(SignalNodeFsInodesFree, fs.InodesFree, fs.Inodes)
 	}
 	if n.Runtime != nil && n.Runtime.ImageFs != nil {
 		fs := n.Runtime.ImageFs
-		m[SignalImageFsAvailable] = measure{fs.AvailableBytes, fs.CapacityBytes}
-		m[SignalImageFsInodesFree] = measure{fs.InodesFree, fs.Inodes}
+		add(SignalImageFsAvailable, fs.AvailableBytes, fs.CapacityBytes)
+		add(SignalImageFsInodesFree, fs.InodesFree, fs.Inodes)
 	}
 	if r := n.Rlimit; r != nil && r.MaxPID != nil && r.NumOfRunningProcesses != nil {
 		capacity := uint64(*r.MaxPID)
 		available := uint64(max(*r.MaxPID-*r.NumOfRunningProcesses, 0))
-		m[SignalPIDAvailable] = measure{&available, &capacity}
+		add(SignalPIDAvailable, &available, &capacity)
 	}
+	return m
+}
+
+// Min is the least that must stay available of the signal, given its
+// capacity; false when the signal has no threshold.
+func (th Thresholds) Min(signal string, capacity uint64) (uint64, bool) {
+	t, ok := th[signal]
+	if !ok {
+		return 0, false
+	}
+	return t.min(capacity), true
+}
+
+// observe returns, for each signal below its threshold, a message saying
+// by how much. Signals the stats do not cover are skipped.
+func (th Thresholds) observe(n *statsapi.NodeStats) map[string]string {
+	measures := Readings(n)
 	out := map[string]string{}
 	for signal, t := range th {
-		v, ok := m[signal]
-		if !ok || v.available == nil || v.capacity == nil {
+		v, ok := measures[signal]
+		if !ok {
 			continue
 		}
-		if want := t.min(*v.capacity); *v.available < want {
-			out[signal] = fmt.Sprintf("%s is %d, below its threshold %d", signal, *v.available, want)
+		if want := t.min(v.Capacity); v.Available < want {
+			out[signal] = fmt.Sprintf("%s is %d, below its threshold %d", signal, v.Available, want)
 		}
 	}
 	return out
@@ -133,6 +156,9 @@ type PressureOptions struct {
 	// Signals measures the node (stats.Provider.Signals).
 	Signals    func(ctx context.Context) (*statsapi.NodeStats, error)
 	Thresholds Thresholds
+	// Soft thresholds (evictionSoft) bring a condition as soon as they
+	// are crossed, before their grace period lets eviction act.
+	Soft Thresholds
 	// TransitionPeriod is how long a condition stays True after its
 	// signal last crossed the threshold (evictionPressureTransitionPeriod),
 	// so a node hovering at the line does not flap.
@@ -142,9 +168,8 @@ type PressureOptions struct {
 }
 
 // PressureMonitor watches the eviction signals and says which pressure
-// conditions hold. nodelet has no eviction manager: it reports pressure
-// (and admission refuses pods under it, as upstream's) but evicts
-// nothing.
+// conditions hold (admission refuses pods under them, as upstream's);
+// pkg/eviction acts on the same signals.
 type PressureMonitor struct {
 	o  PressureOptions
 	mu sync.Mutex
@@ -174,6 +199,11 @@ func (m *PressureMonitor) Check(ctx context.Context) {
 		return
 	}
 	crossed := m.o.Thresholds.observe(n)
+	for signal, msg := range m.o.Soft.observe(n) {
+		if _, hard := crossed[signal]; !hard {
+			crossed[signal] = msg + " (soft)"
+		}
+	}
 	now := m.o.Clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -138,3 +138,23 @@ func TestReporterPressureConditions(t *testing.T) {
 		t.Errorf("events %q, want NodeHasDiskPressure then NodeHasNoDiskPressure", got)
 	}
 }
+
+// A soft threshold brings its condition as soon as it is crossed, though
+// eviction waits for its grace period.
+func TestSoftThresholdBringsTheCondition(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	hard, _ := ParseThresholds(map[string]string{"memory.available": "100Mi"})
+	soft, err := ParseThresholds(map[string]string{"memory.available": "1Gi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := signals(500<<20, 50<<30, 100<<30, 100)
+	cur.Runtime = nil
+	m := NewPressureMonitor(PressureOptions{Thresholds: hard, Soft: soft, Clock: clk, Interval: 10 * time.Second,
+		Signals: func(context.Context) (*statsapi.NodeStats, error) { return cur, nil }})
+	m.Check(context.Background())
+	got := m.Pressure()
+	if msg := got[v1.NodeMemoryPressure]; len(got) != 1 || !strings.Contains(msg, "below its threshold 1073741824 (soft)") {
+		t.Fatalf("pressure %v", got)
+	}
+}

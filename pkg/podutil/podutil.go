@@ -174,3 +174,20 @@ func ImageVolume(pod *v1.Pod, name string) *v1.ImageVolumeSource {
 	}
 	return nil
 }
+
+// MarkTerminatedByKubelet sets the DisruptionTarget condition that says
+// the node agent itself stopped the pod (eviction, node shutdown), with
+// the message shown to the user.
+func MarkTerminatedByKubelet(s *v1.PodStatus, pod *v1.Pod, message string) {
+	cond := v1.PodCondition{
+		Type: v1.DisruptionTarget, Status: v1.ConditionTrue, ObservedGeneration: pod.Generation,
+		Reason: v1.PodReasonTerminationByKubelet, Message: message,
+	}
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == v1.DisruptionTarget {
+			s.Conditions[i] = cond
+			return
+		}
+	}
+	s.Conditions = append(s.Conditions, cond)
+}

@@ -64,6 +64,7 @@ type runtimeParts struct {
 	probes     *prober.Manager
 	volumes    *volume.Manager
 	metrics    *metrics.Metrics
+	imageGC    *images.GC
 	components []component
 }
 
@@ -107,7 +108,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		Period: b.o.ImageGCPeriod, Timeout: c.RuntimeRequestTimeout.Duration, Clock: b.clock,
 	})
 	return &runtimeParts{
-		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics,
+		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics, imageGC: imageGC,
 		components: []component{
 			runs("pleg", gpleg.Run),
 			runs("container event watcher", watcher.Run),

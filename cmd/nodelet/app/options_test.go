@@ -98,6 +98,15 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 		}, "containerLogMaxSize"},
 		{"one log file", func(t *testing.T) []string { return []string{"--config", writeConfig(t, "containerLogMaxFiles: 1\n")} }, "containerLogMaxFiles"},
 		{"bad manifest URL", func(t *testing.T) []string { return []string{"--manifest-url=ftp://x/pods"} }, "staticPodURL"},
+		{"bad minimum reclaim", func(t *testing.T) []string {
+			return []string{"--config", writeConfig(t, "evictionMinimumReclaim: {memory.available: lots}\n")}
+		}, "evictionMinimumReclaim"},
+		{"negative max pod grace", func(t *testing.T) []string {
+			return []string{"--config", writeConfig(t, "evictionMaxPodGracePeriod: -1\n")}
+		}, "evictionMaxPodGracePeriod"},
+		{"soft without grace", func(t *testing.T) []string {
+			return []string{"--config", writeConfig(t, "evictionSoft: {memory.available: 1Gi}\n")}
+		}, "evictionSoftGracePeriod"},
 		{"bad manifest URL header", func(t *testing.T) []string {
 			return []string{"--manifest-url=http://x/", "--manifest-url-header=novalue"}
 		}, "name:value"},

@@ -89,9 +89,13 @@ func Run(ctx context.Context, o *Options, term <-chan os.Signal) error {
 		return err
 	}
 	shutdown := buildShutdown(b, core, reporter, term)
+	eviction, err := buildEviction(b, runtime, node, core)
+	if err != nil {
+		return err
+	}
 	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.c.StaticPodPath, "cluster", b.client != nil)
 	err = supervise(ctx, concat(node.components, runtime.components, []component{{"health", health.Run}},
-		cl.components, reporter.components, core.components, servers, shutdown))
+		cl.components, reporter.components, core.components, servers, shutdown, eviction))
 	klog.InfoS("nodelet stopped; pods keep running", "err", err)
 	return err
 }

@@ -38,9 +38,16 @@ func validateServing(c *kubeletv1beta1.KubeletConfiguration) []error {
 
 // validateEvictionSoft checks the thresholds as upstream does: each one
 // parses, each soft one has a grace period, and every grace period belongs
-// to a soft threshold. (Soft ones take effect once nodelet evicts pods.)
+// to a soft threshold; minimum reclaims parse and the maximum grace period
+// is not negative.
 func validateEvictionSoft(c *kubeletv1beta1.KubeletConfiguration) []error {
 	var errs []error
+	if _, err := nodestatus.ParseThresholds(c.EvictionMinimumReclaim); err != nil {
+		errs = append(errs, fmt.Errorf("evictionMinimumReclaim: %v", err))
+	}
+	if c.EvictionMaxPodGracePeriod < 0 {
+		errs = append(errs, fmt.Errorf("evictionMaxPodGracePeriod (%d) must not be negative", c.EvictionMaxPodGracePeriod))
+	}
 	if _, err := nodestatus.ParseThresholds(c.EvictionHard); err != nil {
 		errs = append(errs, fmt.Errorf("evictionHard: %v", err))
 	}

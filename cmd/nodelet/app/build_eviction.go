@@ -1,0 +1,51 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nodelet/nodelet/pkg/eviction"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/nodestatus"
+)
+
+// evictionInterval is how often eviction measures the node (upstream's
+// monitoring interval).
+const evictionInterval = 10 * time.Second
+
+// buildEviction is node-pressure eviction over the configured thresholds:
+// under disk pressure it first removes unused images and every dead
+// container, then evicts pods through the core.
+func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *coreParts) ([]component, error) {
+	c := b.c
+	hard, err := nodestatus.ParseThresholds(evictionHard(c))
+	if err != nil {
+		return nil, fmt.Errorf("evictionHard: %w", err)
+	}
+	soft, err := nodestatus.ParseThresholds(c.EvictionSoft)
+	if err != nil {
+		return nil, fmt.Errorf("evictionSoft: %w", err)
+	}
+	reclaim, err := nodestatus.ParseThresholds(c.EvictionMinimumReclaim)
+	if err != nil {
+		return nil, fmt.Errorf("evictionMinimumReclaim: %w", err)
+	}
+	grace := map[string]time.Duration{}
+	for signal, d := range c.EvictionSoftGracePeriod {
+		grace[signal], _ = time.ParseDuration(d) // validated
+	}
+	gc := runtime.manager.ContainerGC()
+	m := eviction.New(eviction.Options{
+		Pods: core.kubelet, Stats: node.stats, Hard: hard, Soft: soft, SoftGracePeriod: grace, MinReclaim: reclaim,
+		MaxPodGracePeriod: int64(c.EvictionMaxPodGracePeriod),
+		DiskReclaims: []eviction.Reclaim{
+			{Name: "unused images", Func: runtime.imageGC.DeleteUnused},
+			{Name: "dead containers", Func: func(ctx context.Context) error {
+				return gc.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: 0}, core.workers)
+			}},
+		},
+		Recorder: b.recorder, Clock: b.clock, Interval: evictionInterval,
+	})
+	return []component{runs("eviction manager", m.Run)}, nil
+}

@@ -1,0 +1,248 @@
+// Package eviction is node-pressure eviction: when memory, disk space,
+// inodes or PIDs run below their thresholds, nodelet reclaims what the
+// node holds (unused images, dead containers) and then evicts pods, one
+// per interval, the ones using most beyond what they asked for first, as
+// the upstream kubelet does.
+//
+// Each interval:
+//
+//	measure ──none met──▶ done (min-reclaim targets forgotten)
+//	   │ hard met, or soft met for its grace period
+//	   ▼
+//	disk signal? ──▶ reclaim images and dead containers ──▶ measure ──resolved──▶ done
+//	   │ not disk, or not resolved
+//	   ▼
+//	rank active pods ──▶ evict the first that is not critical ──▶ wait until it stopped
+//
+// A threshold once met stays met until the signal is back above it by
+// evictionMinimumReclaim, so the node does not evict a pod for every
+// byte. The pressure conditions themselves are pkg/nodestatus's.
+package eviction
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/periodic"
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// Reason is an evicted pod's status reason, as upstream's.
+const Reason = "Evicted"
+
+// cleanupTimeout bounds the wait for an evicted pod to stop before the
+// next interval may evict another (upstream's 30 s).
+const cleanupTimeout = 30 * time.Second
+
+// hardGracePeriod is the grace period of a pod evicted for a hard
+// threshold: the node cannot wait (upstream's 1 s).
+const hardGracePeriod = 1
+
+// Pods are the pods eviction may choose from, and how it stops one.
+type Pods interface {
+	ActivePods() []*v1.Pod
+	// KillPod stops the pod with the grace period, then sets its final
+	// status with status; the channel closes once it stopped.
+	KillPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{}
+}
+
+// Stats measures the node and its pods.
+type Stats interface {
+	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error)
+}
+
+// Reclaim frees node-level disk space or inodes (unused images, dead
+// containers) before any pod is evicted for them.
+type Reclaim struct {
+	Name string
+	Func func(ctx context.Context) error
+}
+
+// Options configure a Manager.
+type Options struct {
+	Pods  Pods
+	Stats Stats
+	// Hard thresholds act at once; Soft ones once crossed for their
+	// SoftGracePeriod.
+	Hard, Soft      nodestatus.Thresholds
+	SoftGracePeriod map[string]time.Duration
+	// MinReclaim is how far above its threshold a signal must come back
+	// before the threshold counts as resolved.
+	MinReclaim nodestatus.Thresholds
+	// MaxPodGracePeriod caps the grace period of a pod evicted for a
+	// soft threshold (evictionMaxPodGracePeriod).
+	MaxPodGracePeriod int64
+	// DiskReclaims run, in order, before a pod is evicted for disk.
+	DiskReclaims []Reclaim
+	Recorder     record.EventRecorder
+	Clock        clock.WithTicker
+	Interval     time.Duration
+}
+
+// Manager evicts pods when the node runs short.
+type Manager struct {
+	o Options
+	// firstMet is when each soft threshold was first seen crossed.
+	firstMet map[string]time.Time
+	// active are the signals whose thresholds were met at the last
+	// measure: they must recover by the minimum reclaim.
+	active map[string]bool
+}
+
+// New returns a Manager; it does nothing before Run or Synchronize.
+func New(o Options) *Manager {
+	return &Manager{o: o, firstMet: map[string]time.Time{}, active: map[string]bool{}}
+}
+
+// Run measures and acts every interval until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	periodic.Run(ctx, m.o.Clock, m.o.Interval, true, func(ctx context.Context) {
+		if _, err := m.Synchronize(ctx); err != nil {
+			klog.ErrorS(err, "Eviction manager: synchronize failed")
+		}
+	})
+}
+
+// Synchronize measures the node once and, if a threshold is met, reclaims
+// or evicts. It returns the evicted pod, if any.
+func (m *Manager) Synchronize(ctx context.Context) (*v1.Pod, error) {
+	summary, err := m.o.Stats.Summary(ctx, false)
+	if err != nil {
+		return nil, fmt.Errorf("measuring the node: %w", err)
+	}
+	readings := nodestatus.Readings(&summary.Node)
+	due := m.due(readings)
+	if len(due) == 0 {
+		return nil, nil
+	}
+	th := due[0]
+	klog.InfoS("Eviction manager: threshold met", "signal", th.signal, "available", readings[th.signal].Available, "threshold", th.min, "hard", th.hard)
+	if resourceOf[th.signal] != v1.ResourceMemory && resourceOf[th.signal] != resourcePIDs && m.reclaimed(ctx, th) {
+		return nil, nil
+	}
+	return m.evict(ctx, th, readings, summary)
+}
+
+// threshold is a threshold met, as the manager acts on it.
+type threshold struct {
+	signal string
+	min    uint64
+	hard   bool
+}
+
+// due returns the thresholds met that eviction must act on, in upstream's
+// order (memory first), and updates what is remembered between measures.
+func (m *Manager) due(readings map[string]nodestatus.Reading) []threshold {
+	now := m.o.Clock.Now()
+	var out []threshold
+	active := map[string]bool{}
+	for _, signal := range signalOrder {
+		r, ok := readings[signal]
+		if !ok {
+			continue
+		}
+		reclaim := uint64(0)
+		if m.active[signal] {
+			reclaim, _ = m.o.MinReclaim.Min(signal, r.Capacity)
+		}
+		if min, ok := m.o.Hard.Min(signal, r.Capacity); ok && r.Available < min+reclaim {
+			active[signal] = true
+			out = append(out, threshold{signal: signal, min: min, hard: true})
+			continue
+		}
+		min, ok := m.o.Soft.Min(signal, r.Capacity)
+		if !ok || r.Available >= min+reclaim {
+			delete(m.firstMet, signal)
+			continue
+		}
+		active[signal] = true
+		first, seen := m.firstMet[signal]
+		if !seen {
+			m.firstMet[signal], first = now, now
+		}
+		if now.Sub(first) >= m.o.SoftGracePeriod[signal] {
+			out = append(out, threshold{signal: signal, min: min})
+		}
+	}
+	m.active = active
+	return out
+}
+
+// reclaimed frees node-level disk first and reports whether that was
+// enough: the signal back above its threshold and minimum reclaim.
+func (m *Manager) reclaimed(ctx context.Context, th threshold) bool {
+	if len(m.o.DiskReclaims) == 0 {
+		return false
+	}
+	for _, r := range m.o.DiskReclaims {
+		if err := r.Func(ctx); err != nil {
+			klog.ErrorS(err, "Eviction manager: reclaiming node resources failed", "reclaim", r.Name, "signal", th.signal)
+		}
+	}
+	summary, err := m.o.Stats.Summary(ctx, false)
+	if err != nil {
+		klog.ErrorS(err, "Eviction manager: measuring after reclaim failed")
+		return false
+	}
+	r, ok := nodestatus.Readings(&summary.Node)[th.signal]
+	if !ok {
+		return false
+	}
+	reclaim, _ := m.o.MinReclaim.Min(th.signal, r.Capacity)
+	if r.Available >= th.min+reclaim {
+		klog.InfoS("Eviction manager: node-level reclaim was enough; no pod evicted", "signal", th.signal, "available", r.Available)
+		return true
+	}
+	return false
+}
+
+// evict stops the first pod of the ranking that may be evicted, and waits
+// until it stopped (or cleanupTimeout passed).
+func (m *Manager) evict(ctx context.Context, th threshold, readings map[string]nodestatus.Reading, summary *statsapi.Summary) (*v1.Pod, error) {
+	pods := m.o.Pods.ActivePods()
+	usage := usageByPod(summary)
+	rank(th.signal, pods, usage)
+	for _, pod := range pods {
+		if isCritical(pod) {
+			klog.InfoS("Eviction manager: cannot evict a critical pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+			continue
+		}
+		grace := int64(hardGracePeriod)
+		if !th.hard {
+			grace = m.o.MaxPodGracePeriod
+			if tgp := pod.Spec.TerminationGracePeriodSeconds; tgp != nil {
+				grace = min(grace, *tgp)
+			}
+		}
+		msg := message(th, readings[th.signal], pod, usage[pod.UID])
+		klog.InfoS("Eviction manager: evicting pod", "pod", klog.KObj(pod), "podUID", pod.UID, "signal", th.signal, "gracePeriod", grace, "message", msg)
+		m.o.Recorder.Event(pod, v1.EventTypeWarning, Reason, msg)
+		done := m.o.Pods.KillPod(pod, grace, evicted(pod, msg))
+		timer := m.o.Clock.NewTimer(cleanupTimeout)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C():
+			klog.InfoS("Eviction manager: evicted pod has not stopped yet", "pod", klog.KObj(pod), "podUID", pod.UID, "waited", cleanupTimeout)
+		case <-ctx.Done():
+		}
+		return pod, nil
+	}
+	return nil, fmt.Errorf("%s threshold met, but no pod may be evicted (%d active)", th.signal, len(pods))
+}
+
+// evicted is an evicted pod's final status.
+func evicted(pod *v1.Pod, msg string) func(*v1.PodStatus) {
+	return func(s *v1.PodStatus) {
+		s.Phase, s.Reason, s.Message = v1.PodFailed, Reason, msg
+		podutil.MarkTerminatedByKubelet(s, pod, msg)
+	}
+}
