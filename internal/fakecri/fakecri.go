@@ -612,7 +612,7 @@ func (r *Runtime) ListPodSandboxStats(ctx context.Context, in *runtimeapi.ListPo
 	}
 	out := &runtimeapi.ListPodSandboxStatsResponse{}
 	for id, s := range r.sandboxes {
-		if s.state != runtimeapi.PodSandboxState_SANDBOX_READY {
+		if s.state != runtimeapi.PodSandboxState_SANDBOX_READY || in.GetFilter().GetId() != "" && in.GetFilter().GetId() != id {
 			continue
 		}
 		st := &runtimeapi.PodSandboxStats{

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -38,9 +39,14 @@ import (
 // Reason is an evicted pod's status reason, as upstream's.
 const Reason = "Evicted"
 
-// cleanupTimeout bounds the wait for an evicted pod to stop before the
-// next interval may evict another (upstream's 30 s).
-const cleanupTimeout = 30 * time.Second
+// cleanupTimeout bounds the wait for an evicted pod's resources to be
+// released (containers stopped, volumes unmounted) before the next
+// interval may evict another; cleanupPoll is how often it is checked
+// (upstream's 30 s and 1 s).
+const (
+	cleanupTimeout = 30 * time.Second
+	cleanupPoll    = time.Second
+)
 
 // hardGracePeriod is the grace period of a pod evicted for a hard
 // threshold: the node cannot wait (upstream's 1 s).
@@ -50,7 +56,7 @@ const hardGracePeriod = 1
 type Pods interface {
 	ActivePods() []*v1.Pod
 	// KillPod stops the pod with the grace period, then sets its final
-	// status with status; the channel closes once it stopped.
+	// status with status.
 	KillPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{}
 }
 
@@ -68,8 +74,11 @@ type Reclaim struct {
 
 // Options configure a Manager.
 type Options struct {
-	Pods  Pods
-	Stats Stats
+	Pods Pods
+	// PodCleanedUp reports whether an evicted pod's resources are
+	// released: until then, its memory and disk still count.
+	PodCleanedUp func(types.UID) bool
+	Stats        Stats
 	// Hard thresholds act at once; Soft ones once crossed for their
 	// SoftGracePeriod.
 	Hard, Soft      nodestatus.Thresholds
@@ -120,6 +129,7 @@ func (m *Manager) Synchronize(ctx context.Context) (*v1.Pod, error) {
 	}
 	readings := nodestatus.Readings(&summary.Node)
 	due := m.due(readings)
+	klog.V(4).InfoS("Eviction manager: measured the node", "memoryAvailable", readings[nodestatus.SignalMemoryAvailable].Available, "thresholdsDue", len(due))
 	if len(due) == 0 {
 		return nil, nil
 	}
@@ -225,18 +235,32 @@ func (m *Manager) evict(ctx context.Context, th threshold, readings map[string]n
 		msg := message(th, readings[th.signal], pod, usage[pod.UID])
 		klog.InfoS("Eviction manager: evicting pod", "pod", klog.KObj(pod), "podUID", pod.UID, "signal", th.signal, "gracePeriod", grace, "message", msg)
 		m.o.Recorder.Event(pod, v1.EventTypeWarning, Reason, msg)
-		done := m.o.Pods.KillPod(pod, grace, evicted(pod, msg))
-		timer := m.o.Clock.NewTimer(cleanupTimeout)
-		defer timer.Stop()
-		select {
-		case <-done:
-		case <-timer.C():
-			klog.InfoS("Eviction manager: evicted pod has not stopped yet", "pod", klog.KObj(pod), "podUID", pod.UID, "waited", cleanupTimeout)
-		case <-ctx.Done():
-		}
+		m.o.Pods.KillPod(pod, grace, evicted(pod, msg))
+		m.waitForCleanup(ctx, pod)
 		return pod, nil
 	}
 	return nil, fmt.Errorf("%s threshold met, but no pod may be evicted (%d active)", th.signal, len(pods))
+}
+
+// waitForCleanup waits until the evicted pod's resources are released,
+// or cleanupTimeout passed: measuring before that would count them and
+// evict another pod.
+func (m *Manager) waitForCleanup(ctx context.Context, pod *v1.Pod) {
+	timeout := m.o.Clock.NewTimer(cleanupTimeout)
+	defer timeout.Stop()
+	ticker := m.o.Clock.NewTicker(cleanupPoll)
+	defer ticker.Stop()
+	for !m.o.PodCleanedUp(pod.UID) {
+		select {
+		case <-ticker.C():
+		case <-timeout.C():
+			klog.InfoS("Eviction manager: evicted pod's resources are not released yet", "pod", klog.KObj(pod), "podUID", pod.UID, "waited", cleanupTimeout)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	klog.V(3).InfoS("Eviction manager: evicted pod's resources released", "pod", klog.KObj(pod), "podUID", pod.UID)
 }
 
 // evicted is an evicted pod's final status.

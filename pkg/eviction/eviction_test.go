@@ -2,7 +2,9 @@ package eviction
 
 import (
 	"context"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,6 +118,9 @@ func newFixture(t *testing.T, o Options, pods []*v1.Pod, summaries ...*statsapi.
 	f := &fixture{stats: &fakeStats{queue: summaries}, pods: &fakePods{pods: pods},
 		clock: testingclock.NewFakeClock(time.Unix(1000, 0)), rec: record.NewFakeRecorder(10)}
 	o.Pods, o.Stats, o.Clock, o.Recorder = f.pods, f.stats, f.clock, f.rec
+	if o.PodCleanedUp == nil {
+		o.PodCleanedUp = func(types.UID) bool { return true }
+	}
 	f.m = New(o)
 	return f
 }
@@ -275,5 +280,30 @@ func TestPIDRanking(t *testing.T) {
 	rank(nodestatus.SignalPIDAvailable, pods, usageByPod(s))
 	if got := pods[0].Name + "," + pods[1].Name + "," + pods[2].Name; got != "many,few,important" {
 		t.Fatalf("ranked %s", got)
+	}
+}
+
+// The next pod is chosen only once the evicted one's resources are
+// released (its volumes unmounted), checked every second, or 30 s passed.
+func TestEvictionWaitsForTheCleanup(t *testing.T) {
+	var checks atomic.Int32
+	f := newFixture(t, Options{Hard: thresholds(t, map[string]string{"memory.available": "500Mi"}),
+		PodCleanedUp: func(types.UID) bool { return checks.Add(1) == 3 }},
+		[]*v1.Pod{pod("a", 0, 0, 0)}, node(400, 5000, map[string][2]uint64{"a": {10, 0}}))
+	done := make(chan string)
+	go func() { p, _ := f.m.Synchronize(context.Background()); done <- p.Name }()
+	for {
+		select {
+		case got := <-done:
+			if got != "a" || checks.Load() != 3 {
+				t.Fatalf("evicted %q after %d checks", got, checks.Load())
+			}
+			return
+		default:
+			if f.clock.HasWaiters() {
+				f.clock.Step(time.Second)
+			}
+			runtime.Gosched()
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 )
@@ -192,13 +193,9 @@ func (p *Provider) podStats(ctx context.Context, imageFs *statsapi.FsStats, only
 	if err != nil {
 		return nil, fmt.Errorf("listing containers: %w", err)
 	}
-	stats, err := rt.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{})
+	byID, err := p.sandboxStats(ctx, sandboxes.Items)
 	if err != nil {
-		return nil, fmt.Errorf("pod sandbox stats: %w", err)
-	}
-	byID := map[string]*runtimeapi.PodSandboxStats{}
-	for _, s := range stats.Stats {
-		byID[s.GetAttributes().GetId()] = s
+		return nil, err
 	}
 	// Only running containers count: an exited one uses nothing, and
 	// its cumulative counters would be added twice after a restart.
@@ -251,6 +248,37 @@ func (p *Provider) podStats(ctx context.Context, imageFs *statsapi.FsStats, only
 }
 
 // rootfs is a container's writable layer on the image filesystem.
+// sandboxStats reads the ready sandboxes' stats in one call, or, when
+// that fails, one sandbox at a time: containerd fails the whole list when
+// a stopped sandbox's cgroup is already gone (an evicted or deleted pod's,
+// removed by nodelet), which must not blind eviction and /stats/summary
+// to every other pod. A sandbox that still fails alone is left out.
+func (p *Provider) sandboxStats(ctx context.Context, ready []*runtimeapi.PodSandbox) (map[string]*runtimeapi.PodSandboxStats, error) {
+	byID := map[string]*runtimeapi.PodSandboxStats{}
+	all, err := p.o.Runtime.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{})
+	if err == nil {
+		for _, s := range all.Stats {
+			byID[s.GetAttributes().GetId()] = s
+		}
+		return byID, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("pod sandbox stats: %w", err)
+	}
+	klog.V(2).InfoS("Listing pod sandbox stats failed; reading each ready sandbox", "err", err)
+	for _, sb := range ready {
+		one, err := p.o.Runtime.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{Id: sb.Id}})
+		if err != nil {
+			klog.V(2).InfoS("No stats for pod sandbox", "podSandboxID", sb.Id, "pod", klog.KRef(sb.GetMetadata().GetNamespace(), sb.GetMetadata().GetName()), "err", err)
+			continue
+		}
+		for _, s := range one.Stats {
+			byID[s.GetAttributes().GetId()] = s
+		}
+	}
+	return byID, nil
+}
+
 func rootfs(imageFs *statsapi.FsStats, layer *runtimeapi.FilesystemUsage) *statsapi.FsStats {
 	if imageFs == nil {
 		return nil

@@ -2,8 +2,10 @@ package stats
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,8 +180,31 @@ func TestSummaryOnlyCPUAndMemory(t *testing.T) {
 
 func TestSummaryRuntimeError(t *testing.T) {
 	f := newFixture(t)
-	f.rt.FailNext("ListPodSandboxStats", os.ErrDeadlineExceeded)
+	f.rt.FailNext("ListPodSandbox", os.ErrDeadlineExceeded)
 	if _, err := f.p.Summary(context.Background(), false); err == nil {
 		t.Fatal("no error when the runtime fails")
+	}
+}
+
+// containerd fails the whole stats list when a stopped sandbox's cgroup is
+// gone: each ready sandbox is then read alone, and its pod still reported.
+func TestSummarySurvivesAFailingStatsList(t *testing.T) {
+	f := newFixture(t)
+	f.rt.FailNext("ListPodSandboxStats", errors.New("failed to load sandbox cgroup: cgroups: cgroup deleted"))
+	s, err := f.p.Summary(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Pods) != 1 || s.Pods[0].Memory == nil || len(s.Pods[0].Containers) != 1 {
+		t.Fatalf("pods %+v", s.Pods)
+	}
+	n := 0
+	for _, c := range f.rt.Calls() {
+		if strings.HasPrefix(c, "ListPodSandboxStats") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d stats calls, want the list and one for the ready sandbox", n)
 	}
 }

@@ -37,7 +37,7 @@ func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *corePa
 	}
 	gc := runtime.manager.ContainerGC()
 	m := eviction.New(eviction.Options{
-		Pods: core.kubelet, Stats: node.stats, Hard: hard, Soft: soft, SoftGracePeriod: grace, MinReclaim: reclaim,
+		Pods: core.kubelet, PodCleanedUp: core.workers.ShouldPodBeFinished, Stats: node.stats, Hard: hard, Soft: soft, SoftGracePeriod: grace, MinReclaim: reclaim,
 		MaxPodGracePeriod: int64(c.EvictionMaxPodGracePeriod),
 		DiskReclaims: []eviction.Reclaim{
 			{Name: "unused images", Func: runtime.imageGC.DeleteUnused},

@@ -1,0 +1,110 @@
+//go:build integration
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+)
+
+// hogBytes is what the memory hog writes into its memory-backed emptyDir;
+// evictionMargin is how far below the memory available at start the
+// threshold is set. The hog crosses it by 2 GiB; once the hog is gone the
+// node is 2 GiB clear of it, so other suites running beside this one do
+// not make it evict a second pod.
+const (
+	hogBytes       = 4 << 30
+	evictionMargin = 2 << 30
+)
+
+// memoryAvailable is memory.available as nodelet (and upstream) measure
+// it: free memory plus the inactive file cache.
+func memoryAvailable(t *testing.T) uint64 {
+	t.Helper()
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mi, err := fs.Meminfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *mi.MemFreeBytes + *mi.InactiveFileBytes
+}
+
+// Under a hard memory.available threshold, a BestEffort pod filling a
+// memory-backed emptyDir is evicted: Failed with reason Evicted, upstream's
+// message and an Evicted event in the API. The Guaranteed pod beside it
+// keeps running its container, unrestarted, while the eviction manager
+// measures the node again after the hog is gone.
+func TestMemoryPressureEvictsTheHog(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	threshold := memoryAvailable(t) - evictionMargin
+	n := startNode(t, "node-evict", cd, fmt.Sprintf("evictionHard: {memory.available: %q}\n", fmt.Sprint(threshold)))
+	waitNodeReady(t, n.NodeName, 30*time.Second)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range strings.Split(n.Log(), "\n") {
+				if strings.Contains(l, "Eviction manager") || strings.Contains(l, "hog") && strings.Contains(l, "volume") {
+					t.Log(l)
+				}
+			}
+		}
+	})
+
+	guaranteed := busyboxPod("guaranteed", n.NodeName)
+	res := v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("64Mi")}
+	guaranteed.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res}
+	hog := busyboxPod("hog", n.NodeName, "sh", "-c",
+		fmt.Sprintf("sleep 2; dd if=/dev/zero of=/scratch/fill bs=1M count=%d; sleep 3600", hogBytes>>20))
+	hog.Spec.TerminationGracePeriodSeconds = new(int64(1))
+	hog.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{
+		EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: resource.NewQuantity(hogBytes+(256<<20), resource.BinarySI)}}}}
+	hog.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	for _, p := range []*v1.Pod{guaranteed, hog} {
+		if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPod(t, 60*time.Second, ns, "guaranteed", running)
+	first := n.RunningPodContainer("guaranteed", "main")
+
+	evicted := waitPod(t, 90*time.Second, ns, "hog", func(p *v1.Pod) (bool, string) {
+		return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
+	})
+	if evicted.Status.Reason != "Evicted" || !strings.HasPrefix(evicted.Status.Message, "The node was low on resource: memory. Threshold quantity: ") ||
+		!strings.Contains(evicted.Status.Message, "Container main was using ") || condition(evicted, v1.DisruptionTarget) != v1.ConditionTrue {
+		t.Fatalf("hog's status: %s %q %+v", evicted.Status.Reason, evicted.Status.Message, evicted.Status.Conditions)
+	}
+	waitEvents(t, ns, "hog", "Evicted")
+
+	// The manager measured the node again after the hog's memory came
+	// back, with nothing due: the Guaranteed pod was spared by choice.
+	offset := len(n.Log())
+	testbed.Eventually(t, 60*time.Second, func() (bool, string) {
+		return strings.Contains(n.Log()[offset:], `"Eviction manager: measured the node"`) &&
+			strings.Contains(n.Log()[offset:], `thresholdsDue=0`), "no measure without pressure since the eviction"
+	})
+	p, err := cl.Client.CoreV1().Pods(ns).Get(ctx, "guaranteed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := n.RunningPodContainer("guaranteed", "main")
+	if p.Status.Phase != v1.PodRunning || c == nil || c.Id != first.Id || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("guaranteed pod: phase %s, container %v (was %s)", p.Status.Phase, c, first.Id)
+	}
+	if strings.Contains(n.Log(), `"Eviction manager: evicting pod" pod="`+ns+`/guaranteed"`) {
+		t.Fatal("the Guaranteed pod was chosen for eviction")
+	}
+}
