@@ -6,7 +6,9 @@
 //
 // Each interval:
 //
-//	measure ──none met──▶ done (min-reclaim targets forgotten)
+//	measure ──pods over their own storage limits──▶ evict them all ──▶ done
+//	   │
+//	   ├──none met──▶ done (min-reclaim targets forgotten)
 //	   │ hard met, or soft met for its grace period
 //	   ▼
 //	disk signal? ──▶ reclaim images and dead containers ──▶ measure ──resolved──▶ done
@@ -120,12 +122,16 @@ func (m *Manager) Run(ctx context.Context) {
 	})
 }
 
-// Synchronize measures the node once and, if a threshold is met, reclaims
-// or evicts. It returns the evicted pod, if any.
+// Synchronize measures the node once; it evicts pods over their own local
+// storage limits, or, if a threshold is met, reclaims or evicts. It
+// returns the (first) evicted pod, if any.
 func (m *Manager) Synchronize(ctx context.Context) (*v1.Pod, error) {
 	summary, err := m.o.Stats.Summary(ctx, false)
 	if err != nil {
 		return nil, fmt.Errorf("measuring the node: %w", err)
+	}
+	if evicted := m.localStorage(ctx, summary); len(evicted) > 0 {
+		return evicted[0], nil
 	}
 	readings := nodestatus.Readings(&summary.Node)
 	due := m.due(readings)

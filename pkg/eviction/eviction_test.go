@@ -307,3 +307,68 @@ func TestEvictionWaitsForTheCleanup(t *testing.T) {
 		}
 	}
 }
+
+// A pod over one of its own local storage limits is evicted whatever the
+// node's signals: an emptyDir over its sizeLimit, a container over its
+// ephemeral-storage limit, the pod over the sum of its limits. Pods within
+// their limits, and critical ones, stay; all offenders go at once.
+func TestLocalStorageLimits(t *testing.T) {
+	q := func(s string) resource.Quantity { return resource.MustParse(s) }
+	withLimit := func(p *v1.Pod, l string) *v1.Pod {
+		p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: q(l)}
+		return p
+	}
+	emptyDir := func(p *v1.Pod, size string) *v1.Pod {
+		sl := q(size)
+		p.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &sl}}}}
+		return p
+	}
+	twoContainers := withLimit(pod("pod-over", 0, 0, 0), "60Mi")
+	twoContainers.Spec.Containers = append(twoContainers.Spec.Containers, v1.Container{Name: "side",
+		Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceEphemeralStorage: q("60Mi")}}})
+	critical := emptyDir(pod("critical", 0, 0, 2000001000), "1Mi")
+	pods := []*v1.Pod{emptyDir(pod("dir-over", 0, 0, 0), "10Mi"), emptyDir(pod("dir-within", 0, 0, 0), "100Mi"),
+		withLimit(pod("container-over", 0, 0, 0), "50Mi"), withLimit(pod("container-within", 0, 0, 0), "500Mi"), twoContainers, critical}
+	s := node(5000, 5000, map[string][2]uint64{"dir-over": {1, 1}, "dir-within": {1, 1}, "container-over": {1, 80},
+		"container-within": {1, 80}, "pod-over": {1, 50}, "critical": {1, 1}})
+	for i := range s.Pods {
+		used := uint64(20 * mi)
+		s.Pods[i].VolumeStats = []statsapi.VolumeStats{{Name: "scratch", FsStats: statsapi.FsStats{UsedBytes: &used}}}
+		total := *s.Pods[i].Containers[0].Rootfs.UsedBytes + used
+		if s.Pods[i].PodRef.Name == "pod-over" {
+			total += 80 * mi // the side container's share
+		}
+		s.Pods[i].EphemeralStorage = &statsapi.FsStats{UsedBytes: &total}
+	}
+	f := newFixture(t, Options{Hard: thresholds(t, map[string]string{"memory.available": "100Mi"})}, pods, s)
+	if got := f.sync(t); got != "dir-over" {
+		t.Fatalf("first evicted %q", got)
+	}
+	want := map[string]string{
+		"dir-over":       `Usage of EmptyDir volume "scratch" exceeds the limit "10Mi". `,
+		"container-over": `Pod ephemeral local storage usage exceeds the total limit of containers 50Mi. `,
+		"pod-over":       `Pod ephemeral local storage usage exceeds the total limit of containers 120Mi. `,
+	}
+	if len(f.pods.kills) != len(want) {
+		t.Fatalf("kills %+v", f.pods.kills)
+	}
+	for _, k := range f.pods.kills {
+		if k.status.Message != want[k.pod] || k.grace != 1 || k.status.Reason != "Evicted" {
+			t.Errorf("%s: grace %d, %s %q, want %q", k.pod, k.grace, k.status.Reason, k.status.Message, want[k.pod])
+		}
+	}
+}
+
+// A container over its own limit while the pod's total is within the sum
+// of its containers' limits is named.
+func TestContainerOverItsOwnLimit(t *testing.T) {
+	p := pod("a", 0, 0, 0)
+	p.Spec.Containers = []v1.Container{
+		{Name: "main", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("10Mi")}}},
+		{Name: "big", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Gi")}}},
+	}
+	s := node(5000, 5000, map[string][2]uint64{"a": {1, 30}})
+	if got := overLocalLimit(p, &s.Pods[0]); got != `Container main exceeded its local ephemeral storage limit "10Mi". ` {
+		t.Fatalf("message %q", got)
+	}
+}

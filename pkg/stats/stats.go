@@ -247,7 +247,6 @@ func (p *Provider) podStats(ctx context.Context, imageFs *statsapi.FsStats, only
 	return out, nil
 }
 
-// rootfs is a container's writable layer on the image filesystem.
 // sandboxStats reads the ready sandboxes' stats in one call, or, when
 // that fails, one sandbox at a time: containerd fails the whole list when
 // a stopped sandbox's cgroup is already gone (an evicted or deleted pod's,
@@ -279,6 +278,7 @@ func (p *Provider) sandboxStats(ctx context.Context, ready []*runtimeapi.PodSand
 	return byID, nil
 }
 
+// rootfs is a container's writable layer on the image filesystem.
 func rootfs(imageFs *statsapi.FsStats, layer *runtimeapi.FilesystemUsage) *statsapi.FsStats {
 	if imageFs == nil {
 		return nil

@@ -108,3 +108,61 @@ func TestMemoryPressureEvictsTheHog(t *testing.T) {
 		t.Fatal("the Guaranteed pod was chosen for eviction")
 	}
 }
+
+// Pods over their own local storage limits are evicted on real
+// containerd, whatever the node's signals: one whose emptyDir outgrew its
+// sizeLimit, one whose container wrote past its ephemeral-storage limit in
+// its writable layer. A pod within its limits keeps running while the
+// eviction manager measures again after the evictions. (Static pods are
+// never evicted, as upstream: this needs API pods.)
+func TestLocalStorageLimitsEvict(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	n := startNode(t, "node-storage", cd, "")
+	waitNodeReady(t, n.NodeName, 30*time.Second)
+	filler := func(name, path string, mib int, sizeLimit, ephemeralLimit string) *v1.Pod {
+		p := busyboxPod(name, n.NodeName, "sh", "-c", fmt.Sprintf("mkdir -p $(dirname %s); dd if=/dev/zero of=%s bs=1M count=%d; sleep 3600", path, path, mib))
+		p.Spec.TerminationGracePeriodSeconds = new(int64(1))
+		if sizeLimit != "" {
+			sl := resource.MustParse(sizeLimit)
+			p.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &sl}}}}
+			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+		}
+		if ephemeralLimit != "" {
+			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse(ephemeralLimit)}
+		}
+		return p
+	}
+	for _, p := range []*v1.Pod{
+		filler("dirfill", "/scratch/fill", 24, "8Mi", ""),
+		filler("layerfill", "/var/fill/f", 24, "", "8Mi"),
+		filler("calm", "/scratch/fill", 1, "100Mi", "100Mi"),
+	} {
+		if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{
+		"dirfill":   `Usage of EmptyDir volume "scratch" exceeds the limit "8Mi". `,
+		"layerfill": `Pod ephemeral local storage usage exceeds the total limit of containers 8Mi. `,
+	} {
+		p := waitPod(t, 90*time.Second, ns, name, func(p *v1.Pod) (bool, string) {
+			return p.Status.Phase == v1.PodFailed, fmt.Sprintf("%s: phase %s", name, p.Status.Phase)
+		})
+		if p.Status.Reason != "Evicted" || p.Status.Message != want {
+			t.Errorf("%s: %s %q, want Evicted %q", name, p.Status.Reason, p.Status.Message, want)
+		}
+		waitEvents(t, ns, name, "Evicted")
+	}
+	offset := len(n.Log())
+	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
+		return strings.Contains(n.Log()[offset:], `"Eviction manager: measured the node"`), "no measure since the evictions"
+	})
+	p, err := cl.Client.CoreV1().Pods(ns).Get(ctx, "calm", metav1.GetOptions{})
+	if err != nil || p.Status.Phase != v1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("calm pod: %v %+v", err, p.Status)
+	}
+	if strings.Contains(n.Log(), `local storage limit" pod="`+ns+`/calm"`) {
+		t.Fatal("the calm pod was evicted")
+	}
+}
