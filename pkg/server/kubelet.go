@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
@@ -24,6 +25,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Runtime is what the kubelet API asks of the container runtime.
@@ -40,6 +42,12 @@ type Stats interface {
 	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error)
 }
 
+// Timelines are the pods' lifecycle timelines.
+type Timelines interface {
+	Get(uid types.UID) (timeline.Timeline, bool)
+	Lookup(namespace, name string) (timeline.Timeline, bool)
+}
+
 // KubeletSources are what the kubelet API serves from.
 type KubeletSources struct {
 	Pods    PodSource
@@ -51,6 +59,8 @@ type KubeletSources struct {
 	// Profiling serves Go's profiles under /debug/pprof/ (upstream's
 	// enableProfilingHandler).
 	Profiling bool
+	// Timelines serves /debug/pods/.../timeline; it may be nil.
+	Timelines Timelines
 }
 
 // Kubelet is the kubelet API the API server talks to on the node's port
@@ -59,13 +69,18 @@ type KubeletSources struct {
 // server. Authentication and authorization wrap it (WithAuth).
 type Kubelet struct {
 	*ReadOnly
-	runtime Runtime
-	stats   Stats
+	runtime   Runtime
+	stats     Stats
+	timelines Timelines
 }
 
 // NewKubelet returns the kubelet API's handler.
 func NewKubelet(src KubeletSources) *Kubelet {
-	s := &Kubelet{ReadOnly: NewReadOnly(src.Pods, src.Healthz), runtime: src.Runtime, stats: src.Stats}
+	s := &Kubelet{ReadOnly: NewReadOnly(src.Pods, src.Healthz), runtime: src.Runtime, stats: src.Stats, timelines: src.Timelines}
+	if src.Timelines != nil {
+		s.mux.HandleFunc("GET /debug/pods/{ns}/{pod}/timeline", s.handleTimeline)
+		s.mux.HandleFunc("GET /debug/pods/{uid}/timeline", s.handleTimeline)
+	}
 	if src.Metrics != nil {
 		s.mux.Handle("GET /metrics", src.Metrics)
 	}
@@ -93,6 +108,36 @@ func NewKubelet(src KubeletSources) *Kubelet {
 		s.mux.HandleFunc(p, s.handleRun)
 	}
 	return s
+}
+
+// handleTimeline serves a pod's timeline, by namespace and name (the
+// newest pod of that name) or by UID: JSON, or with format=text a table
+// with a waterfall.
+func (s *Kubelet) handleTimeline(w http.ResponseWriter, r *http.Request) {
+	var (
+		t  timeline.Timeline
+		ok bool
+	)
+	if uid := r.PathValue("uid"); uid != "" {
+		t, ok = s.timelines.Get(types.UID(uid))
+	} else {
+		t, ok = s.timelines.Lookup(r.PathValue("ns"), r.PathValue("pod"))
+	}
+	if !ok {
+		http.Error(w, "no timeline for this pod: it is not known to this node, or finished long ago", http.StatusNotFound)
+		return
+	}
+	switch f := r.URL.Query().Get("format"); f {
+	case "text":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := timeline.WriteText(w, t); err != nil {
+			klog.V(4).InfoS("Writing a timeline failed", "err", err)
+		}
+	case "", "json":
+		writeJSON(w, t)
+	default:
+		http.Error(w, fmt.Sprintf("format %q: want json or text", f), http.StatusBadRequest)
+	}
 }
 
 func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {

@@ -13,12 +13,16 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 type pods []*v1.Pod
@@ -297,4 +301,41 @@ func FuzzContainerLogsQuery(f *testing.F) {
 			t.Fatalf("query %q: HTTP %d %q", query, w.Code, w.Body.String())
 		}
 	})
+}
+
+// A pod's timeline is served by namespace and name or by UID, as JSON or
+// as text; an unknown pod is a 404 and an unknown format a 400.
+func TestTimeline(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
+	rec := timeline.New(timeline.Options{Clock: clk})
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1"}}
+	rec.Add(pod, timeline.Step{Kind: timeline.KindSource, Name: "seen", Start: clk.Now(), End: clk.Now(), Outcome: "ok"})
+	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Timelines: rec}))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/debug/pods/ns/web/timeline")
+	var tl timeline.Timeline
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &tl) != nil || tl.UID != "u1" || len(tl.Steps) != 1 || tl.Steps[0].Name != "seen" {
+		t.Fatalf("by name: %d %s", code, body)
+	}
+	if code, body := get("/debug/pods/u1/timeline?format=text"); code != http.StatusOK || !strings.Contains(body, "pod ns/web (uid u1)") {
+		t.Fatalf("by uid, text: %d %s", code, body)
+	}
+	if code, _ := get("/debug/pods/ns/other/timeline"); code != http.StatusNotFound {
+		t.Fatalf("unknown pod: %d", code)
+	}
+	if code, body := get("/debug/pods/u1/timeline?format=yaml"); code != http.StatusBadRequest || !strings.Contains(body, "json or text") {
+		t.Fatalf("bad format: %d %s", code, body)
+	}
 }

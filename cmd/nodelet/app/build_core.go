@@ -48,7 +48,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Volumes: runtime.volumes, Cgroups: node.cgroups,
 	})
 	workers := podworkers.New(podworkers.Options{
-		Syncer: runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), Status: runtime.pleg, WorkQueue: b.workQueue,
+		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
 		Clock: b.clock, ResyncInterval: b.c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
 	})
 	podConfig := config.New(b.recorder, b.clock)

@@ -48,7 +48,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 		runningPods := func(ctx context.Context) ([]*container.Pod, error) { return runtime.manager.GetPods(ctx) }
 		l, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
 			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration), Metrics: rt.metrics.Handler(runningPods),
-			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler,
+			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines,
 		}))
 		if err != nil {
 			return nil, fmt.Errorf("kubelet API: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // NodeName is the name the node goes by: --hostname-override or the
@@ -57,7 +58,17 @@ type base struct {
 	status *status.Manager
 	// shutdown says whether the node is shutting down.
 	shutdown *nodeshutdown.State
+	// timelines keeps each pod's lifecycle steps; recorder feeds it
+	// every pod event.
+	timelines *timeline.Recorder
 }
+
+// A pod's timeline keeps at most timelineMaxSteps steps; the timelines of
+// the last timelineKeepFinished finished pods stay readable.
+const (
+	timelineMaxSteps     = 256
+	timelineKeepFinished = 100
+)
 
 // Run builds nodelet from its options and runs it until ctx ends or term
 // delivers. Each subsystem's builder returns finished components; one
@@ -129,6 +140,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 	}
 	// Events come from "kubelet", as upstream's do: alerting and tools
 	// that select a node agent's events by source keep working.
-	b.recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName})
+	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: timelineKeepFinished})
+	b.recorder = b.timelines.Events(broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName}))
 	return b, broadcaster.Shutdown, nil
 }

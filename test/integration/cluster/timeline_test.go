@@ -1,0 +1,132 @@
+//go:build integration
+
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/cmd/nodelet/app"
+	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/pkg/timeline"
+)
+
+// A pod with an init container, two volumes and a readiness probe shows
+// its life in `nodelet timeline` (through the API server to the kubelet
+// API): first seen, the waits and syncs until it ran, the init and main
+// containers' events in order, the probe; the waits and syncs from seen to
+// running add up to its start latency, which agrees with the pod start
+// metric within 5%.
+func TestTimelineOfAPod(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	n := startNode(t, "node-timeline", cd, "")
+	waitNodeReady(t, n.NodeName, 10*time.Second)
+	pod := busyboxPod("traced", n.NodeName)
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: testbed.BusyboxImage, Command: []string{"sh", "-c", "sleep 1"},
+		ImagePullPolicy: v1.PullIfNotPresent}}
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{
+			{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}},
+	}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}, {Name: "info", MountPath: "/info"}}
+	pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/info/name"}}},
+		PeriodSeconds: 1}
+	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, 60*time.Second, ns, "traced", func(p *v1.Pod) (bool, string) {
+		return condition(p, v1.PodReady) == v1.ConditionTrue, "not ready"
+	})
+
+	var out bytes.Buffer
+	args := []string{"--kubeconfig", cl.AdminKubeconfig, "-o", "json", ns + "/traced"}
+	if err := app.TimelineCommand(ctx, args, &out); err != nil {
+		t.Fatal(err)
+	}
+	var tl timeline.Timeline
+	if err := json.Unmarshal(out.Bytes(), &tl); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	var order []string
+	var tiled time.Duration
+	running := false
+	for _, s := range tl.Steps {
+		order = append(order, s.Kind+":"+s.Name)
+		if !running && (s.Kind == timeline.KindWait || s.Kind == timeline.KindSync) {
+			tiled += s.Duration()
+		}
+		running = running || s.Kind == timeline.KindRunning
+	}
+	// The init container is created and started, then the main one, then
+	// the pod runs.
+	want := []string{"source:seen", "wait:waiting to be admitted and synced", "sync:sync (create)",
+		"event:Created", "event:Started", "event:Created", "event:Started", "running:running"}
+	if !inOrder(order, want) {
+		t.Fatalf("steps %v\nwant in order %v", order, want)
+	}
+	started, ok := timeline.StartLatency(tl)
+	if !ok || tiled != started {
+		t.Fatalf("start latency %v (%v); waits and syncs before running add up to %v", started, ok, tiled)
+	}
+	metric := podStartSum(t, ctx, n.NodeName)
+	if math.Abs(metric-started.Seconds()) > 0.05*started.Seconds() {
+		t.Fatalf("pod start metric %.3fs, timeline %v", metric, started)
+	}
+
+	out.Reset()
+	if err := app.TimelineCommand(ctx, []string{"--kubeconfig", cl.AdminKubeconfig, ns + "/traced"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if text := out.String(); !strings.Contains(text, "started in ") || !strings.Contains(text, "WATERFALL") || !strings.Contains(text, "#") {
+		t.Fatalf("text view:\n%s", text)
+	}
+	t.Logf("nodelet timeline %s/traced:\n%s", ns, out.String())
+}
+
+// inOrder says whether want appears in got as a subsequence.
+func inOrder(got, want []string) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+// podStartSum is the node's pod start histogram's sum, in seconds: on a
+// node that started one pod, that pod's start latency.
+func podStartSum(t *testing.T, ctx context.Context, node string) float64 {
+	t.Helper()
+	raw, err := cl.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	f, err := parser.TextToMetricFamilies(strings.NewReader(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fam := f["kubelet_pod_start_duration_seconds"]
+	var h *dto.Histogram
+	if fam != nil && len(fam.Metric) > 0 {
+		h = fam.Metric[0].GetHistogram()
+	}
+	if h.GetSampleCount() != 1 {
+		t.Fatalf("pod start histogram has %d samples, want this pod's alone", h.GetSampleCount())
+	}
+	return h.GetSampleSum()
+}
