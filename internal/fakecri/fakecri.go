@@ -456,10 +456,19 @@ func (r *Runtime) ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusReq
 	}
 	id, ok := r.images[in.Image.Image]
 	if !ok {
+		// As containerd, an image is also found by its ID.
+		for name, iid := range r.images {
+			if iid == in.Image.Image {
+				return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: iid, RepoTags: []string{name}, Size: fakeImageSize}}, nil
+			}
+		}
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
-	return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: id, RepoTags: []string{in.Image.Image}}}, nil
+	return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: id, RepoTags: []string{in.Image.Image}, Size: fakeImageSize}}, nil
 }
+
+// fakeImageSize is every fake image's size.
+const fakeImageSize = 4 << 20
 
 // ListImages lists the images.
 func (r *Runtime) ListImages(ctx context.Context, in *runtimeapi.ListImagesRequest, _ ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error) {

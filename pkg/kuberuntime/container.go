@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,7 +66,9 @@ func (m *Manager) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Con
 // Waiting reason, and the details as the message.
 func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig, c *v1.Container, pod *v1.Pod, podStatus *container.PodStatus, pullSecrets []v1.Secret, podIPs []string) (string, error) {
 	ref := podutil.ContainerRef(pod, c)
+	endImage := m.steps.Begin(pod, "image", c.Image)
 	imageRef, msg, err := m.images.EnsureImage(ctx, pod, c, pullSecrets, sandboxCfg)
+	endImage(err, imageDetail(ctx, m.images, imageRef, msg))
 	if err != nil {
 		m.warn(ctx, ref, "Failed", "Error: %v", err)
 		return msg, err
@@ -94,14 +97,19 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		}
 	}
 
+	endStart := m.steps.Begin(pod, "container", c.Name)
 	id, msg, err := m.createAndStart(ctx, pod, c, sandboxID, cfg, sandboxCfg)
+	endStart(err, "created and started "+shortID(id))
 	if err != nil {
 		return msg, err
 	}
 
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		cid := container.ContainerID{Type: m.runtimeName, ID: id}
-		if msg, err := m.hooks.runHook(ctx, pod, c, cid, c.Lifecycle.PostStart, podIPs, 0); err != nil {
+		endHook := m.steps.Begin(pod, "hook", "postStart "+c.Name)
+		msg, err := m.hooks.runHook(ctx, pod, c, cid, c.Lifecycle.PostStart, podIPs, 0)
+		endHook(err, msg)
+		if err != nil {
 			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPostStartHook", msg)
 			if kerr := m.killContainer(ctx, pod, cid, c.Name, "FailedPostStartHook", "FailedPostStartHook", nil); kerr != nil {
 				klog.ErrorS(kerr, "Failed to kill container after its postStart hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name)
@@ -110,6 +118,27 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		}
 	}
 	return "", nil
+}
+
+// imageDetail says what a step making sure of an image found: the image's
+// size once present, or why not.
+func imageDetail(ctx context.Context, images imagePuller, ref, msg string) string {
+	if ref == "" {
+		return msg
+	}
+	if img := images.Image(ctx, ref); img != nil {
+		return fmt.Sprintf("%s, %d bytes", shortID(ref), img.Size)
+	}
+	return shortID(ref)
+}
+
+// shortID is an ID or digest cut to 12 characters, as tools print them.
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 // warn records a warning event about a failure, unless ctx was
@@ -248,7 +277,7 @@ func (m *Manager) terminationMessageFile(pod *v1.Pod, c *v1.Container) (string, 
 // StopContainer with whatever is left of the grace period. pod may be a
 // placeholder without a spec (an orphan): the grace period and hook are
 // then read from the container's annotations.
-func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.ContainerID, name, message, reason string, gracePeriodOverride *int64) error {
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.ContainerID, name, message, reason string, gracePeriodOverride *int64) (err error) {
 	spec := findContainerSpec(pod, name)
 	grace := int64(v1.DefaultTerminationGracePeriodSeconds)
 	var preStop *v1.LifecycleHandler
@@ -279,9 +308,13 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 		message = fmt.Sprintf("Stopping container %s", name)
 	}
 	m.recorder.Event(ref, v1.EventTypeNormal, "Killing", message)
+	end := m.steps.Begin(pod, "kill", name)
+	detail := fmt.Sprintf("grace period %ds", grace)
+	defer func() { end(err, detail) }()
 
 	start := m.clock.Now()
 	if preStop != nil && grace > 0 {
+		detail += ", preStop hook first"
 		hookCtx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
 		if msg, err := m.hooks.runHook(hookCtx, pod, spec, id, preStop, nil, time.Duration(grace)*time.Second); err != nil {
 			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPreStopHook", msg)
@@ -295,9 +328,9 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	}
 
 	klog.V(2).InfoS("Killing container with a grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id.ID, "gracePeriod", grace, "reason", reason)
-	release, err := m.starts.acquireFor(ctx, pod, stopHold, m.clock)
-	if err != nil {
-		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
+	release, aerr := m.starts.acquireFor(ctx, pod, stopHold, m.clock)
+	if aerr != nil {
+		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), aerr)
 	}
 	defer release()
 	defer m.stopping.begin(id.ID)()

@@ -87,7 +87,21 @@ type Options struct {
 	MemoryCapacity int64
 	// Pulls, when set, learns of every image pull a pod waited for.
 	Pulls images.PullObserver
+	// Steps records each step of a pod's start and stop (its timeline);
+	// nil records nothing.
+	Steps StepRecorder
 }
+
+// StepRecorder records a step of a pod's life: Begin starts it, and the
+// function it returns ends it with its error and a detail.
+type StepRecorder interface {
+	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+}
+
+// noSteps records nothing.
+type noSteps struct{}
+
+func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // imagePuller makes sure a container's image is present (images.Puller).
 type imagePuller interface {
@@ -113,6 +127,7 @@ type Manager struct {
 
 	images imagePuller
 	hooks  *hookRunner
+	steps  StepRecorder
 	// starts caps the runtime calls that start sandboxes and containers.
 	starts *startGate
 	// stopping holds what nodelet is stopping itself.
@@ -145,6 +160,9 @@ func New(o Options) *Manager {
 	if o.Recorder == nil {
 		o.Recorder = &record.FakeRecorder{}
 	}
+	if o.Steps == nil {
+		o.Steps = noSteps{}
+	}
 	m := &Manager{
 		runtime:        o.Runtime,
 		helper:         o.Helper,
@@ -160,6 +178,7 @@ func New(o Options) *Manager {
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 		starts:         newStartGate(MaxParallelPodStarts),
 		stopping:       newStopping(o.Clock),
+		steps:          o.Steps,
 	}
 	m.crashBackOff.Clock = o.Clock
 	m.hooks = &hookRunner{runtime: o.Runtime, clock: o.Clock, recorder: o.Recorder}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -542,5 +543,42 @@ func TestNoCPUQuotaLeavesLimitsUnenforced(t *testing.T) {
 		if wantQuota := map[bool]int64{false: 50000, true: 0}[noQuota]; r.CpuQuota != wantQuota || r.CpuShares != 512 {
 			t.Errorf("NoCPUQuota=%t: quota %d shares %d, want quota %d and 512 shares", noQuota, r.CpuQuota, r.CpuShares, wantQuota)
 		}
+	}
+}
+
+// stepLog records the steps the runtime manager reports.
+type stepLog struct {
+	mu    sync.Mutex
+	steps []string
+}
+
+func (l *stepLog) Begin(pod *v1.Pod, kind, name string) func(error, string) {
+	return func(err error, detail string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.steps = append(l.steps, fmt.Sprintf("%s %s: %v %s", kind, name, err, detail))
+	}
+}
+
+// Starting and stopping a pod reports its steps for the timeline: the
+// sandbox, each image (present, with its size) and container, and each
+// kill with its grace period.
+func TestStepsAreReported(t *testing.T) {
+	f := newFixture(t)
+	steps := &stepLog{}
+	f.m.steps = steps
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	pod.Spec.TerminationGracePeriodSeconds = new(int64(7))
+	f.sync(t, pod)
+	testutil.Must(t, f.m.KillPod(context.Background(), pod, f.status(t, pod).ToRunningPod(), nil))
+	got := strings.Join(steps.steps, "\n")
+	for _, want := range []string{"sandbox attempt 0: <nil> sb", "image img: <nil> ", "container a: <nil> created and started ",
+		"kill a: <nil> grace period 7s"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("steps:\n%s\nlack %q", got, want)
+		}
+	}
+	if !strings.Contains(got, "bytes") {
+		t.Fatalf("no image size in %s", got)
 	}
 }

@@ -67,7 +67,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 	// Step 4.
 	if actions.CreateSandbox {
 		r := result.Add(container.CreatePodSandbox, podutil.Ref(pod))
+		endSandbox := m.steps.Begin(pod, "sandbox", fmt.Sprintf("attempt %d", actions.Attempt))
 		id, msg, err := m.createPodSandbox(ctx, pod, actions.Attempt)
+		endSandbox(err, shortID(id))
 		if err != nil {
 			if ctx.Err() != nil {
 				// The pod workers cancel a sync when the pod's termination

@@ -70,7 +70,20 @@ type Options struct {
 	// Jitter returns the random part of a worker's first wait; nil means
 	// uniform in [0, period).
 	Jitter func(period time.Duration) time.Duration
+	// Steps records each change of a probe's result in the pod's
+	// timeline; nil records nothing.
+	Steps StepRecorder
 }
+
+// StepRecorder records a step of a pod's life: Begin starts it, and the
+// function it returns ends it with its error and a detail.
+type StepRecorder interface {
+	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+}
+
+type noSteps struct{}
+
+func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // Manager runs the probe workers and keeps their results.
 type Manager struct {
@@ -79,6 +92,7 @@ type Manager struct {
 	recorder record.EventRecorder
 	clock    clock.WithTicker
 	jitter   func(time.Duration) time.Duration
+	steps    StepRecorder
 	updates  chan Update
 
 	mu      sync.Mutex
@@ -100,8 +114,11 @@ func New(o Options) *Manager {
 	if o.Jitter == nil {
 		o.Jitter = func(p time.Duration) time.Duration { return time.Duration(rand.Int63n(int64(p))) }
 	}
+	if o.Steps == nil {
+		o.Steps = noSteps{}
+	}
 	return &Manager{
-		exec: o.Exec, status: o.Status, recorder: o.Recorder, clock: o.Clock, jitter: o.Jitter,
+		exec: o.Exec, status: o.Status, recorder: o.Recorder, clock: o.Clock, jitter: o.Jitter, steps: o.Steps,
 		updates: make(chan Update, updatesBuffer),
 		workers: map[key]*worker{},
 		results: map[Type]map[string]Result{Liveness: {}, Readiness: {}, Startup: {}},

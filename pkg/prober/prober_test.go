@@ -357,3 +357,26 @@ type execFunc func(ctx context.Context) (*runtimeapi.ExecSyncResponse, error)
 func (f execFunc) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
 	return f(ctx)
 }
+
+type stepLog []string
+
+func (l *stepLog) Begin(_ *v1.Pod, kind, name string) func(error, string) {
+	return func(err error, detail string) { *l = append(*l, fmt.Sprintf("%s %s: %v (%s)", kind, name, err, detail)) }
+}
+
+// Each change of a probe's result is a step of the pod's timeline; a
+// result that stays is not.
+func TestProbeChangesAreSteps(t *testing.T) {
+	f := newFixture(t, v1.Container{ReadinessProbe: execSpec(0, 2, 1)})
+	steps := &stepLog{}
+	f.m.steps = steps
+	w := f.worker(Readiness)
+	f.exec.queue(0, 0, 1, 1)
+	for range 4 {
+		w.probeOnce()
+	}
+	want := "probe Readiness c: <nil> (1 in a row); probe Readiness c: failed 2 times: exit 1 (2 in a row)"
+	if got := strings.Join(*steps, "; "); got != want {
+		t.Fatalf("steps %q\nwant  %q", got, want)
+	}
+}

@@ -155,6 +155,11 @@ func (w *worker) probeOnce() bool {
 		r = Success
 	}
 	if w.m.set(w.typ, id, r) {
+		var err error
+		if r == Failure {
+			err = fmt.Errorf("failed %d times: %s", w.streak, o.output)
+		}
+		w.m.steps.Begin(w.pod, "probe", fmt.Sprintf("%s %s", w.typ, w.container.Name))(err, fmt.Sprintf("%d in a row", w.streak))
 		w.m.publish(Update{PodUID: w.pod.UID, ContainerID: id, Type: w.typ, Result: r}, w.stopCh)
 	}
 	if r == Failure && w.typ != Readiness {

@@ -28,6 +28,13 @@ const (
 	KindSync        = "sync"        // one SyncPod
 	KindRunning     = "running"     // first reported Running
 	KindEvent       = "event"       // an event about the pod or a container
+	KindVolume      = "volume"      // setting up one volume
+	KindImage       = "image"       // making sure an image is present
+	KindSandbox     = "sandbox"     // creating the pod sandbox
+	KindContainer   = "container"   // creating and starting a container
+	KindHook        = "hook"        // a lifecycle hook
+	KindKill        = "kill"        // stopping a container
+	KindProbe       = "probe"       // a probe result that changed
 	KindTerminating = "terminating" // stopping its containers
 	KindTerminated  = "terminated"  // releasing what it held
 )

@@ -68,7 +68,20 @@ type Options struct {
 	// ImageVolumes says why the runtime cannot mount image volumes, or
 	// nil when it can; nil means it can.
 	ImageVolumes func() error
+	// Steps records each volume's first set-up, and each failure, in the
+	// pod's timeline; nil records nothing.
+	Steps StepRecorder
 }
+
+// StepRecorder records a step of a pod's life: Begin starts it, and the
+// function it returns ends it with its error and a detail.
+type StepRecorder interface {
+	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+}
+
+type noSteps struct{}
+
+func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // ErrNoAPIServer is returned for a volume or variable that needs an API
 // object on a node without an API server.
@@ -121,6 +134,9 @@ func NewManager(o Options) *Manager {
 	if o.Allocatable == nil {
 		o.Allocatable = func() v1.ResourceList { return nil }
 	}
+	if o.Steps == nil {
+		o.Steps = noSteps{}
+	}
 	return &Manager{o: o, tokens: newTokenCache(o.Clock), mounted: map[types.UID]map[string]string{}}
 }
 
@@ -142,7 +158,13 @@ func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error 
 	m.mu.Unlock()
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
+		_, refresh := before[vol.Name]
+		end := m.o.Steps.Begin(pod, "volume", vol.Name)
 		path, err := m.setUp(ctx, pod, vol)
+		if !refresh || err != nil {
+			// A refresh that works is not a step of the pod's life.
+			end(err, "")
+		}
 		if err == nil {
 			ready[vol.Name] = path
 			continue

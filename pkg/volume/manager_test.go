@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -411,5 +412,32 @@ func TestImageVolumes(t *testing.T) {
 	testutil.Must(t, can.WaitForAttachAndMount(context.Background(), pod))
 	if host, ok := can.HostPath(pod.UID, "data"); !ok || host != "" {
 		t.Fatalf("image volume host path %q %v, want none", host, ok)
+	}
+}
+
+type stepLog []string
+
+func (l *stepLog) Begin(_ *v1.Pod, kind, name string) func(error, string) {
+	return func(err error, _ string) { *l = append(*l, fmt.Sprintf("%s %s %v", kind, name, err)) }
+}
+
+// Each volume's first set-up, and each failure, is a step of the pod's
+// timeline; a refresh that works is not.
+func TestVolumeStepsForTheTimeline(t *testing.T) {
+	f := newFixture(t)
+	steps := &stepLog{}
+	f.m.o.Steps = steps
+	pod := testPod(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		v1.Volume{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "late"}}}})
+	if err := f.mountUp(t, pod); err == nil {
+		t.Fatal("the missing configMap did not fail")
+	}
+	f.api.SetConfigMap("late", map[string]string{"k": "v"})
+	testutil.Must(t, f.m.WaitForAttachAndMount(context.Background(), pod))
+	testutil.Must(t, f.m.WaitForAttachAndMount(context.Background(), pod))
+	got := strings.Join(*steps, "; ")
+	want := `volume scratch <nil>; volume cfg configmaps "late" not found; volume cfg <nil>`
+	if got != want {
+		t.Fatalf("steps %q\nwant  %q", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,12 +71,19 @@ func TestTimelineOfAPod(t *testing.T) {
 		}
 		running = running || s.Kind == timeline.KindRunning
 	}
-	// The init container is created and started, then the main one, then
-	// the pod runs.
-	want := []string{"source:seen", "wait:waiting to be admitted and synced", "sync:sync (create)",
-		"event:Created", "event:Started", "event:Created", "event:Started", "running:running"}
-	if !inOrder(order, want) {
-		t.Fatalf("steps %v\nwant in order %v", order, want)
+	// Volumes, then the sandbox, the init container (its image, created
+	// and started), then the main one, then the pod runs; its readiness
+	// probe passes.
+	img := testbed.BusyboxImage
+	want := []string{"source:seen", "wait:waiting to be admitted and synced", "sync:sync (create)", "volume:scratch", "volume:info",
+		"sandbox:attempt 0", "image:" + img, "container:init", "event:Started", "image:" + img, "container:main", "running:running"}
+	if !inOrder(order, want) || !slices.Contains(order, "probe:Readiness main") {
+		t.Fatalf("steps %v\nwant in order %v, and the probe", order, want)
+	}
+	for _, s := range tl.Steps {
+		if s.Kind == timeline.KindImage && !strings.Contains(s.Detail, " bytes") {
+			t.Fatalf("image step without its size: %+v", s)
+		}
 	}
 	started, ok := timeline.StartLatency(tl)
 	if !ok || tiled != started {
