@@ -361,7 +361,9 @@ func (f execFunc) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, 
 type stepLog []string
 
 func (l *stepLog) Begin(_ *v1.Pod, kind, name string) func(error, string) {
-	return func(err error, detail string) { *l = append(*l, fmt.Sprintf("%s %s: %v (%s)", kind, name, err, detail)) }
+	return func(err error, detail string) {
+		*l = append(*l, fmt.Sprintf("%s %s: %v (%s)", kind, name, err, detail))
+	}
 }
 
 // Each change of a probe's result is a step of the pod's timeline; a
