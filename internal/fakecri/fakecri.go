@@ -668,3 +668,18 @@ func (r *Runtime) ReopenContainerLog(ctx context.Context, in *runtimeapi.ReopenC
 	}
 	return &runtimeapi.ReopenContainerLogResponse{}, f.Close()
 }
+
+// UpdateContainerResources records the container's new CPU and memory.
+func (r *Runtime) UpdateContainerResources(ctx context.Context, in *runtimeapi.UpdateContainerResourcesRequest, _ ...grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[in.ContainerId]
+	l := in.GetLinux()
+	if err := r.record("UpdateContainerResources", fmt.Sprintf("%s shares=%d quota=%d memory=%d", nameOf(c), l.GetCpuShares(), l.GetCpuQuota(), l.GetMemoryLimitInBytes())); err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("container", in.ContainerId)
+	}
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -27,6 +28,8 @@ type admission struct {
 	pressure func() map[v1.NodeConditionType]string
 	// hooks are asked first.
 	hooks []AdmitFunc
+	// alloc keeps what admitted pods were granted; nil for none.
+	alloc *allocation.Store
 }
 
 // systemCriticalPriority is upstream's threshold of critical pods, which

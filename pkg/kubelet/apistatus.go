@@ -28,6 +28,9 @@ type statusInput struct {
 	// podIsTerminal is set when the pod will run no more containers.
 	podIsTerminal bool
 	hostIPs       []string
+	// resources, when set, gives each container's applied resources and
+	// the pod's pending resize.
+	resources resizeState
 }
 
 // reason is why a container last failed to start.
@@ -85,6 +88,7 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 		}
 	}
 	all := allContainerStatuses(&s)
+	s.Conditions = append(s.Conditions, resizeConditions(in, &s)...)
 	s.Conditions = append(s.Conditions,
 		readyToStartContainersCondition(pod, in.runtime),
 		initializedCondition(pod, all, s.Phase),
@@ -124,13 +128,7 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 	return s
 }
 
-func kubeletCondition(t v1.PodConditionType) bool {
-	switch t {
-	case v1.PodScheduled, v1.PodReady, v1.PodInitialized, v1.ContainersReady, v1.PodReadyToStartContainers:
-		return true
-	}
-	return false
-}
+func kubeletCondition(t v1.PodConditionType) bool { return podutil.IsKubeletCondition(t) }
 
 // regularContainerCreated reports whether any app container exists in
 // the runtime: initialisation then happened at some point.

@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/container"
@@ -95,6 +96,10 @@ type Config struct {
 	// Admit are further admission checks, asked first (the node shutting
 	// down refuses every pod).
 	Admit []AdmitFunc
+	// Allocations keep what each admitted pod's containers were granted,
+	// for in-place resize; nil keeps nothing (no resize is granted or
+	// seen).
+	Allocations *allocation.Store
 }
 
 // AdmitFunc says whether a new pod may run, and if not why: upstream's
@@ -187,8 +192,9 @@ func New(cfg Config, d Deps) *Kubelet {
 		cfg: cfg, pods: pods, workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
-		cleaner:   cleaner,
-		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure, hooks: cfg.Admit},
+		cleaner: cleaner,
+		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure, hooks: cfg.Admit,
+			alloc: cfg.Allocations},
 	}
 }
 
@@ -355,6 +361,7 @@ func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
 	})
 	for _, pod := range pods {
 		existing := kl.pods.pods()
+		pod = kl.admission.resize(kl.activePods(existing), pod)
 		kl.pods.addOrUpdate(pod)
 		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
 		if wasMirror {
@@ -373,6 +380,7 @@ func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
 				kl.rejectPod(pod, reason, message)
 				continue
 			}
+			kl.admission.allocate(pod)
 		}
 		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateCreate, StartTime: start})
 	}
@@ -382,6 +390,7 @@ func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
 func (kl *Kubelet) HandlePodUpdates(pods []*v1.Pod) {
 	start := kl.clock.Now()
 	for _, pod := range pods {
+		pod = kl.admission.resize(kl.activePods(kl.pods.pods()), pod)
 		kl.pods.addOrUpdate(pod)
 		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
 		if wasMirror && pod == nil {
@@ -424,7 +433,7 @@ func (kl *Kubelet) HandlePodRemoves(pods []*v1.Pod) {
 func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
 	start := kl.clock.Now()
 	for _, pod := range pods {
-		kl.pods.addOrUpdate(pod)
+		kl.pods.addOrUpdate(kl.admission.asRun(pod))
 		pod, mirror, _ := kl.pods.podAndMirror(pod)
 		if pod == nil {
 			continue
@@ -558,6 +567,8 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	}
 	kl.status.RemoveOrphanedStatuses(keep)
 	kl.probes.CleanupPods(keep)
+	kl.retryDeferredResizes(all)
+	kl.admission.forget(keep)
 
 	running, err := kl.runtime.GetPods(ctx)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
@@ -690,5 +694,57 @@ func TestKillPodKeepsThePodDesired(t *testing.T) {
 	f.workers.terminated = map[types.UID]bool{"a": true}
 	if len(f.kl.ActivePods()) != 0 {
 		t.Fatal("a terminated pod is still active")
+	}
+}
+
+// A resize of an admitted pod is granted when the pod fits beside the
+// others, Deferred while it does not (and granted by housekeeping once it
+// does), and Infeasible when the pod alone exceeds the node; until granted
+// the pod runs with what it had, and the status says why.
+func TestResizeDecisions(t *testing.T) {
+	f := newCore(t, 10)
+	store, err := allocation.Open(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.kl.admission.alloc = store
+	withCPU := func(p *v1.Pod, cpu string) *v1.Pod {
+		p = p.DeepCopy()
+		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}
+		return p
+	}
+	a := withCPU(apiPod("a", "a", now), "500m")
+	b := withCPU(apiPod("b", "b", now), "2")
+	f.kl.HandlePodAdditions([]*v1.Pod{a, b})
+	f.workers.take()
+	cpuOf := func(uid types.UID) string {
+		p, _ := f.kl.pods.podByUID(uid)
+		return p.Spec.Containers[0].Resources.Requests.Cpu().String()
+	}
+	f.kl.HandlePodUpdates([]*v1.Pod{withCPU(a, "1")})
+	if got := cpuOf("a"); got != "1" {
+		t.Fatalf("a fitting resize was not granted: a runs with %s", got)
+	}
+	f.kl.HandlePodUpdates([]*v1.Pod{withCPU(a, "2500m")})
+	p, pending := store.PendingResize("a")
+	if got := cpuOf("a"); got != "1" || !pending || p.Reason != "Deferred" || !strings.Contains(p.Message, "Node didn't have enough resource: cpu") {
+		t.Fatalf("a runs with %s; pending %v %+v", got, pending, p)
+	}
+	f.kl.HandlePodUpdates([]*v1.Pod{withCPU(a, "64")})
+	if p, _ := store.PendingResize("a"); p.Reason != "Infeasible" || !strings.Contains(p.Message, "capacity: cpu, requested: 64000") {
+		t.Fatalf("pending %+v", p)
+	}
+	f.kl.HandlePodUpdates([]*v1.Pod{withCPU(a, "2500m")})
+	// b leaves: housekeeping grants a's deferred resize and syncs it.
+	f.kl.HandlePodRemoves([]*v1.Pod{b})
+	f.workers.take()
+	if err := f.kl.HandlePodCleanups(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, still := store.PendingResize("a"); still || cpuOf("a") != "2500m" {
+		t.Fatalf("deferred resize not granted after b left: a runs with %s", cpuOf("a"))
+	}
+	if got := f.workers.take(); !slices.Contains(got, "update a") {
+		t.Fatalf("workers got %v", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/poddirs"
@@ -93,6 +94,16 @@ type SyncerOptions struct {
 	HostIPs  []string
 	Recorder record.EventRecorder
 	Clock    clock.Clock
+	// Resources says what each container was granted and runs with, and
+	// which resizes wait, for the status; nil reports no resources.
+	Resources resizeState
+}
+
+// resizeState is what the status reports of resources and resizes
+// (allocation.Store).
+type resizeState interface {
+	Actuated(uid types.UID, name string) (v1.ResourceRequirements, bool)
+	PendingResize(uid types.UID) (allocation.Pending, bool)
 }
 
 // noProbes is the prober when nothing is probed.
@@ -149,6 +160,8 @@ type PodSyncer struct {
 	recorder record.EventRecorder
 	clock    clock.Clock
 	reasons  *reasonCache
+	// resources is nil when nodelet keeps no allocations.
+	resources resizeState
 }
 
 var _ podworkers.Syncer = (*PodSyncer)(nil)
@@ -159,7 +172,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 	return &PodSyncer{
 		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
 		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
-		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(),
+		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources,
 	}
 }
 
@@ -171,7 +184,7 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 	old := oldStatus(s.status, pod)
 	in := statusInput{
 		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
-		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs,
+		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs, resources: s.resources,
 	}
 	in.ready = func(name string, st *container.Status) bool {
 		c := specContainer(pod, name)
@@ -255,6 +268,11 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 
 	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod))
 	s.reasons.update(pod.UID, result)
+	if hasCondition(status, v1.PodResizeInProgress) {
+		// The resize was applied now, and no container event will bring
+		// a sync to say so: report it at once.
+		s.status.SetPodStatus(pod, s.apiStatus(pod, rs, false))
+	}
 	if err := result.Error(); err != nil {
 		if !result.OnlyBackOff() {
 			return false, err
@@ -266,6 +284,15 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		}
 	}
 	return false, nil
+}
+
+func hasCondition(s v1.PodStatus, t v1.PodConditionType) bool {
+	for _, c := range s.Conditions {
+		if c.Type == t {
+			return true
+		}
+	}
+	return false
 }
 
 // SecretGetter reads a secret from the API server.

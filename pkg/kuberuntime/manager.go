@@ -90,6 +90,12 @@ type Options struct {
 	// Steps records each step of a pod's start and stop (its timeline);
 	// nil records nothing.
 	Steps StepRecorder
+	// Resources remembers what each running container was given, so a
+	// pod resized in place is seen and applied; nil sees no resize.
+	Resources ResourceState
+	// PodCgroup applies a pod's resources to its cgroup again (on a
+	// resize); nil when pods have no cgroups of their own.
+	PodCgroup func(pod *v1.Pod) error
 }
 
 // StepRecorder records a step of a pod's life: Begin starts it, and the
@@ -125,9 +131,11 @@ type Manager struct {
 	memoryCapacity int64
 	noCPUQuota     bool
 
-	images imagePuller
-	hooks  *hookRunner
-	steps  StepRecorder
+	images    imagePuller
+	hooks     *hookRunner
+	steps     StepRecorder
+	resources ResourceState
+	podCgroup func(*v1.Pod) error
 	// starts caps the runtime calls that start sandboxes and containers.
 	starts *startGate
 	// stopping holds what nodelet is stopping itself.
@@ -163,6 +171,12 @@ func New(o Options) *Manager {
 	if o.Steps == nil {
 		o.Steps = noSteps{}
 	}
+	if o.Resources == nil {
+		o.Resources = noResourceState{}
+	}
+	if o.PodCgroup == nil {
+		o.PodCgroup = func(*v1.Pod) error { return nil }
+	}
 	m := &Manager{
 		runtime:        o.Runtime,
 		helper:         o.Helper,
@@ -179,6 +193,8 @@ func New(o Options) *Manager {
 		starts:         newStartGate(MaxParallelPodStarts),
 		stopping:       newStopping(o.Clock),
 		steps:          o.Steps,
+		resources:      o.Resources,
+		podCgroup:      o.PodCgroup,
 	}
 	m.crashBackOff.Clock = o.Clock
 	m.hooks = &hookRunner{runtime: o.Runtime, clock: o.Clock, recorder: o.Recorder}

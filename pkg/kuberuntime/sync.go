@@ -24,7 +24,8 @@ import (
 //  4. create the sandbox if needed;
 //  5. start ephemeral containers;
 //  6. start the next init container (and sidecars);
-//  7. (in-place resize is not supported);
+//  7. resize running containers in place (a change whose resize policy
+//     restarts the container is a kill and a start instead);
 //  8. start app containers.
 //
 // Every step is recorded in the result with a typed error, so the caller
@@ -32,6 +33,7 @@ import (
 // exactly what went wrong.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret) (result container.PodSyncResult) {
 	actions := computePodActions(pod, status, m.health)
+	resizes := m.resizeActions(pod, status, &actions)
 	klog.V(3).InfoS("computePodActions", "pod", klog.KObj(pod), "podUID", pod.UID, "actions", actions.String())
 
 	if actions.CreateSandbox && actions.SandboxID != "" {
@@ -149,6 +151,8 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 			return result
 		}
 	}
+	// Step 7: containers resized in place.
+	m.applyResizes(ctx, pod, resizes, &result)
 	// Step 8.
 	for _, i := range actions.ContainersToStart {
 		start(kindRegular, &pod.Spec.Containers[i])

@@ -191,3 +191,15 @@ func MarkTerminatedByKubelet(s *v1.PodStatus, pod *v1.Pod, message string) {
 	}
 	s.Conditions = append(s.Conditions, cond)
 }
+
+// IsKubeletCondition reports whether the node agent owns a pod condition
+// type: it computes it on every status, and drops it when it no longer
+// holds (the resize conditions come and go).
+func IsKubeletCondition(t v1.PodConditionType) bool {
+	switch t {
+	case v1.PodScheduled, v1.PodReady, v1.PodInitialized, v1.ContainersReady, v1.PodReadyToStartContainers,
+		v1.PodResizePending, v1.PodResizeInProgress:
+		return true
+	}
+	return false
+}

@@ -379,7 +379,9 @@ func mergeStatus(api, ours v1.PodStatus) v1.PodStatus {
 		have[c.Type] = true
 	}
 	for _, c := range api.Conditions {
-		if !have[c.Type] {
+		// Others' conditions stay; one of ours that we no longer set
+		// (a resize done) goes.
+		if !have[c.Type] && !podutil.IsKubeletCondition(c.Type) {
 			out.Conditions = append(out.Conditions, c)
 		}
 	}

@@ -88,6 +88,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.o.RootDir, MemoryCapacity: node.memoryCapacity(),
 		// Pulls are serialised unless told otherwise, as upstream does.
 		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines,
+		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.o.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
@@ -61,7 +63,15 @@ type base struct {
 	// timelines keeps each pod's lifecycle steps; recorder feeds it
 	// every pod event.
 	timelines *timeline.Recorder
+	// allocations keeps what each pod's containers were granted and run
+	// with, for in-place resize.
+	allocations *allocation.Store
 }
+
+// allocationsFile, in the root directory, keeps what each pod's
+// containers were granted (not upstream's checkpoint files, whose format
+// differs).
+const allocationsFile = "nodelet_allocations.json"
 
 // A pod's timeline keeps at most timelineMaxSteps steps; the timelines of
 // the last timelineKeepFinished finished pods stay readable.
@@ -125,6 +135,9 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		}
 	}
 	b := &base{o: o, c: c, nodeName: nodeName, hostIPs: nodeIPs(), clock: clock.RealClock{}, shutdown: &nodeshutdown.State{}}
+	if b.allocations, err = allocation.Open(filepath.Join(o.RootDir, allocationsFile)); err != nil {
+		return nil, nil, err
+	}
 	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), status.New(b.clock)
 	var eventClient kubernetes.Interface
 	if o.Kubeconfig != "" {

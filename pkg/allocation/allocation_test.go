@@ -1,0 +1,64 @@
+package allocation
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func pod(uid, cpu string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c",
+		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}}}}}}
+}
+
+// What was granted and applied survives a restart; a pod's spec is run
+// with what it was granted; equivalent quantities are equal; pods not kept
+// are forgotten; a corrupt file is an error, not an empty store.
+func TestStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(pod("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetActuated("a", "c", pod("a", "1000m").Spec.Containers[0].Resources); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(pod("b", "1")); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.Actuated("a", "c"); !ok || got.Requests.Cpu().MilliValue() != 1000 {
+		t.Fatalf("actuated after reopening: %v %v", got, ok)
+	}
+	if run, changed := s.WithAllocation(pod("a", "1000m")); changed || run.Spec.Containers[0].Resources.Requests.Cpu().MilliValue() != 1000 {
+		t.Fatalf("1000m is what was granted: changed %v", changed)
+	}
+	run, changed := s.WithAllocation(pod("a", "2"))
+	if !changed || run.Spec.Containers[0].Resources.Requests.Cpu().String() != "1" {
+		t.Fatalf("a resize not granted runs with the grant: changed %v, %v", changed, run.Spec.Containers[0].Resources)
+	}
+	if err := s.Retain(func(uid types.UID) bool { return uid == "a" }); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ = Open(path); s.Known("b") || !s.Known("a") {
+		t.Fatal("b was kept, or a forgotten")
+	}
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("corrupt file: %v", err)
+	}
+}

@@ -1,0 +1,175 @@
+package kubelet
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/nodelet/nodelet/pkg/allocation"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+)
+
+// allocate grants an admitted pod what its spec asks for.
+func (a *admission) allocate(pod *v1.Pod) {
+	if a.alloc == nil || a.alloc.Known(pod.UID) {
+		return
+	}
+	if err := a.alloc.Allocate(pod); err != nil {
+		klog.ErrorS(err, "Failed to record the pod's allocation", "pod", klog.KObj(pod), "podUID", pod.UID)
+	}
+}
+
+// asRun is the pod as nodelet runs it: its containers with the resources
+// they were granted.
+func (a *admission) asRun(pod *v1.Pod) *v1.Pod {
+	if a.alloc == nil || podutil.IsMirror(pod) {
+		return pod
+	}
+	run, _ := a.alloc.WithAllocation(pod)
+	return run
+}
+
+// resize decides a change of an admitted pod's resources, as upstream's
+// allocation manager does: granted if the node can fit the pod as resized
+// beside the others (counted at what they were granted); Infeasible if
+// the pod alone asks for more CPU or memory than the node has; Deferred
+// otherwise (housekeeping asks again). It returns the pod as run: resized
+// once granted, as before until then.
+func (a *admission) resize(active []*v1.Pod, desired *v1.Pod) *v1.Pod {
+	if a.alloc == nil || podutil.IsMirror(desired) {
+		return desired
+	}
+	run, changed := a.alloc.WithAllocation(desired)
+	if !changed {
+		a.alloc.ClearPending(desired.UID)
+		return desired
+	}
+	if desired.DeletionTimestamp != nil || podutil.IsTerminal(desired.Status.Phase) {
+		return run
+	}
+	node := a.node()
+	req := resourcehelper.PodRequests(desired, resourcehelper.PodResourcesOptions{})
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		want, capacity := req[name], node.Status.Allocatable[name]
+		if _, known := node.Status.Allocatable[name]; known && want.Cmp(capacity) > 0 {
+			a.pend(run, desired, allocation.ReasonInfeasible, fmt.Sprintf("Node didn't have enough capacity: %s, requested: %d, capacity: %d",
+				name, amount(name, want), amount(name, capacity)))
+			return run
+		}
+	}
+	others := make([]*v1.Pod, 0, len(active))
+	for _, p := range active {
+		if p.UID != desired.UID {
+			others = append(others, p)
+		}
+	}
+	if r := checkResources(others, desired, node); r != nil {
+		a.pend(run, desired, allocation.ReasonDeferred, r.Message)
+		return run
+	}
+	if err := a.alloc.Allocate(desired); err != nil {
+		klog.ErrorS(err, "Failed to record a granted resize", "pod", klog.KObj(desired), "podUID", desired.UID)
+		return run
+	}
+	a.alloc.ClearPending(desired.UID)
+	klog.InfoS("Pod resize granted", "pod", klog.KObj(desired), "podUID", desired.UID)
+	return desired
+}
+
+func (a *admission) pend(run, desired *v1.Pod, reason, message string) {
+	if p, ok := a.alloc.PendingResize(desired.UID); !ok || p.Reason != reason || p.Message != message {
+		klog.InfoS("Pod resize not granted", "pod", klog.KObj(desired), "podUID", desired.UID, "reason", reason, "message", message)
+	}
+	a.alloc.SetPending(desired.UID, allocation.Pending{Reason: reason, Message: message, Desired: desired})
+}
+
+// forget drops the allocations of pods no longer kept.
+func (a *admission) forget(keep map[types.UID]bool) {
+	if a.alloc == nil {
+		return
+	}
+	if err := a.alloc.Retain(func(uid types.UID) bool { return keep[uid] }); err != nil {
+		klog.ErrorS(err, "Failed to forget the allocations of finished pods")
+	}
+}
+
+// retryDeferredResizes asks again for each resize that did not fit: pods
+// may have left or shrunk since. A resize granted now is synced at once.
+func (kl *Kubelet) retryDeferredResizes(all []*v1.Pod) {
+	if kl.admission.alloc == nil {
+		return
+	}
+	for _, p := range kl.admission.alloc.Deferred() {
+		current, ok := kl.pods.podByUID(p.Desired.UID)
+		if !ok {
+			continue
+		}
+		desired := current.DeepCopy()
+		desired.Spec = *p.Desired.Spec.DeepCopy()
+		run := kl.admission.resize(kl.activePods(all), desired)
+		if _, still := kl.admission.alloc.PendingResize(desired.UID); still {
+			continue
+		}
+		kl.pods.addOrUpdate(run)
+		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: run, MirrorPod: kl.pods.mirrorPodOf(run), UpdateType: podworkers.UpdateUpdate, StartTime: kl.clock.Now()})
+	}
+}
+
+// resizeConditions fills in each container's resources (what it runs
+// with, for a running container; the API server refuses every resize of a
+// pod whose running containers report none) and what it was granted, and
+// returns the resize conditions: PodResizePending while a resize waits
+// (Deferred or Infeasible), PodResizeInProgress while a running container
+// does not run with what it was granted yet.
+func resizeConditions(in statusInput, s *v1.PodStatus) []v1.PodCondition {
+	if in.resources == nil {
+		return nil
+	}
+	inProgress := false
+	for _, group := range []struct {
+		specs    []v1.Container
+		statuses []v1.ContainerStatus
+	}{{in.pod.Spec.InitContainers, s.InitContainerStatuses}, {in.pod.Spec.Containers, s.ContainerStatuses}} {
+		for i := range group.statuses {
+			cs := &group.statuses[i]
+			spec := specContainerIn(group.specs, cs.Name)
+			if spec == nil {
+				continue
+			}
+			cs.AllocatedResources = spec.Resources.Requests.DeepCopy()
+			if cs.State.Running == nil {
+				continue
+			}
+			applied, ok := in.resources.Actuated(in.pod.UID, cs.Name)
+			if !ok {
+				applied = spec.Resources
+			}
+			cs.Resources = applied.DeepCopy()
+			if !allocation.Equal(applied, spec.Resources) {
+				inProgress = true
+			}
+		}
+	}
+	var out []v1.PodCondition
+	if p, ok := in.resources.PendingResize(in.pod.UID); ok {
+		out = append(out, v1.PodCondition{Type: v1.PodResizePending, Status: v1.ConditionTrue, Reason: p.Reason, Message: p.Message})
+	}
+	if inProgress {
+		out = append(out, v1.PodCondition{Type: v1.PodResizeInProgress, Status: v1.ConditionTrue})
+	}
+	return out
+}
+
+func specContainerIn(specs []v1.Container, name string) *v1.Container {
+	for i := range specs {
+		if specs[i].Name == name {
+			return &specs[i]
+		}
+	}
+	return nil
+}
