@@ -66,6 +66,12 @@ func NewGC(o GCOptions) *GC { return &GC{o: o, records: map[string]*imageRecord{
 
 // Run collects images every period until ctx ends.
 func (g *GC) Run(ctx context.Context) {
+	// The images are known from the start, as upstream detects them, so
+	// their age (imageMinimumGCAge) counts from then: eviction under disk
+	// pressure may remove those old enough before the first collection.
+	if _, err := g.candidates(ctx); err != nil {
+		klog.ErrorS(err, "Listing images for garbage collection failed")
+	}
 	periodic.Run(ctx, g.o.Clock, g.o.Period, false, func(ctx context.Context) {
 		if err := g.Collect(ctx); err != nil {
 			klog.ErrorS(err, "Image garbage collection failed")

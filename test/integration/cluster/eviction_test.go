@@ -5,7 +5,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -133,9 +137,16 @@ func TestLocalStorageLimitsEvict(t *testing.T) {
 		}
 		return p
 	}
+	// layerfill's second container asks for much: the pod as a whole
+	// stays within its containers' sum, its writer alone does not.
+	layerfill := filler("layerfill", "/var/fill/f", 24, "", "8Mi")
+	roomy := layerfill.Spec.Containers[0]
+	roomy.Name, roomy.Command = "roomy", []string{"sleep", "3600"}
+	roomy.Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
+	layerfill.Spec.Containers = append(layerfill.Spec.Containers, roomy)
 	for _, p := range []*v1.Pod{
 		filler("dirfill", "/scratch/fill", 24, "8Mi", ""),
-		filler("layerfill", "/var/fill/f", 24, "", "8Mi"),
+		layerfill,
 		filler("calm", "/scratch/fill", 1, "100Mi", "100Mi"),
 	} {
 		if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -144,7 +155,7 @@ func TestLocalStorageLimitsEvict(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"dirfill":   `Usage of EmptyDir volume "scratch" exceeds the limit "8Mi". `,
-		"layerfill": `Pod ephemeral local storage usage exceeds the total limit of containers 8Mi. `,
+		"layerfill": `Container main exceeded its local ephemeral storage limit "8Mi". `,
 	} {
 		p := waitPod(t, 90*time.Second, ns, name, func(p *v1.Pod) (bool, string) {
 			return p.Status.Phase == v1.PodFailed, fmt.Sprintf("%s: phase %s", name, p.Status.Phase)
@@ -164,5 +175,68 @@ func TestLocalStorageLimitsEvict(t *testing.T) {
 	}
 	if strings.Contains(n.Log(), `local storage limit" pod="`+ns+`/calm"`) {
 		t.Fatal("the calm pod was evicted")
+	}
+}
+
+// Disk pressure reclaims node-level resources first: with nodefs.available
+// set 512 MiB below what the disk has free, a pod writing 1 GiB into its
+// emptyDir brings the node under pressure; nodelet removes the unused
+// images first, and, that not being enough, evicts the writer. It runs on
+// a containerd of its own, whose images it may lose.
+func TestDiskPressureReclaimsImagesFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	own, err := testbed.StartContainerdWith(ctx, 7, testbed.ContainerdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := own.Stop(); err != nil {
+			t.Errorf("stopping the test's containerd: %v", err)
+		}
+	})
+	ns := namespace(t)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(os.TempDir(), &st); err != nil {
+		t.Fatal(err)
+	}
+	threshold := st.Bavail*uint64(st.Bsize) - 512<<20
+	n := startNode(t, "node-disk", own, fmt.Sprintf("imageMinimumGCAge: 1s\nevictionHard: {nodefs.available: %q}\n", fmt.Sprint(threshold)))
+	waitNodeReady(t, n.NodeName, 30*time.Second)
+	hasImage := func(name string) bool {
+		resp, err := own.Images.ListImages(context.Background(), &runtimeapi.ListImagesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, img := range resp.Images {
+			if slices.Contains(img.RepoTags, name) {
+				return true
+			}
+		}
+		return false
+	}
+	if !hasImage(testbed.GRPCHealthImage) {
+		t.Fatal("the unused image is not there to begin with")
+	}
+	writer := busyboxPod("writer", n.NodeName, "sh", "-c", "sleep 2; dd if=/dev/zero of=/scratch/fill bs=1M count=1024; sleep 3600")
+	writer.Spec.TerminationGracePeriodSeconds = new(int64(1))
+	writer.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	writer.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, writer, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, 120*time.Second, ns, "writer", func(p *v1.Pod) (bool, string) {
+		return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
+	})
+	if p.Status.Reason != "Evicted" || !strings.HasPrefix(p.Status.Message, "The node was low on resource: ephemeral-storage.") {
+		t.Fatalf("writer: %s %q", p.Status.Reason, p.Status.Message)
+	}
+	log := n.Log()
+	reclaimed, evicted := strings.Index(log, "Removed unused images under disk pressure"), strings.Index(log, `"Eviction manager: evicting pod"`)
+	if reclaimed < 0 || evicted < 0 || reclaimed > evicted {
+		t.Fatalf("images reclaimed at %d, pod evicted at %d in the log: want the images first", reclaimed, evicted)
+	}
+	if hasImage(testbed.GRPCHealthImage) {
+		t.Fatal("the unused image is still there")
 	}
 }
