@@ -59,22 +59,26 @@ func TestPods(t *testing.T) {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
+// httpGet returns a GET's status code and body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
 func TestHealthz(t *testing.T) {
 	var health error
 	srv := httptest.NewServer(NewReadOnly(pods{}, func() error { return health }))
 	defer srv.Close()
-	get := func() (int, string) {
-		resp, err := http.Get(srv.URL + "/healthz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(b)
-	}
+	get := func() (int, string) { return httpGet(t, srv.URL+"/healthz") }
 	if code, body := get(); code != 200 || body != "ok" {
 		t.Fatalf("healthy: %d %q", code, body)
 	}
@@ -312,18 +316,7 @@ func TestTimeline(t *testing.T) {
 	rec.Add(pod, timeline.Step{Kind: timeline.KindSource, Name: "seen", Start: clk.Now(), End: clk.Now(), Outcome: "ok"})
 	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Timelines: rec}))
 	defer srv.Close()
-	get := func(path string) (int, string) {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return httpGet(t, srv.URL+path) }
 	code, body := get("/debug/pods/ns/web/timeline")
 	var tl timeline.Timeline
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &tl) != nil || tl.UID != "u1" || len(tl.Steps) != 1 || tl.Steps[0].Name != "seen" {

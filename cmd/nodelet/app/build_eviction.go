@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
 	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
@@ -19,13 +21,9 @@ const evictionInterval = 10 * time.Second
 // container, then evicts pods through the core.
 func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *coreParts) ([]component, error) {
 	c := b.c
-	hard, err := nodestatus.ParseThresholds(evictionHard(c))
+	hard, soft, err := evictionThresholds(c)
 	if err != nil {
-		return nil, fmt.Errorf("evictionHard: %w", err)
-	}
-	soft, err := nodestatus.ParseThresholds(c.EvictionSoft)
-	if err != nil {
-		return nil, fmt.Errorf("evictionSoft: %w", err)
+		return nil, err
 	}
 	reclaim, err := nodestatus.ParseThresholds(c.EvictionMinimumReclaim)
 	if err != nil {
@@ -48,4 +46,16 @@ func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *corePa
 		Recorder: b.recorder, Clock: b.clock, Interval: evictionInterval,
 	})
 	return []component{runs("eviction manager", m.Run)}, nil
+}
+
+// evictionThresholds are evictionHard (upstream's defaults when unset)
+// and evictionSoft, parsed.
+func evictionThresholds(c *kubeletv1beta1.KubeletConfiguration) (hard, soft nodestatus.Thresholds, err error) {
+	if hard, err = nodestatus.ParseThresholds(evictionHard(c)); err != nil {
+		return nil, nil, fmt.Errorf("evictionHard: %w", err)
+	}
+	if soft, err = nodestatus.ParseThresholds(c.EvictionSoft); err != nil {
+		return nil, nil, fmt.Errorf("evictionSoft: %w", err)
+	}
+	return hard, soft, nil
 }

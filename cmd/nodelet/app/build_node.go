@@ -91,13 +91,9 @@ func evictionHard(c *kubeletv1beta1.KubeletConfiguration) map[string]string {
 // pressureMonitor watches the eviction signals against evictionHard and
 // evictionSoft for the node's pressure conditions.
 func pressureMonitor(c *kubeletv1beta1.KubeletConfiguration, p *stats.Provider, b *base) (*nodestatus.PressureMonitor, error) {
-	th, err := nodestatus.ParseThresholds(evictionHard(c))
+	th, soft, err := evictionThresholds(c)
 	if err != nil {
-		return nil, fmt.Errorf("evictionHard: %w", err)
-	}
-	soft, err := nodestatus.ParseThresholds(c.EvictionSoft)
-	if err != nil {
-		return nil, fmt.Errorf("evictionSoft: %w", err)
+		return nil, err
 	}
 	return nodestatus.NewPressureMonitor(nodestatus.PressureOptions{
 		Signals: p.Signals, Thresholds: th, Soft: soft, TransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
