@@ -65,6 +65,8 @@ type NodeletOptions struct {
 	// Address is where nodelet serves (default 127.0.0.1); the API server
 	// reaches a node at its InternalIP.
 	Address string
+	// RuntimeEndpoint overrides the containerd's socket (a CRIProxy's).
+	RuntimeEndpoint string
 }
 
 // Failpoint makes nodelet act at the named point of pkg/failpoint
@@ -136,7 +138,11 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 	}
 	// Test nodelets share the host: none takes the fixed /healthz port.
 	// CI's hosts run cgroup v1, which upstream's default refuses.
-	cfg := n.kubeletConfig(cd.Endpoint, opts.Address, opts.CgroupRoot) + "healthzPort: 0\nfailCgroupV1: false\n" + opts.ExtraConfig
+	endpoint := cd.Endpoint
+	if opts.RuntimeEndpoint != "" {
+		endpoint = opts.RuntimeEndpoint
+	}
+	cfg := n.kubeletConfig(endpoint, opts.Address, opts.CgroupRoot) + "healthzPort: 0\nfailCgroupV1: false\n" + opts.ExtraConfig
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
