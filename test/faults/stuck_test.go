@@ -18,7 +18,7 @@ import (
 func TestStuckStopHurtsOnePod(t *testing.T) {
 	const others = 10
 	record(t, row{scenario: "StopContainer stuck for one pod", load: fmt.Sprintf("%d pods created and deleted", others),
-		fault: "one pod's StopContainer hangs",
+		fault:      "one pod's StopContainer hangs",
 		invariants: []string{invNoneLost, invNoRestart, invNoCRILeak, invNoHostLeak, invNoGoroutine, "others unaffected", "healthz ok"}})
 	proxy, err := testbed.StartCRIProxy(cd, t.TempDir())
 	if err != nil {
