@@ -54,11 +54,15 @@ func TestStuckStopHurtsOnePod(t *testing.T) {
 	if err := n.Healthz(); err != nil {
 		t.Fatalf("healthz while one stop hangs: %v", err)
 	}
-	// The stuck call failed the victim's sync by its deadline, named, and
-	// was tried again.
+	// The stuck call failed the victim's sync by its deadline, with a
+	// FailedKillPod event naming it, and was tried again.
 	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
-		return proxy.Held("StopContainer", stuck) >= 2 && strings.Contains(n.Log(), "stopping container main ("+stuck+")"),
-			fmt.Sprintf("stop held %d times; no error naming it", proxy.Held("StopContainer", stuck))
+		event := false
+		for _, l := range strings.Split(n.Log(), "\n") {
+			event = event || strings.Contains(l, `reason="FailedKillPod"`) && strings.Contains(l, "stopping container main ("+stuck+")")
+		}
+		return proxy.Held("StopContainer", stuck) >= 2 && event,
+			fmt.Sprintf("stop held %d times; FailedKillPod event naming it: %v", proxy.Held("StopContainer", stuck), event)
 	})
 	t.Logf("10 pods created and deleted in %v while one stop hung", took.Round(time.Millisecond))
 	proxy.Release("StopContainer", stuck)
