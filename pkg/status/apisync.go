@@ -66,6 +66,7 @@ type APISyncer struct {
 	m      *Manager
 	pods   PodSource
 	clock  clock.WithTicker
+	steps  StepRecorder
 	queue  workqueue.TypedDelayingInterface[types.UID]
 
 	mu sync.Mutex
@@ -89,14 +90,38 @@ type checkedPair struct {
 }
 
 // NewAPISyncer returns a syncer for m's statuses.
-func NewAPISyncer(client kubernetes.Interface, m *Manager, pods PodSource, clk clock.WithTicker) *APISyncer {
+func NewAPISyncer(o APISyncerOptions) *APISyncer {
+	if o.Steps == nil {
+		o.Steps = noSteps{}
+	}
 	return &APISyncer{
-		client: client, m: m, pods: pods, clock: clk,
-		queue:  workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{Clock: clk, Name: ""}),
+		client: o.Client, m: o.Status, pods: o.Pods, clock: o.Clock, steps: o.Steps,
+		queue:  workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{Clock: o.Clock, Name: ""}),
 		synced: map[types.UID]uint64{}, target: map[types.UID]types.UID{}, deleted: map[types.UID]bool{},
 		reread: map[types.UID]bool{}, checked: map[types.UID]checkedPair{},
 	}
 }
+
+// APISyncerOptions configure an APISyncer.
+type APISyncerOptions struct {
+	Client kubernetes.Interface
+	Status *Manager
+	Pods   PodSource
+	Clock  clock.WithTicker
+	// Steps records each status written in the pod's timeline; nil
+	// records nothing.
+	Steps StepRecorder
+}
+
+// StepRecorder records a step of a pod's life: Begin starts it, and the
+// function it returns ends it with its error and a detail.
+type StepRecorder interface {
+	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+}
+
+type noSteps struct{}
+
+func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // Run syncs until ctx ends.
 func (s *APISyncer) Run(ctx context.Context) {
@@ -339,7 +364,10 @@ func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.client.CoreV1().Pods(obj.Namespace).Patch(ctx, obj.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	end := s.steps.Begin(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.uid, Namespace: obj.Namespace, Name: obj.Name}}, "status", "written to the API")
+	_, err = s.client.CoreV1().Pods(obj.Namespace).Patch(ctx, obj.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	end(err, fmt.Sprintf("phase %s, version %d", merged.Phase, p.version))
+	if err != nil {
 		return fmt.Errorf("patching status: %w", err)
 	}
 	klog.V(3).InfoS("Status for pod updated successfully", "pod", klog.KObj(obj), "podUID", p.uid, "statusVersion", p.version, "phase", merged.Phase)

@@ -49,7 +49,7 @@ func newSyncer(t *testing.T, objs ...*v1.Pod) (*APISyncer, *Manager, *fake.Clien
 	for _, o := range objs {
 		pods.desired[o.UID] = o
 	}
-	return NewAPISyncer(client, m, pods, clk), m, client, pods
+	return NewAPISyncer(APISyncerOptions{Client: client, Status: m, Pods: pods, Clock: clk}), m, client, pods
 }
 
 func apiPod(t *testing.T, c *fake.Clientset, name string) *v1.Pod {
@@ -332,4 +332,27 @@ func TestSyncerFlush(t *testing.T) {
 	}
 	fcancel()
 	<-flushed
+}
+
+type stepLog []string
+
+func (l *stepLog) Begin(pod *v1.Pod, kind, name string) func(error, string) {
+	return func(err error, detail string) {
+		*l = append(*l, fmt.Sprintf("%s %s %s: %v %s", pod.UID, kind, name, err, detail))
+	}
+}
+
+// Each status written to the API is a step of the pod's timeline; a
+// status already there is not written, so not a step.
+func TestWritesAreTimelineSteps(t *testing.T) {
+	pod := testPod("a")
+	s, m, _, _ := newSyncer(t, pod)
+	steps := &stepLog{}
+	s.steps = steps
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	s.SyncBatch(context.Background())
+	s.SyncBatch(context.Background())
+	if got := strings.Join(*steps, "; "); got != string(pod.UID)+" status written to the API: <nil> phase Running, version 1" {
+		t.Fatalf("steps %q", got)
+	}
 }

@@ -35,6 +35,7 @@ const (
 	KindHook        = "hook"        // a lifecycle hook
 	KindKill        = "kill"        // stopping a container
 	KindProbe       = "probe"       // a probe result that changed
+	KindStatus      = "status"      // the status written to the API
 	KindTerminating = "terminating" // stopping its containers
 	KindTerminated  = "terminated"  // releasing what it held
 )

@@ -65,7 +65,9 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	})
 	parts := &coreParts{kubelet: core, workers: workers, components: append(sources, component{"sync loop", core.Run})}
 	if b.client != nil {
-		parts.statusSyncer = status.NewAPISyncer(b.client, b.status, apiPods{core, workers}, b.clock)
+		parts.statusSyncer = status.NewAPISyncer(status.APISyncerOptions{
+			Client: b.client, Status: b.status, Pods: apiPods{core, workers}, Clock: b.clock, Steps: b.timelines,
+		})
 		parts.components = append(parts.components, runs("pod status syncer", parts.statusSyncer.Run))
 	}
 	return parts

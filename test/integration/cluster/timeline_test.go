@@ -77,8 +77,8 @@ func TestTimelineOfAPod(t *testing.T) {
 	img := testbed.BusyboxImage
 	want := []string{"source:seen", "wait:waiting to be admitted and synced", "sync:sync (create)", "volume:scratch", "volume:info",
 		"sandbox:attempt 0", "image:" + img, "container:init", "event:Started", "image:" + img, "container:main", "running:running"}
-	if !inOrder(order, want) || !slices.Contains(order, "probe:Readiness main") {
-		t.Fatalf("steps %v\nwant in order %v, and the probe", order, want)
+	if !inOrder(order, want) || !slices.Contains(order, "probe:Readiness main") || !slices.Contains(order, "status:written to the API") {
+		t.Fatalf("steps %v\nwant in order %v, the probe and a status write", order, want)
 	}
 	for _, s := range tl.Steps {
 		if s.Kind == timeline.KindImage && !strings.Contains(s.Detail, " bytes") {
