@@ -75,6 +75,8 @@ type PodConfig struct {
 	recorder record.EventRecorder
 	clock    clock.PassiveClock
 	updates  chan PodUpdate
+	// steps, if set, records merge operations in pods' timelines.
+	steps StepRecorder
 
 	// mu guards the merge state. It is never held while sending on
 	// updates: the sync loop, which may be behind, reads Sources (through
@@ -86,9 +88,22 @@ type PodConfig struct {
 	pods    map[string]map[types.UID]*v1.Pod
 }
 
+// StepRecorder records a step of a pod's life: Begin starts it, and the
+// function it returns ends it with its error and a detail.
+type StepRecorder interface {
+	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+}
+
+// Option configures a PodConfig.
+type Option func(*PodConfig)
+
+// WithSteps records each pod's merge operations (ADD, UPDATE, DELETE,
+// REMOVE; not the status-only RECONCILE) in its timeline.
+func WithSteps(r StepRecorder) Option { return func(c *PodConfig) { c.steps = r } }
+
 // New returns a PodConfig with no sources yet.
-func New(recorder record.EventRecorder, clk clock.PassiveClock) *PodConfig {
-	return &PodConfig{
+func New(recorder record.EventRecorder, clk clock.PassiveClock, opts ...Option) *PodConfig {
+	c := &PodConfig{
 		recorder: recorder,
 		clock:    clk,
 		updates:  make(chan PodUpdate, updatesBuffer),
@@ -96,6 +111,10 @@ func New(recorder record.EventRecorder, clk clock.PassiveClock) *PodConfig {
 		seen:     map[string]bool{},
 		pods:     map[string]map[types.UID]*v1.Pod{},
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // Updates is the stream the sync loop consumes.
@@ -130,11 +149,22 @@ func (c *PodConfig) Sources() []string {
 // source starts only after the previous one's updates were sent.
 func (c *PodConfig) Set(ctx context.Context, source string, pods []*v1.Pod) {
 	for _, u := range c.mergeSet(source, pods) {
+		c.recordSteps(u)
 		select {
 		case c.updates <- u:
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// recordSteps puts the update's operation in each pod's timeline.
+func (c *PodConfig) recordSteps(u PodUpdate) {
+	if c.steps == nil || u.Op == RECONCILE {
+		return
+	}
+	for _, p := range u.Pods {
+		c.steps.Begin(p, "merge", u.Op.String())(nil, "from source "+u.Source)
 	}
 }
 

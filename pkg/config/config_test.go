@@ -334,3 +334,28 @@ func TestMergeLeavesItsInputAlone(t *testing.T) {
 		t.Fatalf("the merge changed its input: %+v", p.ObjectMeta)
 	}
 }
+
+type stepLog []string
+
+func (l *stepLog) Begin(pod *v1.Pod, kind, name string) func(error, string) {
+	return func(_ error, detail string) {
+		*l = append(*l, fmt.Sprintf("%s %s %s (%s)", pod.Name, kind, name, detail))
+	}
+}
+
+// Each pod's merge operations are steps of its timeline, but for the
+// status-only RECONCILE (every status write comes back as one).
+func TestMergeStepsForTheTimeline(t *testing.T) {
+	steps := &stepLog{}
+	c := New(record.NewFakeRecorder(100), testingclock.NewFakeClock(time.Unix(1000, 0)), WithSteps(steps))
+	ctx := context.Background()
+	a, b := mkPod("a", "a"), mkPod("b", "b")
+	c.Set(ctx, "api", copies([]*v1.Pod{a, b})) // the updates fit the channel's buffer
+	next := copies([]*v1.Pod{a})
+	next[0].Status.Phase = v1.PodRunning
+	c.Set(ctx, "api", next)
+	want := "a merge ADD (from source api); b merge ADD (from source api); b merge REMOVE (from source api)"
+	if got := strings.Join(*steps, "; "); got != want {
+		t.Fatalf("steps %q\nwant  %q", got, want)
+	}
+}

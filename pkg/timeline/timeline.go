@@ -24,6 +24,7 @@ import (
 // Step kinds.
 const (
 	KindSource      = "source"      // the pod was first seen
+	KindMerge       = "merge"       // an operation of the sources' merge
 	KindWait        = "wait"        // time between steps, before the pod ran
 	KindSync        = "sync"        // one SyncPod
 	KindRunning     = "running"     // first reported Running

@@ -51,7 +51,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
 		Clock: b.clock, ResyncInterval: b.c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
 	})
-	podConfig := config.New(b.recorder, b.clock)
+	podConfig := config.New(b.recorder, b.clock, config.WithSteps(b.timelines))
 	sources := podSources(b, podConfig)
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, HostIPs: b.hostIPs, Node: reporter.node,

@@ -75,7 +75,7 @@ func TestTimelineOfAPod(t *testing.T) {
 	// and started), then the main one, then the pod runs; its readiness
 	// probe passes.
 	img := testbed.BusyboxImage
-	want := []string{"source:seen", "wait:waiting to be admitted and synced", "sync:sync (create)", "volume:scratch", "volume:info",
+	want := []string{"source:seen", "merge:ADD", "sync:sync (create)", "volume:scratch", "volume:info",
 		"sandbox:attempt 0", "image:" + img, "container:init", "event:Started", "image:" + img, "container:main", "running:running"}
 	if !inOrder(order, want) || !slices.Contains(order, "probe:Readiness main") || !slices.Contains(order, "status:written to the API") {
 		t.Fatalf("steps %v\nwant in order %v, the probe and a status write", order, want)
