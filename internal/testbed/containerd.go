@@ -209,8 +209,10 @@ func (c *Containerd) launch(ctx context.Context, bin, cfgPath, path string) erro
 	}
 	var v *runtimeapi.VersionResponse
 	c.conn, v, err = kuberuntime.Dial(ctx, c.Endpoint, 30*time.Second)
-	for i := 0; err != nil && i < 100; i++ {
-		// The socket appears a moment after the process starts.
+	// The socket appears a moment after the process starts: under load
+	// (every suite starting at once in make test) containerd 2.x once took
+	// more than the 5 s this waited before.
+	for deadline := time.Now().Add(time.Minute); err != nil && time.Now().Before(deadline) && ctx.Err() == nil; {
 		time.Sleep(50 * time.Millisecond)
 		c.conn, v, err = kuberuntime.Dial(ctx, c.Endpoint, 30*time.Second)
 	}
