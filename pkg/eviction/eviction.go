@@ -227,7 +227,7 @@ func (m *Manager) evict(ctx context.Context, th threshold, readings map[string]n
 	usage := usageByPod(summary)
 	rank(th.signal, pods, usage)
 	for _, pod := range pods {
-		if isCritical(pod) {
+		if podutil.IsCritical(pod) {
 			klog.InfoS("Eviction manager: cannot evict a critical pod", "pod", klog.KObj(pod), "podUID", pod.UID)
 			continue
 		}

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // localStorage evicts every pod over one of its own local storage limits,
@@ -24,7 +26,7 @@ func (m *Manager) localStorage(ctx context.Context, summary *statsapi.Summary) [
 	var out []*v1.Pod
 	for _, pod := range m.o.Pods.ActivePods() {
 		ps, ok := stats[pod.UID]
-		if !ok || isCritical(pod) {
+		if !ok || podutil.IsCritical(pod) {
 			continue
 		}
 		if msg := overLocalLimit(pod, ps); msg != "" {

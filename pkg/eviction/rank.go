@@ -11,7 +11,6 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/nodestatus"
-	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // Resources that are not API resource names: what inode and PID
@@ -130,17 +129,6 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
-
-// isCritical says whether eviction must spare the pod: static and
-// mirror pods (they would not be admitted again) and pods of a
-// system-critical priority.
-func isCritical(pod *v1.Pod) bool {
-	return podutil.IsStatic(pod) || podutil.IsMirror(pod) || priority(pod) >= systemCriticalPriority
-}
-
-// systemCriticalPriority is the priority of system-cluster-critical; the
-// node-critical class is above it.
-const systemCriticalPriority = 2 * 1000000000
 
 // message is upstream's eviction message: the resource the node is low
 // on, the threshold and what is available, and each container using more

@@ -32,10 +32,6 @@ type admission struct {
 	alloc *allocation.Store
 }
 
-// systemCriticalPriority is upstream's threshold of critical pods, which
-// are admitted under pressure.
-const systemCriticalPriority = 2 * 1000000000
-
 // checkPressure refuses pods the way upstream's eviction manager admits
 // them: under memory pressure alone only BestEffort pods that do not
 // tolerate it are refused; under disk or PID pressure every pod is. Static
@@ -45,8 +41,7 @@ func (a *admission) checkPressure(pod *v1.Pod) *Rejection {
 		return nil
 	}
 	pressure := a.pressure()
-	if len(pressure) == 0 || podutil.IsStatic(pod) || podutil.IsMirror(pod) ||
-		(pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority) {
+	if len(pressure) == 0 || podutil.IsCritical(pod) {
 		return nil
 	}
 	var conds []string

@@ -122,7 +122,7 @@ func TestAdmissionUnderPressure(t *testing.T) {
 	static := mk("static")
 	static.Annotations = map[string]string{podutil.ConfigSourceAnnotationKey: podutil.FileSource}
 	critical := mk("critical")
-	critical.Spec.Priority = new(int32(systemCriticalPriority))
+	critical.Spec.Priority = new(int32(podutil.SystemCriticalPriority))
 
 	for _, tc := range []struct {
 		pressure []v1.NodeConditionType

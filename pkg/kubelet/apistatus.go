@@ -83,7 +83,7 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 
 	// Conditions owned by others (readiness gates, disruption) are kept.
 	for _, c := range pod.Status.Conditions {
-		if !kubeletCondition(c.Type) {
+		if !podutil.IsKubeletCondition(c.Type) {
 			s.Conditions = append(s.Conditions, c)
 		}
 	}
@@ -100,7 +100,7 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 	// (PodObservedGenerationTracking, on by default since v1.34).
 	s.ObservedGeneration = pod.Generation
 	for i := range s.Conditions {
-		if kubeletCondition(s.Conditions[i].Type) {
+		if podutil.IsKubeletCondition(s.Conditions[i].Type) {
 			s.Conditions[i].ObservedGeneration = pod.Generation
 		}
 	}
@@ -127,8 +127,6 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 	s.StartTime = in.old.StartTime
 	return s
 }
-
-func kubeletCondition(t v1.PodConditionType) bool { return podutil.IsKubeletCondition(t) }
 
 // regularContainerCreated reports whether any app container exists in
 // the runtime: initialisation then happened at some point.

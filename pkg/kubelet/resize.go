@@ -131,13 +131,10 @@ func resizeConditions(in statusInput, s *v1.PodStatus) []v1.PodCondition {
 		return nil
 	}
 	inProgress := false
-	for _, group := range []struct {
-		specs    []v1.Container
-		statuses []v1.ContainerStatus
-	}{{in.pod.Spec.InitContainers, s.InitContainerStatuses}, {in.pod.Spec.Containers, s.ContainerStatuses}} {
-		for i := range group.statuses {
-			cs := &group.statuses[i]
-			spec := specContainerIn(group.specs, cs.Name)
+	for _, statuses := range [][]v1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
+		for i := range statuses {
+			cs := &statuses[i]
+			spec := specContainer(in.pod, cs.Name)
 			if spec == nil {
 				continue
 			}
@@ -163,13 +160,4 @@ func resizeConditions(in statusInput, s *v1.PodStatus) []v1.PodCondition {
 		out = append(out, v1.PodCondition{Type: v1.PodResizeInProgress, Status: v1.ConditionTrue})
 	}
 	return out
-}
-
-func specContainerIn(specs []v1.Container, name string) *v1.Container {
-	for i := range specs {
-		if specs[i].Name == name {
-			return &specs[i]
-		}
-	}
-	return nil
 }

@@ -51,8 +51,7 @@ const (
 // Priorities of upstream's two groups when only shutdownGracePeriod and
 // shutdownGracePeriodCriticalPods are set.
 const (
-	defaultPriority        = 0
-	systemCriticalPriority = 2 * 1000000000
+	defaultPriority = 0
 )
 
 // ErrShuttingDown is what Err reports while the node shuts down.
@@ -78,7 +77,7 @@ func Groups(c *kubeletv1beta1.KubeletConfiguration) []Group {
 	if len(out) == 0 && total > 0 && critical <= total {
 		out = []Group{
 			{Priority: defaultPriority, Period: (total - critical).Truncate(time.Second)},
-			{Priority: systemCriticalPriority, Period: critical.Truncate(time.Second)},
+			{Priority: podutil.SystemCriticalPriority, Period: critical.Truncate(time.Second)},
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Priority < out[j].Priority })

@@ -19,6 +19,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 func TestGroups(t *testing.T) {
@@ -140,8 +141,8 @@ func start(t *testing.T, groups []Group, active pods) *fixture {
 // its grace period and its group's; a group waits for its pods or its
 // period, whichever ends first.
 func TestShutdownStopsGroupsInOrder(t *testing.T) {
-	groups := []Group{{Priority: 0, Period: 20 * time.Second}, {Priority: systemCriticalPriority, Period: 10 * time.Second}}
-	f := start(t, groups, pods{pod("web", 0, 30), pod("batch", 100, 5), pod("dns", systemCriticalPriority, 30)})
+	groups := []Group{{Priority: 0, Period: 20 * time.Second}, {Priority: podutil.SystemCriticalPriority, Period: 10 * time.Second}}
+	f := start(t, groups, pods{pod("web", 0, 30), pod("batch", 100, 5), pod("dns", podutil.SystemCriticalPriority, 30)})
 	if f.state.Err() != nil {
 		t.Fatal("shutting down before the signal")
 	}

@@ -203,3 +203,14 @@ func IsKubeletCondition(t v1.PodConditionType) bool {
 	}
 	return false
 }
+
+// SystemCriticalPriority is upstream's threshold of critical pods
+// (system-cluster-critical; system-node-critical is above it).
+const SystemCriticalPriority = 2 * 1000000000
+
+// IsCritical reports whether the node must spare the pod: static and
+// mirror pods (they are not admitted again) and pods of a system-critical
+// priority, as upstream's IsCriticalPod.
+func IsCritical(pod *v1.Pod) bool {
+	return IsStatic(pod) || IsMirror(pod) || (pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority)
+}
