@@ -361,7 +361,7 @@ func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
 	})
 	for _, pod := range pods {
 		existing := kl.pods.pods()
-		pod = kl.admission.resize(kl.activePods(existing), pod)
+		pod = kl.admission.resize(func() []*v1.Pod { return kl.activePods(existing) }, pod)
 		kl.pods.addOrUpdate(pod)
 		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
 		if wasMirror {
@@ -390,7 +390,7 @@ func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
 func (kl *Kubelet) HandlePodUpdates(pods []*v1.Pod) {
 	start := kl.clock.Now()
 	for _, pod := range pods {
-		pod = kl.admission.resize(kl.activePods(kl.pods.pods()), pod)
+		pod = kl.admission.resize(kl.ActivePods, pod)
 		kl.pods.addOrUpdate(pod)
 		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
 		if wasMirror && pod == nil {

@@ -39,8 +39,9 @@ func (a *admission) asRun(pod *v1.Pod) *v1.Pod {
 // beside the others (counted at what they were granted); Infeasible if
 // the pod alone asks for more CPU or memory than the node has; Deferred
 // otherwise (housekeeping asks again). It returns the pod as run: resized
-// once granted, as before until then.
-func (a *admission) resize(active []*v1.Pod, desired *v1.Pod) *v1.Pod {
+// once granted, as before until then. active lists the other pods that
+// may run.
+func (a *admission) resize(active func() []*v1.Pod, desired *v1.Pod) *v1.Pod {
 	if a.alloc == nil || podutil.IsMirror(desired) {
 		return desired
 	}
@@ -62,8 +63,11 @@ func (a *admission) resize(active []*v1.Pod, desired *v1.Pod) *v1.Pod {
 			return run
 		}
 	}
-	others := make([]*v1.Pod, 0, len(active))
-	for _, p := range active {
+	// The active pods are listed only for a resize: every pod update
+	// passes here.
+	all := active()
+	others := make([]*v1.Pod, 0, len(all))
+	for _, p := range all {
 		if p.UID != desired.UID {
 			others = append(others, p)
 		}
@@ -111,7 +115,7 @@ func (kl *Kubelet) retryDeferredResizes(all []*v1.Pod) {
 		}
 		desired := current.DeepCopy()
 		desired.Spec = *p.Desired.Spec.DeepCopy()
-		run := kl.admission.resize(kl.activePods(all), desired)
+		run := kl.admission.resize(func() []*v1.Pod { return kl.activePods(all) }, desired)
 		if _, still := kl.admission.alloc.PendingResize(desired.UID); still {
 			continue
 		}

@@ -103,11 +103,6 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 	if err != nil {
 		return msg, err
 	}
-	if !kindIsEphemeral(pod, c) {
-		if err := m.resources.SetActuated(pod.UID, c.Name, c.Resources); err != nil {
-			klog.ErrorS(err, "Failed to record a container's resources", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name)
-		}
-	}
 
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		cid := container.ContainerID{Type: m.runtimeName, ID: id}
@@ -123,17 +118,6 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		}
 	}
 	return "", nil
-}
-
-// kindIsEphemeral reports whether c is one of the pod's ephemeral
-// containers, which have no resources.
-func kindIsEphemeral(pod *v1.Pod, c *v1.Container) bool {
-	for i := range pod.Spec.EphemeralContainers {
-		if pod.Spec.EphemeralContainers[i].Name == c.Name {
-			return true
-		}
-	}
-	return false
 }
 
 // imageDetail says what a step making sure of an image found: the image's

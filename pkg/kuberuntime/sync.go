@@ -134,6 +134,13 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 			klog.ErrorS(err, "Failed to start container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "kind", kind, "message", msg)
 			return err
 		}
+		if kind != kindEphemeral {
+			// What it was created with is what it runs with (ephemeral
+			// containers have no resources).
+			if err := m.resources.SetActuated(pod.UID, c.Name, c.Resources); err != nil {
+				klog.ErrorS(err, "Failed to record a container's resources", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name)
+			}
+		}
 		return nil
 	}
 
