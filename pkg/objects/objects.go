@@ -104,6 +104,17 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
+// Referenced lists the configMaps and secrets a pod refers to, as
+// kind/namespace/name.
+func Referenced(pod *v1.Pod) []string {
+	refs := references(pod)
+	out := make([]string, len(refs))
+	for i, k := range refs {
+		out[i] = k.kind + "/" + k.namespace + "/" + k.name
+	}
+	return out
+}
+
 // references lists the configMaps and secrets a pod refers to.
 func references(pod *v1.Pod) []key {
 	set := map[key]bool{}

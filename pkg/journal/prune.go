@@ -1,0 +1,134 @@
+package journal
+
+import (
+	"encoding/json"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/objects"
+)
+
+// prune keeps the journal bounded by what the node runs. A pod's records
+// go when it leaves its source (ForgetPod); prune removes what is left
+// over: statuses and decisions of pods no longer recorded, configMaps,
+// secrets and tokens no recorded pod refers to, expired tokens, all but
+// the newest KeepTimelines timelines, and, with a retention period, the
+// records of pods that finished longer ago than that.
+func (j *Journal) prune() {
+	// The queue is committed first: a pod's record is always queued
+	// before its status and decision, so none of these looks orphaned
+	// merely because its pod is still in the queue.
+	j.commit()
+	j.mu.Lock()
+	queued := map[string]bool{}
+	for k := range j.pending {
+		queued[k.key] = true
+	}
+	j.mu.Unlock()
+	now := j.o.Clock.Now()
+	removed := 0
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		del := func(bucket string, keys []string) error {
+			b := tx.Bucket([]byte(bucket))
+			for _, k := range keys {
+				if err := b.Delete([]byte(k)); err != nil {
+					return err
+				}
+				removed++
+			}
+			return nil
+		}
+		pods, refs := livePods(tx, j, now)
+
+		for _, step := range []struct {
+			bucket string
+			stale  func(k string, v []byte) bool
+		}{
+			{bucketPods, func(k string, _ []byte) bool { return !pods[k] }},
+			{bucketDecisions, func(k string, _ []byte) bool { return !pods[k] && !queued[k] }},
+			{bucketStatuses, func(k string, _ []byte) bool { return !pods[k] && !queued[k] }},
+			{bucketObjects, func(k string, _ []byte) bool { return !refs[k] && !queued[k] }},
+			{bucketTokens, func(k string, v []byte) bool {
+				var r TokenRecord
+				return !queued[k] && (decode(v, &r) != nil || !r.Expires.After(now) || (r.Pod != "" && !pods[string(r.Pod)]))
+			}},
+		} {
+			var stale []string
+			_ = tx.Bucket([]byte(step.bucket)).ForEach(func(k, v []byte) error {
+				if step.stale(string(k), v) {
+					stale = append(stale, string(k))
+				}
+				return nil
+			})
+			if err := del(step.bucket, stale); err != nil {
+				return err
+			}
+			if step.bucket == bucketObjects {
+				j.mu.Lock()
+				for _, k := range stale {
+					delete(j.versions, k)
+				}
+				j.mu.Unlock()
+			}
+		}
+		return del(bucketTimelines, oldTimelines(tx, j.o.KeepTimelines))
+	})
+	if err != nil {
+		klog.ErrorS(err, "Pruning the node journal")
+		return
+	}
+	if removed > 0 {
+		klog.V(2).InfoS("Pruned the node journal", "records", removed)
+	}
+}
+
+// livePods returns the pods whose records stay (every recorded pod but
+// those finished longer ago than the retention period), and the objects
+// they refer to.
+func livePods(tx *bolt.Tx, j *Journal, now time.Time) (pods, refs map[string]bool) {
+	pods, refs = map[string]bool{}, map[string]bool{}
+	statuses := tx.Bucket([]byte(bucketStatuses))
+	_ = tx.Bucket([]byte(bucketPods)).ForEach(func(k, v []byte) error {
+		var r podRecord
+		if decode(v, &r) != nil || r.Pod == nil {
+			return nil // damaged: it goes
+		}
+		if j.o.Retention > 0 {
+			var s StatusRecord
+			if sv := statuses.Get(k); sv != nil && decode(sv, &s) == nil && s.Finished && now.Sub(s.At) > j.o.Retention {
+				return nil
+			}
+		}
+		pods[string(k)] = true
+		for _, ref := range objects.Referenced(r.Pod) {
+			refs[ref] = true
+		}
+		return nil
+	})
+	return pods, refs
+}
+
+// decode unseals and decodes one record.
+func decode(sealed []byte, v any) error {
+	payload, err := unseal(sealed)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(payload, v)
+}
+
+// oldTimelines lists all but the newest keep timelines (their keys sort
+// by finish time).
+func oldTimelines(tx *bolt.Tx, keep int) []string {
+	var keys []string
+	_ = tx.Bucket([]byte(bucketTimelines)).ForEach(func(k, _ []byte) error {
+		keys = append(keys, string(k))
+		return nil
+	})
+	if len(keys) <= keep {
+		return nil
+	}
+	return keys[:len(keys)-keep]
+}
