@@ -33,7 +33,25 @@ type Manager struct {
 	seq uint64
 	// changed is signalled (without blocking) whenever a status changes.
 	changed chan struct{}
+	// journal keeps every change across restarts.
+	journal Journal
 }
+
+// Journal keeps each pod's newest status across restarts. It is called
+// with the manager's lock held, and must not block.
+type Journal interface {
+	PodStatus(uid types.UID, status *v1.PodStatus, finished bool)
+}
+
+type noJournal struct{}
+
+func (noJournal) PodStatus(types.UID, *v1.PodStatus, bool) {}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithJournal records every status change in the node journal.
+func WithJournal(j Journal) Option { return func(m *Manager) { m.journal = j } }
 
 type versioned struct {
 	status    v1.PodStatus
@@ -92,8 +110,27 @@ func (m *Manager) pending(uid types.UID) (pending, bool) {
 }
 
 // New returns an empty status manager.
-func New(clk clock.Clock) *Manager {
-	return &Manager{clock: clk, statuses: map[types.UID]*versioned{}, changed: make(chan struct{}, 1)}
+func New(clk clock.Clock, opts ...Option) *Manager {
+	m := &Manager{clock: clk, statuses: map[types.UID]*versioned{}, changed: make(chan struct{}, 1), journal: noJournal{}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Restore takes a pod's status as the node journal kept it before a
+// restart: its start time, its conditions' transition times and, for a
+// pod that finished, its final status, which nothing changes again. The
+// status is written to the API server like any other change.
+func (m *Manager) Restore(pod *v1.Pod, status v1.PodStatus, finished bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.statuses[pod.UID]; ok {
+		return
+	}
+	// A pod stopped without finishing (a static pod at node shutdown,
+	// say) may run again: its status must be free to change.
+	m.update(pod, *status.DeepCopy(), finished && podutil.IsTerminal(status.Phase))
 }
 
 // Changed is signalled after a status changes.
@@ -213,6 +250,7 @@ func (m *Manager) update(pod *v1.Pod, status v1.PodStatus, finished bool) {
 	m.seq++
 	v.seq = m.seq
 	m.statuses[pod.UID] = v
+	m.journal.PodStatus(pod.UID, &v.status, finished)
 	select {
 	case m.changed <- struct{}{}:
 	default:

@@ -1,10 +1,12 @@
 package status
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -144,5 +146,36 @@ func TestObservedGenerationNeverRegresses(t *testing.T) {
 	m.SetPodStatus(pod, s)
 	if got, _ := m.GetPodStatus("a"); got.ObservedGeneration != 5 {
 		t.Fatalf("observedGeneration %d, want 5", got.ObservedGeneration)
+	}
+}
+
+type journalLog []string
+
+func (l *journalLog) PodStatus(uid types.UID, s *v1.PodStatus, finished bool) {
+	*l = append(*l, string(uid)+" "+string(s.Phase)+map[bool]string{true: " finished", false: ""}[finished])
+}
+
+// Every change reaches the journal. A restored status keeps its start
+// time; a finished one never changes again, but a pod stopped without
+// finishing (a static pod at node shutdown) may run again.
+func TestJournalAndRestore(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	j := &journalLog{}
+	m := New(clk, WithJournal(j))
+	started := time.Unix(500, 0)
+	done, stopped := testPod("done"), testPod("stopped")
+	m.Restore(done, v1.PodStatus{Phase: v1.PodSucceeded, StartTime: &metav1.Time{Time: started}}, true)
+	m.Restore(stopped, v1.PodStatus{Phase: v1.PodRunning}, true)
+	m.SetPodStatus(done, v1.PodStatus{Phase: v1.PodRunning})
+	m.SetPodStatus(stopped, ready(v1.ConditionTrue))
+	if s, _ := m.GetPodStatus("done"); s.Phase != v1.PodSucceeded || !s.StartTime.Time.Equal(started) {
+		t.Errorf("done: %+v", s)
+	}
+	if s, _ := m.GetPodStatus("stopped"); len(s.Conditions) != 1 {
+		t.Errorf("stopped could not change: %+v", s)
+	}
+	want := "done Succeeded finished; stopped Running; stopped Running"
+	if got := strings.Join(*j, "; "); got != want {
+		t.Errorf("journal %q, want %q", got, want)
 	}
 }

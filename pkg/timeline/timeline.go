@@ -75,6 +75,9 @@ type Options struct {
 	// MaxSteps bounds each pod's steps; KeepFinished how many finished
 	// pods' timelines stay readable.
 	MaxSteps, KeepFinished int
+	// Finished, if set, receives each pod's timeline when the pod
+	// finishes (the node journal keeps the last ones across restarts).
+	Finished func(Timeline)
 }
 
 // Recorder keeps the timelines. It is safe for concurrent use.
@@ -137,17 +140,51 @@ func outcome(err error) string {
 // Finish marks the pod done: its timeline stays readable among the last
 // KeepFinished finished pods.
 func (r *Recorder) Finish(uid types.UID) {
+	if !r.finish(uid) || r.o.Finished == nil {
+		return
+	}
+	if t, ok := r.Get(uid); ok {
+		r.o.Finished(t)
+	}
+}
+
+// finish marks the pod done and reports whether it was not already.
+func (r *Recorder) finish(uid types.UID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.pods[uid]; !ok {
-		return
+		return false
 	}
 	for _, f := range r.finished {
 		if f == uid {
-			return
+			return false
 		}
 	}
 	r.finished = append(r.finished, uid)
+	r.trim()
+	return true
+}
+
+// Restore adds finished pods' timelines kept from before a restart,
+// oldest first, unless the pod has one already.
+func (r *Recorder) Restore(ts []Timeline) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range ts {
+		t := ts[i]
+		if _, ok := r.pods[t.UID]; ok || t.UID == "" {
+			continue
+		}
+		r.pods[t.UID] = &t
+		r.byName[t.Namespace+"/"+t.Name] = t.UID
+		r.finished = append(r.finished, t.UID)
+	}
+	r.trim()
+}
+
+// trim forgets the oldest finished timelines beyond KeepFinished. Call
+// with mu held.
+func (r *Recorder) trim() {
 	for len(r.finished) > r.o.KeepFinished {
 		old := r.finished[0]
 		r.finished = r.finished[1:]

@@ -201,3 +201,27 @@ func TestWriteText(t *testing.T) {
 		}
 	}
 }
+
+// A finished pod's timeline is handed on once (to the node journal), and
+// timelines kept from before a restart are readable again, within the
+// same bound.
+func TestFinishedAndRestored(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	var kept []string
+	r := New(Options{Clock: clk, MaxSteps: 64, KeepFinished: 2, Finished: func(tl Timeline) {
+		kept = append(kept, fmt.Sprintf("%s:%d", tl.Name, len(tl.Steps)))
+	}})
+	r.Restore([]Timeline{{UID: "old-uid", Namespace: "ns", Name: "old"}, {UID: "older-uid", Namespace: "ns", Name: "older"}})
+	r.Add(testPod("a"), Step{Kind: KindEvent})
+	r.Finish("a-uid")
+	r.Finish("a-uid")
+	if strings.Join(kept, ",") != "a:1" {
+		t.Fatalf("handed on: %v", kept)
+	}
+	if _, ok := r.Lookup("ns", "old"); ok {
+		t.Error("the oldest restored timeline was kept beyond the bound")
+	}
+	if _, ok := r.Lookup("ns", "older"); !ok {
+		t.Error("a restored timeline is not readable")
+	}
+}
