@@ -65,6 +65,10 @@ type PodUpdate struct {
 	Op     Op
 	Pods   []*v1.Pod
 	Source string
+	// Restored marks pods the node journal kept, delivered because their
+	// source has not reported since a restart: the source does not count
+	// as ready for them.
+	Restored bool
 }
 
 // updatesBuffer lets sources run a little ahead of a busy sync loop.
@@ -77,6 +81,8 @@ type PodConfig struct {
 	updates  chan PodUpdate
 	// steps, if set, records merge operations in pods' timelines.
 	steps StepRecorder
+	// journal, if set, keeps the sources' pods across restarts.
+	journal Journal
 
 	// mu guards the merge state. It is never held while sending on
 	// updates: the sync loop, which may be behind, reads Sources (through
@@ -94,12 +100,23 @@ type StepRecorder interface {
 	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
 }
 
+// Journal keeps the pods the sources delivered across restarts. Its
+// methods must not block.
+type Journal interface {
+	PutPod(source string, pod *v1.Pod)
+	ForgetPod(uid types.UID)
+}
+
 // Option configures a PodConfig.
 type Option func(*PodConfig)
 
 // WithSteps records each pod's merge operations (ADD, UPDATE, DELETE,
 // REMOVE; not the status-only RECONCILE) in its timeline.
 func WithSteps(r StepRecorder) Option { return func(c *PodConfig) { c.steps = r } }
+
+// WithJournal keeps each source's pods in the node journal: every pod
+// added or changed, and the removal of every pod that left its source.
+func WithJournal(j Journal) Option { return func(c *PodConfig) { c.journal = j } }
 
 // New returns a PodConfig with no sources yet.
 func New(recorder record.EventRecorder, clk clock.PassiveClock, opts ...Option) *PodConfig {
@@ -148,12 +165,47 @@ func (c *PodConfig) Sources() []string {
 // loop in the order its sets were merged, because the next merge of that
 // source starts only after the previous one's updates were sent.
 func (c *PodConfig) Set(ctx context.Context, source string, pods []*v1.Pod) {
-	for _, u := range c.mergeSet(source, pods) {
+	c.send(ctx, c.mergeSet(source, pods, false))
+}
+
+// Restore delivers a source's pods as the node journal kept them, if the
+// source has not reported since nodelet started (its pods are then
+// unknown, the API server being unreachable, say). The source does not
+// count as ready: nothing is cleaned up on the journal's word. Once the
+// source reports, its set is merged against these as usual: a pod
+// deleted meanwhile is removed then.
+func (c *PodConfig) Restore(ctx context.Context, source string, pods []*v1.Pod) {
+	c.send(ctx, c.mergeSet(source, pods, true))
+}
+
+func (c *PodConfig) send(ctx context.Context, updates []PodUpdate) {
+	for _, u := range updates {
 		c.recordSteps(u)
+		c.keep(u)
 		select {
 		case c.updates <- u:
 		case <-ctx.Done():
 			return
+		}
+	}
+}
+
+// keep records the update in the journal, before the sync loop acts on
+// it.
+func (c *PodConfig) keep(u PodUpdate) {
+	if c.journal == nil || u.Restored {
+		return
+	}
+	for _, p := range u.Pods {
+		switch {
+		case u.Op == REMOVE:
+			c.journal.ForgetPod(p.UID)
+		case u.Op == RECONCILE && !podutil.IsTerminal(p.Status.Phase):
+			// A status-only change the core does not act on (mostly
+			// nodelet's own status writes coming back): the journal has
+			// the status nodelet holds, so this is not worth a write.
+		default:
+			c.journal.PutPod(u.Source, p)
 		}
 	}
 }
@@ -163,23 +215,33 @@ func (c *PodConfig) recordSteps(u PodUpdate) {
 	if c.steps == nil || u.Op == RECONCILE {
 		return
 	}
+	from := "from source " + u.Source
+	if u.Restored {
+		from = "from the node journal (source " + u.Source + " not heard from since the restart)"
+	}
 	for _, p := range u.Pods {
-		c.steps.Begin(p, "merge", u.Op.String())(nil, "from source "+u.Source)
+		c.steps.Begin(p, "merge", u.Op.String())(nil, from)
 	}
 }
 
 // mergeSet merges a source's set under the lock and returns the updates
-// to send, in order, with pods copied so the sync loop owns them.
-func (c *PodConfig) mergeSet(source string, pods []*v1.Pod) []PodUpdate {
+// to send, in order, with pods copied so the sync loop owns them. A
+// restored set is merged only while the source has not reported.
+func (c *PodConfig) mergeSet(source string, pods []*v1.Pod, restored bool) []PodUpdate {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	firstSet := !c.seen[source]
-	c.seen[source] = true
+	if restored && !firstSet {
+		return nil
+	}
+	if !restored {
+		c.seen[source] = true
+	}
 	adds, updates, deletes, removes, reconciles := c.merge(source, pods)
 
 	var out []PodUpdate
 	add := func(op Op, pods []*v1.Pod) {
-		out = append(out, PodUpdate{Op: op, Pods: copyPods(pods), Source: source})
+		out = append(out, PodUpdate{Op: op, Pods: copyPods(pods), Source: source, Restored: restored})
 	}
 	// Order matters: a removed pod frees its name before an added pod with
 	// the same name arrives.
@@ -191,7 +253,7 @@ func (c *PodConfig) mergeSet(source string, pods []*v1.Pod) []PodUpdate {
 			add(u.op, u.pods)
 		}
 	}
-	if firstSet && len(adds) == 0 && len(updates) == 0 && len(deletes) == 0 {
+	if firstSet && !restored && len(adds) == 0 && len(updates) == 0 && len(deletes) == 0 {
 		// An empty ADD tells the sync loop the source has reported.
 		add(ADD, nil)
 	}

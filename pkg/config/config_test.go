@@ -359,3 +359,60 @@ func TestMergeStepsForTheTimeline(t *testing.T) {
 		t.Fatalf("steps %q\nwant  %q", got, want)
 	}
 }
+
+type journalLog []string
+
+func (l *journalLog) PutPod(source string, pod *v1.Pod) {
+	*l = append(*l, fmt.Sprintf("put %s %s %s", source, pod.Name, pod.Status.Phase))
+}
+func (l *journalLog) ForgetPod(uid types.UID) { *l = append(*l, "forget "+string(uid)) }
+
+// The journal gets every pod added or changed and every removal, but not
+// the status-only RECONCILE of a running pod (nodelet's own status writes
+// coming back) nor the restored pods it already holds.
+func TestMergeKeepsTheJournal(t *testing.T) {
+	j := &journalLog{}
+	c := New(record.NewFakeRecorder(100), testingclock.NewFakeClock(time.Unix(1000, 0)), WithJournal(j))
+	ctx := context.Background()
+	a, b := mkPod("a", "a"), mkPod("b", "b")
+	c.Restore(ctx, "api", copies([]*v1.Pod{a}))
+	c.Set(ctx, "api", copies([]*v1.Pod{a, b}))
+	running := copies([]*v1.Pod{a})
+	running[0].Status.Phase = v1.PodRunning
+	c.Set(ctx, "api", running)
+	done := copies([]*v1.Pod{a})
+	done[0].Status.Phase = v1.PodSucceeded
+	c.Set(ctx, "api", done)
+	want := "put api b ; forget b; put api a Succeeded"
+	if got := strings.Join(*j, "; "); got != want {
+		t.Fatalf("journal %q\nwant    %q", got, want)
+	}
+	received(c)
+}
+
+// Restored pods are delivered as such (the source does not count as
+// ready for them), only until the source reports; the source's set is
+// then merged against them: a pod deleted meanwhile is removed.
+func TestRestoreUntilTheSourceReports(t *testing.T) {
+	c, _, _ := newConfig()
+	c.Register("api")
+	ready := NewSourcesReady(c.Sources)
+	ctx := context.Background()
+	kept, deleted := mkPod("kept", "kept"), mkPod("deleted", "deleted")
+	c.Restore(ctx, "api", copies([]*v1.Pod{kept, deleted}))
+	u := <-c.Updates()
+	if u.Op != ADD || !u.Restored || len(u.Pods) != 2 {
+		t.Fatalf("restored update: %+v", u)
+	}
+	if ready.AllReady() {
+		t.Fatal("the journal made the source ready")
+	}
+	c.Set(ctx, "api", copies([]*v1.Pod{kept}))
+	if got := received(c); !reflect.DeepEqual(got, []string{"REMOVE deleted", "ADD "}) {
+		t.Fatalf("after the source reported: %v", got)
+	}
+	c.Restore(ctx, "api", copies([]*v1.Pod{kept, deleted}))
+	if got := received(c); got != nil {
+		t.Fatalf("a restore after the source reported: %v", got)
+	}
+}

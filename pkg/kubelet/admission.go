@@ -30,6 +30,8 @@ type admission struct {
 	hooks []AdmitFunc
 	// alloc keeps what admitted pods were granted; nil for none.
 	alloc *allocation.Store
+	// decisions remember every decision across restarts.
+	decisions Decisions
 }
 
 // checkPressure refuses pods the way upstream's eviction manager admits

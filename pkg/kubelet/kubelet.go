@@ -100,7 +100,23 @@ type Config struct {
 	// for in-place resize; nil keeps nothing (no resize is granted or
 	// seen).
 	Allocations *allocation.Store
+	// Decisions remember admission decisions across restarts; nil
+	// remembers none.
+	Decisions Decisions
 }
+
+// Decisions remember each pod's admission decision, so a pod is admitted
+// or rejected once in its life, not again after every restart with the
+// node's state of the moment. Their methods must not block.
+type Decisions interface {
+	Decision(uid types.UID) (admitted bool, reason, message string, ok bool)
+	Decide(pod *v1.Pod, admitted bool, reason, message string)
+}
+
+type noDecisions struct{}
+
+func (noDecisions) Decision(types.UID) (bool, string, string, bool) { return false, "", "", false }
+func (noDecisions) Decide(*v1.Pod, bool, string, string)            {}
 
 // AdmitFunc says whether a new pod may run, and if not why: upstream's
 // reason and a message.
@@ -180,6 +196,7 @@ type Kubelet struct {
 // New builds the core.
 func New(cfg Config, d Deps) *Kubelet {
 	cfg.Cgroups = orNone[Cgroups](cfg.Cgroups, cm.Disabled{})
+	cfg.Decisions = orNone[Decisions](cfg.Decisions, noDecisions{})
 	d.Probes = orNone[Probes](d.Probes, noProbes{})
 	d.Mirrors = orNone[MirrorPods](d.Mirrors, NoAPIServer{})
 	d.Volumes = orNone[VolumeTearDown](d.Volumes, noVolumes{})
@@ -194,7 +211,7 @@ func New(cfg Config, d Deps) *Kubelet {
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
 		cleaner: cleaner,
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure, hooks: cfg.Admit,
-			alloc: cfg.Allocations},
+			alloc: cfg.Allocations, decisions: cfg.Decisions},
 	}
 }
 
@@ -260,8 +277,11 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.
 		}
 		kl.dispatch(u)
 		// Only now, with the update applied, does the source count as
-		// having reported: cleanup must never act on a half-known set.
-		kl.sources.AddSource(u.Source)
+		// having reported: cleanup must never act on a half-known set,
+		// nor on the journal's word.
+		if !u.Restored {
+			kl.sources.AddSource(u.Source)
+		}
 	case e := <-plegCh:
 		if e.Type == pleg.ContainerDied {
 			kl.cleaner.containerDied(e.ID)
@@ -523,11 +543,19 @@ func (kl *Kubelet) KillPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodSt
 	return done
 }
 
-// canAdmitPod decides whether a new pod fits on the node.
+// canAdmitPod decides whether a new pod fits on the node, unless it was
+// decided before a restart: that decision stands.
 func (kl *Kubelet) canAdmitPod(active []*v1.Pod, pod *v1.Pod) (bool, string, string) {
+	d := kl.admission.decisions
+	if admitted, reason, message, ok := d.Decision(pod.UID); ok {
+		klog.V(2).InfoS("Admission was decided before a restart", "pod", klog.KObj(pod), "podUID", pod.UID, "admitted", admitted, "reason", reason)
+		return admitted, reason, message
+	}
 	if r := kl.admission.admit(active, pod); r != nil {
+		d.Decide(pod, false, r.Reason, r.Message)
 		return false, r.Reason, r.Message
 	}
+	d.Decide(pod, true, "", "")
 	return true, "", ""
 }
 

@@ -748,3 +748,61 @@ func TestResizeDecisions(t *testing.T) {
 		t.Fatalf("workers got %v", got)
 	}
 }
+
+type decisionLog map[types.UID]string
+
+func (d decisionLog) Decision(uid types.UID) (bool, string, string, bool) {
+	r, ok := d[uid]
+	return r == "admitted", r, "decided before the restart", ok
+}
+
+func (d decisionLog) Decide(pod *v1.Pod, admitted bool, reason, _ string) {
+	if admitted {
+		reason = "admitted"
+	}
+	d[pod.UID] = reason
+}
+
+// After a restart a pod keeps its admission decision, whatever the node's
+// state now: admitted on a node that is full, rejected on one with room.
+// A new pod is decided, and the decision kept.
+func TestAdmissionDecisionsStand(t *testing.T) {
+	f := newCore(t, 1)
+	d := decisionLog{"old-admitted": "admitted", "old-rejected": "OutOfcpu"}
+	f.kl.admission.decisions = d
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("new", "new", now)})
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("old-admitted", "old-admitted", now.Add(time.Second))})
+	f.workers.terminated = map[types.UID]bool{"new": true, "old-admitted": true} // room again
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("old-rejected", "old-rejected", now.Add(2*time.Second))})
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("newer", "newer", now.Add(3*time.Second))})
+	if got := strings.Join(f.workers.take(), ";"); got != "create new;create old-admitted;create newer" {
+		t.Fatalf("workers got %q", got)
+	}
+	if s, _ := f.status.GetPodStatus("old-rejected"); s.Phase != v1.PodFailed || s.Reason != "OutOfcpu" || !strings.Contains(s.Message, "before the restart") {
+		t.Errorf("old-rejected: %+v", s)
+	}
+	if d["new"] != "admitted" || d["newer"] != "admitted" || len(d) != 4 {
+		t.Errorf("decisions kept: %v", d)
+	}
+}
+
+// Pods the node journal restored do not make their source ready: only
+// the source itself can, once it reports.
+func TestRestoredUpdatesDoNotMakeTheSourceReady(t *testing.T) {
+	f := newCore(t, 10)
+	f.sources.Register("api")
+	ctx := context.Background()
+	f.updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "api", Restored: true}
+	f.kl.syncLoopIteration(ctx, f.updates, nil, nil, nil, nil)
+	if got := strings.Join(f.workers.take(), ";"); got != "create a" {
+		t.Fatalf("workers got %q", got)
+	}
+	if f.kl.sources.AllReady() {
+		t.Fatal("restored pods made the source ready")
+	}
+	f.updates <- config.PodUpdate{Op: config.ADD, Source: "api"}
+	f.kl.syncLoopIteration(ctx, f.updates, nil, nil, nil, nil)
+	if !f.kl.sources.AllReady() {
+		t.Fatal("the source's own report did not make it ready")
+	}
+}
