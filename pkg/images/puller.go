@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
@@ -201,8 +202,9 @@ func (p *Puller) pull(ctx context.Context, image string, auth []*runtimeapi.Auth
 	if p.slots != nil {
 		select {
 		case p.slots <- struct{}{}:
+			release := p.holdSlot(image)
 			call.ref, call.err = p.pullOnce(ctx, image, auth, sandbox)
-			<-p.slots
+			release()
 		case <-ctx.Done():
 			call.err = ctx.Err()
 		}
@@ -214,6 +216,30 @@ func (p *Puller) pull(ctx context.Context, image string, auth []*runtimeapi.Auth
 	p.mu.Unlock()
 	close(call.done)
 	return call.ref, call.err
+}
+
+// holdSlot returns the function that gives a pull's slot back. A pull
+// still running after the request timeout gives it back early: a stuck
+// (or very slow) pull must not hold up every other image's. The pull
+// itself goes on, bounded by the runtime's own progress deadline
+// (containerd's image_pull_progress_timeout), as upstream's is.
+func (p *Puller) holdSlot(image string) func() {
+	var once sync.Once
+	release := func() { once.Do(func() { <-p.slots }) }
+	done := make(chan struct{})
+	timeout := p.clock.After(p.timeout)
+	go func() {
+		select {
+		case <-timeout:
+			klog.InfoS("Image pull still running after the runtime request timeout: letting other pulls start", "image", image, "timeout", p.timeout)
+			release()
+		case <-done:
+		}
+	}()
+	return func() {
+		close(done)
+		release()
+	}
 }
 
 func (p *Puller) pullOnce(ctx context.Context, image string, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {

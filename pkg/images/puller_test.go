@@ -158,6 +158,39 @@ func TestParallelPullsAreCapped(t *testing.T) {
 	}
 }
 
+// With pulls serialized, a pull that runs past the request timeout lets
+// the next one start: one stuck pull holds up only its own pods.
+func TestStuckPullGivesItsSlotUp(t *testing.T) {
+	imgs := &blockingImages{release: make(chan struct{})}
+	clk := testingclock.NewFakeClock(t0)
+	p := NewPuller(PullerOptions{Images: imgs, Recorder: record.NewFakeRecorder(100), Clock: clk, Timeout: time.Minute, MaxParallel: 1})
+	var wg sync.WaitGroup
+	for _, img := range []string{"stuck", "next"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.pull(context.Background(), img, nil, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	testutil.WaitFor(t, "the first pull to start", func() bool { return imgs.running.Load() == 1 && clk.HasWaiters() })
+	clk.Step(59 * time.Second)
+	if imgs.running.Load() != 1 {
+		t.Fatal("a second pull started before the timeout")
+	}
+	clk.Step(time.Second)
+	testutil.WaitFor(t, "the next pull to start", func() bool { return imgs.running.Load() == 2 })
+	imgs.release <- struct{}{}
+	imgs.release <- struct{}{}
+	wg.Wait()
+	// Both slots were given back once: a third pull runs.
+	go func() { imgs.release <- struct{}{} }()
+	if _, err := p.pull(context.Background(), "third", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSamePullIsShared(t *testing.T) {
 	imgs := &blockingImages{release: make(chan struct{})}
 	p := NewPuller(PullerOptions{Images: imgs, Recorder: record.NewFakeRecorder(100), Clock: testingclock.NewFakeClock(t0), Timeout: time.Minute})
