@@ -24,6 +24,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "journal" {
+		if err := app.JournalCommand(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "nodelet %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts, err := app.Parse(os.Args[1:])
 	var answer *app.Answer
 	if errors.As(err, &answer) {

@@ -51,19 +51,20 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
 		Clock: b.clock, ResyncInterval: b.c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
 	})
-	podConfig := config.New(b.recorder, b.clock, config.WithSteps(b.timelines))
+	podConfig := config.New(b.recorder, b.clock, config.WithSteps(b.timelines), config.WithJournal(b.journal))
 	sources := podSources(b, podConfig)
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
 		AllowedUnsafeSysctls: b.c.AllowedUnsafeSysctls, DeadContainersKept: b.o.DeadContainersKept,
 		Pressure: node.pressure.Pressure, Cgroups: node.cgroups, Admit: []kubelet.AdmitFunc{b.shutdown.Admit},
-		Allocations: b.allocations,
+		Allocations: b.allocations, Decisions: b.journal,
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
 		Sources: config.NewSourcesReady(podConfig.Sources), Updates: podConfig.Updates(), Health: health,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes, Mirrors: cl.mirrors, Volumes: runtime.volumes,
 	})
-	parts := &coreParts{kubelet: core, workers: workers, components: append(sources, component{"sync loop", core.Run})}
+	parts := &coreParts{kubelet: core, workers: workers,
+		components: concat(sources, journalComponents(b, podConfig), []component{{"sync loop", core.Run}})}
 	if b.client != nil {
 		parts.statusSyncer = status.NewAPISyncer(status.APISyncerOptions{
 			Client: b.client, Status: b.status, Pods: apiPods{core, workers}, Clock: b.clock, Steps: b.timelines,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/health"
+	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/objects"
@@ -77,7 +78,7 @@ func buildClusterClients(b *base) *clusterClients {
 			b.workQueue.Enqueue(uid, 0)
 		}
 	})
-	return &clusterClients{objects: objs, tokens: api, mirrors: api,
+	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, mirrors: api,
 		components: []component{{"API object watches", objs.Run}}}
 }
 

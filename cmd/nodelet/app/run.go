@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/allocation"
+	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
@@ -66,6 +67,10 @@ type base struct {
 	// allocations keeps what each pod's containers were granted and run
 	// with, for in-place resize.
 	allocations *allocation.Store
+	// journal keeps what nodelet must not forget across a restart, and
+	// journalState is what it held at the start.
+	journal      *journal.Journal
+	journalState *journal.State
 }
 
 // allocationsFile, in the root directory, keeps what each pod's
@@ -138,7 +143,6 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 	if b.allocations, err = allocation.Open(filepath.Join(o.RootDir, allocationsFile)); err != nil {
 		return nil, nil, err
 	}
-	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), status.New(b.clock)
 	var eventClient kubernetes.Interface
 	if o.Kubeconfig != "" {
 		if b.client, eventClient, err = apiClients(o.Kubeconfig, c); err != nil {
@@ -146,6 +150,10 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		}
 		klog.InfoS("Cluster mode", "kubeconfig", o.Kubeconfig)
 	}
+	if err := openJournal(b); err != nil {
+		return nil, nil, err
+	}
+	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), status.New(b.clock, status.WithJournal(b.journal))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(2)
 	if eventClient != nil {
@@ -153,7 +161,9 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 	}
 	// Events come from "kubelet", as upstream's do: alerting and tools
 	// that select a node agent's events by source keep working.
-	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: timelineKeepFinished})
+	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: timelineKeepFinished,
+		Finished: b.journal.PutTimeline})
 	b.recorder = b.timelines.Events(broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName}))
+	restoreFromJournal(b)
 	return b, broadcaster.Shutdown, nil
 }

@@ -1,0 +1,119 @@
+package app
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/journal"
+	"github.com/nodelet/nodelet/pkg/objects"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/status"
+)
+
+// journalFile, in the root directory, is the node journal.
+const journalFile = "nodelet_journal.db"
+
+// journalRetention is how long a standalone node keeps the records of a
+// pod that finished but that its manifest still lists (no source says
+// when such a pod is gone for good).
+const journalRetention = 24 * time.Hour
+
+// journalRestoreAfter is how long the API source has, after a start, to
+// deliver the pods before the journal's copy of them stands in: long
+// enough for a reachable API server to answer, so a pod deleted while
+// nodelet was down is never started again on the journal's word.
+const journalRestoreAfter = 2 * time.Second
+
+// openJournal opens the node journal and restores the status manager and
+// the timelines from it; the pods themselves are restored by
+// journalComponents, once the sources are built.
+func openJournal(b *base) error {
+	o := journal.Options{
+		Path: filepath.Join(b.o.RootDir, journalFile), Clock: b.clock, KeepTimelines: timelineKeepFinished,
+	}
+	if b.client == nil {
+		o.Retention = journalRetention
+	}
+	j, state, err := journal.Open(o)
+	if err != nil {
+		return err
+	}
+	b.journal, b.journalState = j, state
+	klog.InfoS("Node journal opened", "path", o.Path, "pods", len(state.Pods), "objects", len(state.Objects),
+		"tokens", len(state.Tokens), "timelines", len(state.Timelines), "damagedRecords", len(state.Damaged), "bytes", state.Size)
+	return nil
+}
+
+// restoreFromJournal gives the status manager and the timelines what the
+// journal kept, before any pod is synced.
+func restoreFromJournal(b *base) {
+	s := b.journalState
+	for _, p := range s.Pods {
+		if p.Pod != nil && p.Status != nil {
+			b.status.Restore(p.Pod, p.Status.Status, p.Status.Finished)
+		}
+	}
+	b.timelines.Restore(s.Timelines)
+	node := &v1.ObjectReference{Kind: "Node", Name: b.nodeName, APIVersion: "v1"}
+	if s.MovedAside != "" {
+		b.recorder.Eventf(node, v1.EventTypeWarning, "NodeJournalDamaged",
+			"The node journal could not be read (%s); it was moved to %s and a new one started", s.MovedAsideReason, s.MovedAside)
+	}
+	if len(s.Damaged) > 0 {
+		b.recorder.Eventf(node, v1.EventTypeWarning, "NodeJournalDamaged",
+			"%d node journal records failed their checksum and were skipped: %s", len(s.Damaged), strings.Join(s.Damaged, ", "))
+	}
+}
+
+// journalComponents run the journal's writer and, in cluster mode, stand
+// the journal's pods in for the API server's until it answers.
+func journalComponents(b *base, podConfig *config.PodConfig) []component {
+	out := []component{{"node journal", b.journal.Run}}
+	if b.client == nil {
+		return out
+	}
+	pods := b.journalState.SourcePods(podutil.APISource)
+	if len(pods) == 0 {
+		return out
+	}
+	return append(out, runs("node journal restore", func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.clock.After(journalRestoreAfter):
+		}
+		klog.InfoS("The API server has not delivered the node's pods yet: running the node journal's", "pods", len(pods))
+		podConfig.Restore(ctx, podutil.APISource, pods)
+		// A component runs as long as nodelet does.
+		<-ctx.Done()
+	}))
+}
+
+// journaledObjects keeps the configMaps and secrets pods refer to in the
+// journal, and serves its copies while the API server cannot be asked.
+type journaledObjects struct {
+	clusterObjects
+	j *journal.Journal
+}
+
+func (o journaledObjects) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	s, err := o.clusterObjects.GetSecret(ctx, namespace, name)
+	return journal.ReadThrough(o.j, objects.KindSecret, namespace, name, s, err)
+}
+
+func (o journaledObjects) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+	c, err := o.clusterObjects.GetConfigMap(ctx, namespace, name)
+	return journal.ReadThrough(o.j, objects.KindConfigMap, namespace, name, c, err)
+}
+
+// The journal is what the status manager and the merge keep in it.
+var (
+	_ status.Journal = (*journal.Journal)(nil)
+	_ config.Journal = (*journal.Journal)(nil)
+)
