@@ -317,6 +317,11 @@ func (o *Provider) objectData(ctx context.Context, pod *v1.Pod, kind, name strin
 // mounts resolves a container's volume mounts to the host paths the
 // volume manager set up.
 func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
+	if len(c.VolumeDevices) > 0 {
+		// Never ignored: a container asking for a raw device must not run
+		// without it.
+		return nil, fmt.Errorf("volumeDevices (raw block volumes, here %q) are not supported yet", c.VolumeDevices[0].Name)
+	}
 	var out []*runtimeapi.Mount
 	for _, m := range c.VolumeMounts {
 		if img := podutil.ImageVolume(pod, m.Name); img != nil {
@@ -353,7 +358,7 @@ func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env
 			}
 		}
 		out = append(out, &runtimeapi.Mount{
-			ContainerPath: m.MountPath, HostPath: host, Readonly: m.ReadOnly,
+			ContainerPath: m.MountPath, HostPath: host, Readonly: m.ReadOnly || volume.ReadOnly(pod, m.Name),
 			Propagation: propagation(m.MountPropagation),
 		})
 	}

@@ -241,3 +241,41 @@ func TestImageVolumeMount(t *testing.T) {
 		t.Errorf("emptyDir mount %+v", dir)
 	}
 }
+
+// A readOnly claim is read-only in every container, whatever the mount
+// says; a container asking for a raw block device is not created.
+func TestClaimMountsAndVolumeDevices(t *testing.T) {
+	dir := t.TempDir()
+	vm := volume.NewManager(volume.Options{RootDir: t.TempDir(), Claims: boundClaim{dir}})
+	o := New(Options{RootDir: t.TempDir(), NodeName: "n1", Volumes: vm})
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"}}
+	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
+		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c", ReadOnly: true}}}}
+	c := v1.Container{Name: "main", VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}}}
+	pod.Spec.Containers = []v1.Container{c}
+	opts, err := o.RunContainerOptions(context.Background(), pod, &c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Mounts) != 1 || !opts.Mounts[0].Readonly || opts.Mounts[0].HostPath != dir {
+		t.Errorf("claim mount %+v", opts.Mounts)
+	}
+	c.VolumeDevices = []v1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
+	if _, err := o.RunContainerOptions(context.Background(), pod, &c, nil); err == nil || !strings.Contains(err.Error(), "volumeDevices") {
+		t.Errorf("volumeDevices: %v", err)
+	}
+}
+
+// boundClaim is one claim, bound to a hostPath volume at dir.
+type boundClaim struct{ dir string }
+
+func (b boundClaim) GetPersistentVolumeClaim(_ context.Context, ns, name string) (*v1.PersistentVolumeClaim, error) {
+	return &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: "c1"},
+		Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv"}, Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound}}, nil
+}
+
+func (b boundClaim) GetPersistentVolume(_ context.Context, name string) (*v1.PersistentVolume, error) {
+	return &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PersistentVolumeSpec{
+		PersistentVolumeSource: v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: b.dir}},
+		ClaimRef:               &v1.ObjectReference{UID: "c1"}}}, nil
+}

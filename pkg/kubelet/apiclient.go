@@ -130,6 +130,16 @@ func (c *APIClient) GetConfigMap(ctx context.Context, namespace, name string) (*
 }
 
 // CreateToken requests a token for a service account, bound to a pod.
+// GetPersistentVolumeClaim reads a claim a pod mounts.
+func (c *APIClient) GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
+	return c.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// GetPersistentVolume reads the volume bound to a pod's claim.
+func (c *APIClient) GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error) {
+	return c.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+}
+
 func (c *APIClient) CreateToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount, req, metav1.CreateOptions{})
 }

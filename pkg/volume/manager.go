@@ -60,6 +60,12 @@ type Options struct {
 	// stands in): volumes that need them then fail with a clear error.
 	Objects Objects
 	Tokens  Tokens
+	// Claims resolves persistent volume claims; nil (NoAPIServer)
+	// without an API server.
+	Claims Claims
+	// Node is the node as nodelet knows it, for persistent volumes' node
+	// affinity; nil knows none.
+	Node func() *v1.Node
 	// Allocatable is the node's allocatable resources, the value of a
 	// resourceFieldRef to a limit the container does not set.
 	Allocatable func() v1.ResourceList
@@ -130,6 +136,12 @@ func NewManager(o Options) *Manager {
 	}
 	if o.Tokens == nil {
 		o.Tokens = NoAPIServer{}
+	}
+	if o.Claims == nil {
+		o.Claims = NoAPIServer{}
+	}
+	if o.Node == nil {
+		o.Node = func() *v1.Node { return nil }
 	}
 	if o.Allocatable == nil {
 		o.Allocatable = func() v1.ResourceList { return nil }
@@ -261,6 +273,9 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		}
 		return dir, nil
 	}
+	if name := claimName(pod, vol); name != "" {
+		return m.claim(ctx, pod, vol, name)
+	}
 	switch {
 	case vol.HostPath != nil:
 		return vol.HostPath.Path, checkHostPath(vol.HostPath)
@@ -283,7 +298,7 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		}
 		return "", nil
 	}
-	return "", fmt.Errorf("unsupported volume type (hostPath, emptyDir, configMap, secret, downwardAPI, projected and image are)")
+	return "", fmt.Errorf("%w (hostPath, emptyDir, configMap, secret, downwardAPI, projected, image, persistentVolumeClaim and ephemeral are)", ErrUnsupportedVolume)
 }
 
 // emptyDirOwnership lets any user of the pod write to an emptyDir, umask

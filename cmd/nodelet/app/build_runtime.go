@@ -6,6 +6,7 @@ import (
 
 	containerdevents "github.com/containerd/containerd/api/services/events/v1"
 	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -73,7 +74,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 	imageVolumes := kuberuntime.ImageVolumeSupport(rt.version)
 	volumes := volume.NewManager(volume.Options{
 		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
-		Objects: cl.objects, Tokens: cl.tokens, Allocatable: node.allocatable,
+		Objects: cl.objects, Tokens: cl.tokens, Claims: cl.claims, Node: func() *v1.Node { return node.node }, Allocatable: node.allocatable,
 		ImageVolumes: func() error { return imageVolumes }, Steps: b.timelines,
 	})
 	options := containeropts.New(containeropts.Options{

@@ -62,6 +62,7 @@ type clusterObjects interface {
 type clusterClients struct {
 	objects    clusterObjects
 	tokens     volume.Tokens
+	claims     volume.Claims
 	mirrors    kubelet.MirrorPods
 	components []component
 }
@@ -69,7 +70,7 @@ type clusterClients struct {
 func buildClusterClients(b *base) *clusterClients {
 	if b.client == nil {
 		none := kubelet.NoAPIServer{}
-		return &clusterClients{objects: none, tokens: none, mirrors: none}
+		return &clusterClients{objects: none, tokens: none, claims: none, mirrors: none}
 	}
 	api := kubelet.NewAPIClient(b.client, b.nodeName)
 	// A change to an object a pod refers to syncs the pod at once.
@@ -78,7 +79,7 @@ func buildClusterClients(b *base) *clusterClients {
 			b.workQueue.Enqueue(uid, 0)
 		}
 	})
-	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, mirrors: api,
+	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: api, mirrors: api,
 		components: []component{{"API object watches", objs.Run}}}
 }
 

@@ -1,0 +1,122 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/nodelet/nodelet/pkg/podutil"
+)
+
+// Claims reads the persistent volume claims pods mount and the volumes
+// bound to them.
+type Claims interface {
+	GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error)
+	GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error)
+}
+
+func (NoAPIServer) GetPersistentVolumeClaim(_ context.Context, _, name string) (*v1.PersistentVolumeClaim, error) {
+	return nil, fmt.Errorf("persistentvolumeclaim %q: a claim %w", name, ErrNoAPIServer)
+}
+
+func (NoAPIServer) GetPersistentVolume(_ context.Context, name string) (*v1.PersistentVolume, error) {
+	return nil, fmt.Errorf("persistentvolume %q: a volume %w", name, ErrNoAPIServer)
+}
+
+// ErrClaimNotBound says a pod's claim has no volume yet: the pod waits,
+// and its sync is retried.
+var ErrClaimNotBound = errors.New("is not bound to a volume yet")
+
+// ErrUnsupportedVolume says nodelet cannot mount a volume of this kind.
+var ErrUnsupportedVolume = errors.New("unsupported volume type")
+
+// claimName is the claim a pod volume mounts: its persistentVolumeClaim,
+// or the claim the ephemeral volume controller makes for a generic
+// ephemeral volume (<pod>-<volume>, owned by the pod); "" for neither.
+func claimName(pod *v1.Pod, vol *v1.Volume) string {
+	switch {
+	case vol.PersistentVolumeClaim != nil:
+		return vol.PersistentVolumeClaim.ClaimName
+	case vol.Ephemeral != nil:
+		return pod.Name + "-" + vol.Name
+	}
+	return ""
+}
+
+// claim resolves a pod's claim to the host path of its bound volume. A
+// claim's volume never changes while it is bound, so a claim set up
+// before is not asked about again.
+func (m *Manager) claim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, name string) (string, error) {
+	if p, ok := m.HostPath(pod.UID, vol.Name); ok {
+		return p, nil
+	}
+	if podutil.IsStatic(pod) {
+		return "", fmt.Errorf("%w (persistentvolumeclaim %q)", ErrStaticPodAPIObject, name)
+	}
+	pvc, err := m.o.Claims.GetPersistentVolumeClaim(ctx, pod.Namespace, name)
+	if err != nil {
+		return "", fmt.Errorf("persistentvolumeclaim %q: %w", name, err)
+	}
+	if vol.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
+		return "", fmt.Errorf("persistentvolumeclaim %q was not created for this pod (its generic ephemeral volume %q)", name, vol.Name)
+	}
+	if pvc.DeletionTimestamp != nil {
+		return "", fmt.Errorf("persistentvolumeclaim %q is being deleted", name)
+	}
+	if pvc.Status.Phase != v1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("persistentvolumeclaim %q %w (phase %s)", name, ErrClaimNotBound, pvc.Status.Phase)
+	}
+	pv, err := m.o.Claims.GetPersistentVolume(ctx, pvc.Spec.VolumeName)
+	if err != nil {
+		return "", fmt.Errorf("persistentvolume %q of claim %q: %w", pvc.Spec.VolumeName, name, err)
+	}
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != pvc.UID {
+		return "", fmt.Errorf("persistentvolume %q is not bound to claim %q", pv.Name, name)
+	}
+	return m.boundVolume(pv)
+}
+
+// boundVolume checks a claim's volume against the node and returns its
+// host path.
+func (m *Manager) boundVolume(pv *v1.PersistentVolume) (string, error) {
+	if na := pv.Spec.NodeAffinity; na != nil && na.Required != nil {
+		node := m.o.Node()
+		if node == nil {
+			return "", fmt.Errorf("persistentvolume %q has a node affinity, and the node is not known yet", pv.Name)
+		}
+		if ok, err := nodeaffinity.NewLazyErrorNodeSelector(na.Required).Match(node); err != nil || !ok {
+			return "", fmt.Errorf("persistentvolume %q: volume node affinity conflict: the node does not match its node affinity (%v)", pv.Name, err)
+		}
+	}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
+		return "", fmt.Errorf("persistentvolume %q: %w: volumeMode Block is not supported yet", pv.Name, ErrUnsupportedVolume)
+	}
+	switch s := pv.Spec.PersistentVolumeSource; {
+	case s.HostPath != nil:
+		return s.HostPath.Path, checkHostPath(s.HostPath)
+	case s.Local != nil:
+		// A local volume is prepared by its administrator: it must exist.
+		if _, err := os.Stat(s.Local.Path); err != nil {
+			return "", fmt.Errorf("persistentvolume %q: local path: %w", pv.Name, err)
+		}
+		return s.Local.Path, nil
+	}
+	return "", fmt.Errorf("persistentvolume %q: %w (hostPath and local persistent volumes are; CSI is not yet)", pv.Name, ErrUnsupportedVolume)
+}
+
+// ReadOnly reports whether a pod volume must be mounted read-only in
+// every container (a claim mounted readOnly).
+func ReadOnly(pod *v1.Pod, name string) bool {
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if v.Name == name && v.PersistentVolumeClaim != nil {
+			return v.PersistentVolumeClaim.ReadOnly
+		}
+	}
+	return false
+}
