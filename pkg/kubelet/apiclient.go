@@ -6,6 +6,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -138,6 +139,16 @@ func (c *APIClient) GetPersistentVolumeClaim(ctx context.Context, namespace, nam
 // GetPersistentVolume reads the volume bound to a pod's claim.
 func (c *APIClient) GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error) {
 	return c.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+}
+
+// GetCSIDriver reads a CSI driver's settings.
+func (c *APIClient) GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+	return c.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
+}
+
+// GetVolumeAttachment reads whether a volume is attached to the node.
+func (c *APIClient) GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	return c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 }
 
 func (c *APIClient) CreateToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {

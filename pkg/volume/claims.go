@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -78,12 +79,32 @@ func (m *Manager) claim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, name s
 	if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != pvc.UID {
 		return "", fmt.Errorf("persistentvolume %q is not bound to claim %q", pv.Name, name)
 	}
-	return m.boundVolume(pv)
+	return m.boundVolume(ctx, pod, vol, pv)
 }
+
+// CSIVolumes publishes pods' CSI volumes (pkg/csi) and takes them down.
+type CSIVolumes interface {
+	SetUp(ctx context.Context, pod *v1.Pod, name string, pv *v1.PersistentVolume, readOnly bool) (string, error)
+	SetUpInline(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (string, error)
+	TearDown(ctx context.Context, uid types.UID) error
+}
+
+// noCSI refuses CSI volumes, on a node without an API server.
+type noCSI struct{}
+
+func (noCSI) SetUp(context.Context, *v1.Pod, string, *v1.PersistentVolume, bool) (string, error) {
+	return "", fmt.Errorf("%w: CSI volumes need an API server", ErrUnsupportedVolume)
+}
+
+func (noCSI) SetUpInline(context.Context, *v1.Pod, *v1.Volume) (string, error) {
+	return "", fmt.Errorf("%w: CSI volumes need an API server", ErrUnsupportedVolume)
+}
+
+func (noCSI) TearDown(context.Context, types.UID) error { return nil }
 
 // boundVolume checks a claim's volume against the node and returns its
 // host path.
-func (m *Manager) boundVolume(pv *v1.PersistentVolume) (string, error) {
+func (m *Manager) boundVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, pv *v1.PersistentVolume) (string, error) {
 	if na := pv.Spec.NodeAffinity; na != nil && na.Required != nil {
 		node := m.o.Node()
 		if node == nil {
@@ -97,6 +118,8 @@ func (m *Manager) boundVolume(pv *v1.PersistentVolume) (string, error) {
 		return "", fmt.Errorf("persistentvolume %q: %w: volumeMode Block is not supported yet", pv.Name, ErrUnsupportedVolume)
 	}
 	switch s := pv.Spec.PersistentVolumeSource; {
+	case s.CSI != nil:
+		return m.o.CSI.SetUp(ctx, pod, vol.Name, pv, ReadOnly(pod, vol.Name))
 	case s.HostPath != nil:
 		return s.HostPath.Path, checkHostPath(s.HostPath)
 	case s.Local != nil:
@@ -106,7 +129,7 @@ func (m *Manager) boundVolume(pv *v1.PersistentVolume) (string, error) {
 		}
 		return s.Local.Path, nil
 	}
-	return "", fmt.Errorf("persistentvolume %q: %w (hostPath and local persistent volumes are; CSI is not yet)", pv.Name, ErrUnsupportedVolume)
+	return "", fmt.Errorf("persistentvolume %q: %w (CSI, hostPath and local persistent volumes are)", pv.Name, ErrUnsupportedVolume)
 }
 
 // ReadOnly reports whether a pod volume must be mounted read-only in

@@ -66,6 +66,8 @@ type Options struct {
 	// Node is the node as nodelet knows it, for persistent volumes' node
 	// affinity; nil knows none.
 	Node func() *v1.Node
+	// CSI publishes CSI volumes; nil refuses them.
+	CSI CSIVolumes
 	// Allocatable is the node's allocatable resources, the value of a
 	// resourceFieldRef to a limit the container does not set.
 	Allocatable func() v1.ResourceList
@@ -142,6 +144,9 @@ func NewManager(o Options) *Manager {
 	}
 	if o.Node == nil {
 		o.Node = func() *v1.Node { return nil }
+	}
+	if o.CSI == nil {
+		o.CSI = noCSI{}
 	}
 	if o.Allocatable == nil {
 		o.Allocatable = func() v1.ResourceList { return nil }
@@ -228,6 +233,11 @@ func (m *Manager) WaitForUnmount(ctx context.Context, pod *v1.Pod) error {
 // nothing of its spec: housekeeping uses it for pods nodelet has
 // forgotten (after a restart, say).
 func (m *Manager) TearDown(uid types.UID) error {
+	// CSI volumes first, by their drivers: the directory must not go
+	// while a driver may still have a volume published in it.
+	if err := m.o.CSI.TearDown(context.Background(), uid); err != nil {
+		return fmt.Errorf("tearing down the CSI volumes of pod %s: %w", uid, err)
+	}
 	dir := poddirs.Root(m.o.RootDir).Volumes(uid)
 	if err := unmountUnder(dir); err != nil {
 		return fmt.Errorf("tearing down the volumes of pod %s: %w", uid, err)
@@ -277,6 +287,14 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		return m.claim(ctx, pod, vol, name)
 	}
 	switch {
+	case vol.CSI != nil:
+		if podutil.IsStatic(pod) {
+			return "", fmt.Errorf("%w (CSI volume %q)", ErrStaticPodAPIObject, vol.Name)
+		}
+		if p, ok := m.HostPath(pod.UID, vol.Name); ok {
+			return p, nil
+		}
+		return m.o.CSI.SetUpInline(ctx, pod, vol)
 	case vol.HostPath != nil:
 		return vol.HostPath.Path, checkHostPath(vol.HostPath)
 	case vol.EmptyDir != nil:
@@ -298,7 +316,7 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		}
 		return "", nil
 	}
-	return "", fmt.Errorf("%w (hostPath, emptyDir, configMap, secret, downwardAPI, projected, image, persistentVolumeClaim and ephemeral are)", ErrUnsupportedVolume)
+	return "", fmt.Errorf("%w (hostPath, emptyDir, configMap, secret, downwardAPI, projected, image, csi, persistentVolumeClaim and ephemeral are)", ErrUnsupportedVolume)
 }
 
 // emptyDirOwnership lets any user of the pod write to an emptyDir, umask

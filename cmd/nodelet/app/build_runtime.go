@@ -74,7 +74,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 	imageVolumes := kuberuntime.ImageVolumeSupport(rt.version)
 	volumes := volume.NewManager(volume.Options{
 		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
-		Objects: cl.objects, Tokens: cl.tokens, Claims: cl.claims, Node: func() *v1.Node { return node.node }, Allocatable: node.allocatable,
+		Objects: cl.objects, Tokens: cl.tokens, Claims: cl.claims, CSI: cl.csi, Node: func() *v1.Node { return node.node }, Allocatable: node.allocatable,
 		ImageVolumes: func() error { return imageVolumes }, Steps: b.timelines,
 	})
 	options := containeropts.New(containeropts.Options{

@@ -13,6 +13,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/kubelet"
@@ -60,9 +61,11 @@ type clusterObjects interface {
 // clusterClients are the API server's clients the pods' sync needs; on a
 // standalone node, kubelet.NoAPIServer stands in for each.
 type clusterClients struct {
-	objects    clusterObjects
-	tokens     volume.Tokens
-	claims     volume.Claims
+	objects clusterObjects
+	tokens  volume.Tokens
+	claims  volume.Claims
+	// csi publishes CSI volumes; nil standalone.
+	csi        volume.CSIVolumes
 	mirrors    kubelet.MirrorPods
 	components []component
 }
@@ -79,8 +82,13 @@ func buildClusterClients(b *base) *clusterClients {
 			b.workQueue.Enqueue(uid, 0)
 		}
 	})
-	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: api, mirrors: api,
-		components: []component{{"API object watches", objs.Run}}}
+	drivers := csi.NewRegistry(csi.RegistryOptions{RootDir: b.o.RootDir, Nodes: csi.APINodes{Client: b.client, NodeName: b.nodeName},
+		Clock: b.clock, Timeout: b.c.RuntimeRequestTimeout.Duration})
+	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.o.RootDir, NodeName: b.nodeName, Drivers: drivers, API: api,
+		Timeout: b.c.RuntimeRequestTimeout.Duration})
+	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: api,
+		csi: volumes, mirrors: api,
+		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}}}
 }
 
 // reporterParts is the Node as the API server has it: registered,
