@@ -327,8 +327,8 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.
 func (kl *Kubelet) dispatch(u config.PodUpdate) {
 	switch u.Op {
 	case config.ADD:
-		klog.V(2).InfoS("SyncLoop ADD", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
-		kl.HandlePodAdditions(u.Pods)
+		klog.V(2).InfoS("SyncLoop ADD", "source", u.Source, "pods", klog.KObjSlice(u.Pods), "restored", u.Restored)
+		kl.handlePodAdditions(u.Pods, u.Restored)
 	case config.UPDATE:
 		klog.V(2).InfoS("SyncLoop UPDATE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
 		kl.HandlePodUpdates(u.Pods)
@@ -374,7 +374,11 @@ func (kl *Kubelet) deadlinePassed(p *v1.Pod, now time.Time) bool {
 }
 
 // HandlePodAdditions admits new pods, oldest first, and starts them.
-func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
+func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) { kl.handlePodAdditions(pods, false) }
+
+// handlePodAdditions admits new pods; pods restored from the journal keep
+// the admission decision they had before the restart.
+func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 	start := kl.clock.Now()
 	sort.SliceStable(pods, func(i, j int) bool {
 		return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp)
@@ -396,7 +400,7 @@ func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod) {
 		// pod that already finished is never admitted again: its status
 		// stays what it ended with, and nothing of it starts.
 		if !kl.workers.IsPodTerminationRequested(pod.UID) && !kl.terminalInStatus(pod) {
-			if ok, reason, message := kl.canAdmitPod(kl.activePods(existing), pod); !ok {
+			if ok, reason, message := kl.canAdmitPod(kl.activePods(existing), pod, restored); !ok {
 				kl.rejectPod(pod, reason, message)
 				continue
 			}
@@ -543,11 +547,14 @@ func (kl *Kubelet) KillPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodSt
 	return done
 }
 
-// canAdmitPod decides whether a new pod fits on the node, unless it was
-// decided before a restart: that decision stands.
-func (kl *Kubelet) canAdmitPod(active []*v1.Pod, pod *v1.Pod) (bool, string, string) {
+// canAdmitPod decides whether a new pod fits on the node. A pod restored
+// from the journal (its source silent since a restart) keeps the decision
+// it had: it is neither re-admitted nor re-rejected on the journal's
+// word. A pod its source delivers is decided against the node as it is
+// now, as upstream: a node restarted smaller honours its new size.
+func (kl *Kubelet) canAdmitPod(active []*v1.Pod, pod *v1.Pod, restored bool) (bool, string, string) {
 	d := kl.admission.decisions
-	if admitted, reason, message, ok := d.Decision(pod.UID); ok {
+	if admitted, reason, message, ok := d.Decision(pod.UID); ok && restored {
 		klog.V(2).InfoS("Admission was decided before a restart", "pod", klog.KObj(pod), "podUID", pod.UID, "admitted", admitted, "reason", reason)
 		return admitted, reason, message
 	}

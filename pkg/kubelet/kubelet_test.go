@@ -763,25 +763,34 @@ func (d decisionLog) Decide(pod *v1.Pod, admitted bool, reason, _ string) {
 	d[pod.UID] = reason
 }
 
-// After a restart a pod keeps its admission decision, whatever the node's
-// state now: admitted on a node that is full, rejected on one with room.
-// A new pod is decided, and the decision kept.
+// A pod restored from the journal keeps its admission decision, whatever
+// the node's state now: admitted on a node that is full, rejected on one
+// with room. A pod its source delivers is decided again against the node
+// as it is (upstream's behaviour after a restart), and every decision is
+// kept.
 func TestAdmissionDecisionsStand(t *testing.T) {
 	f := newCore(t, 1)
-	d := decisionLog{"old-admitted": "admitted", "old-rejected": "OutOfcpu"}
+	d := decisionLog{"old-admitted": "admitted", "old-rejected": "OutOfcpu", "live": "admitted"}
 	f.kl.admission.decisions = d
+	restore := func(p *v1.Pod) {
+		f.kl.dispatch(config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{p}, Source: "api", Restored: true})
+	}
 	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("new", "new", now)})
-	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("old-admitted", "old-admitted", now.Add(time.Second))})
-	f.workers.terminated = map[types.UID]bool{"new": true, "old-admitted": true} // room again
-	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("old-rejected", "old-rejected", now.Add(2*time.Second))})
+	restore(apiPod("old-admitted", "old-admitted", now.Add(time.Second)))
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("live", "live", now.Add(time.Second))}) // the node is full
+	f.workers.terminated = map[types.UID]bool{"new": true, "old-admitted": true}     // room again
+	restore(apiPod("old-rejected", "old-rejected", now.Add(2*time.Second)))
 	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("newer", "newer", now.Add(3*time.Second))})
 	if got := strings.Join(f.workers.take(), ";"); got != "create new;create old-admitted;create newer" {
 		t.Fatalf("workers got %q", got)
 	}
+	if s, _ := f.status.GetPodStatus("live"); s.Reason != "OutOfpods" || d["live"] != "OutOfpods" {
+		t.Errorf("a pod from its source was not decided again: %+v, kept %q", s, d["live"])
+	}
 	if s, _ := f.status.GetPodStatus("old-rejected"); s.Phase != v1.PodFailed || s.Reason != "OutOfcpu" || !strings.Contains(s.Message, "before the restart") {
 		t.Errorf("old-rejected: %+v", s)
 	}
-	if d["new"] != "admitted" || d["newer"] != "admitted" || len(d) != 4 {
+	if d["new"] != "admitted" || d["newer"] != "admitted" || len(d) != 5 {
 		t.Errorf("decisions kept: %v", d)
 	}
 }
