@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -203,6 +204,7 @@ func TestJournalRestartWithAPIServerDown(t *testing.T) {
 			t.Errorf("%s restarted %d times", name, rc)
 		}
 	}
+	inspectJournal(t, n)
 	for _, jp := range journalPods {
 		_ = ns.Pods("default").Delete(ctx, jp.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 	}
@@ -241,6 +243,31 @@ func TestJournalKilledMidWrite(t *testing.T) {
 			checkTruth(t, n, names)
 			deleteAndCheck(t, n, names, idle)
 		})
+	}
+}
+
+// inspectJournal runs `nodelet journal inspect` on the running node's
+// journal: it lists the pods with their decisions, and names the objects
+// without printing the secret.
+func inspectJournal(t *testing.T, n *testbed.Nodelet) {
+	t.Helper()
+	bin, err := testbed.NodeletBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "journal", "inspect", "--root-dir", n.RootDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("journal inspect: %v\n%s", err, out)
+	}
+	t.Logf("nodelet journal inspect:\n%s", out)
+	for _, want := range []string{"read from a copy: nodelet holds it", "default/run-0", "rejected: OutOfcpu", "rejected: NodeAffinity",
+		"configmap/default/journal-cfg", "secret/default/journal-secret"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("journal inspect lacks %q", want)
+		}
+	}
+	if strings.Contains(string(out), "hunter2") {
+		t.Error("journal inspect printed the secret")
 	}
 }
 

@@ -3,10 +3,15 @@
 package faults
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -26,8 +31,19 @@ func TestStuckStopHurtsOnePod(t *testing.T) {
 	}
 	t.Cleanup(proxy.Stop)
 	// A stop may take the grace period (2 s) plus runtimeRequestTimeout.
-	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{RuntimeEndpoint: proxy.Endpoint,
-		ExtraConfig: openAPI + "runtimeRequestTimeout: 5s\n"})
+	// The node is a cluster's, so its Ready condition can be watched.
+	const node = "stuck"
+	kubeconfig, err := cl.NodeKubeconfig(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{RuntimeEndpoint: proxy.Endpoint, NodeName: node, Kubeconfig: kubeconfig,
+		ExtraConfig: openAPI + "runtimeRequestTimeout: 5s\nnodeStatusUpdateFrequency: 1s\n"})
+	t.Cleanup(func() { _ = cl.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		r := nodeReady(node)
+		return r == "True", "node Ready is " + r
+	})
 	idle := goroutines(t, n)
 	n.WriteManifest("victim.yaml", sleeper("victim"))
 	allRunning(t, n, []string{"victim"})
@@ -38,6 +54,7 @@ func TestStuckStopHurtsOnePod(t *testing.T) {
 		return proxy.Held("StopContainer", stuck) > 0, "the victim's stop was not attempted"
 	})
 
+	ready := watchReady(node)
 	start := time.Now()
 	names := writePods(n, "other", others)
 	allRunning(t, n, names)
@@ -54,6 +71,9 @@ func TestStuckStopHurtsOnePod(t *testing.T) {
 	if err := n.Healthz(); err != nil {
 		t.Fatalf("healthz while one stop hangs: %v", err)
 	}
+	if seen := ready(); len(seen) == 0 || seen[len(seen)-1] != "True" || slices.ContainsFunc(seen, func(r string) bool { return r != "True" }) {
+		t.Errorf("node Ready while one stop hangs, sampled every 250 ms: %v", seen)
+	}
 	// The stuck call failed the victim's sync by its deadline, with a
 	// FailedKillPod event naming it, and was tried again.
 	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
@@ -64,10 +84,51 @@ func TestStuckStopHurtsOnePod(t *testing.T) {
 		return proxy.Held("StopContainer", stuck) >= 2 && event,
 			fmt.Sprintf("stop held %d times; FailedKillPod event naming it: %v", proxy.Held("StopContainer", stuck), event)
 	})
-	t.Logf("10 pods created and deleted in %v while one stop hung", took.Round(time.Millisecond))
+	t.Logf("10 pods created and deleted in %v while one stop hung; the node stayed Ready", took.Round(time.Millisecond))
 	proxy.Release("StopContainer", stuck)
 	setRow(t, took)
 	allGone(t, n)
 	checkNoHostLeaks(t, n)
 	checkGoroutines(t, n, idle)
+}
+
+// nodeReady is the status of the node's Ready condition in the API.
+func nodeReady(name string) string {
+	node, err := cl.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return "unset"
+}
+
+// watchReady samples the node's Ready condition every 250 ms until the
+// function it returns is called, which returns the distinct values seen,
+// in order.
+func watchReady(name string) func() []string {
+	stop, done := make(chan struct{}), make(chan []string)
+	go func() {
+		var seen []string
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if r := nodeReady(name); len(seen) == 0 || seen[len(seen)-1] != r {
+				seen = append(seen, r)
+			}
+			select {
+			case <-stop:
+				done <- seen
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []string {
+		close(stop)
+		return <-done
+	}
 }
