@@ -210,6 +210,9 @@ func TestStagePublishAndTearDown(t *testing.T) {
 		t.Errorf("publish request %+v", pub)
 	}
 
+	if inUse := m.VolumesInUse(); len(inUse) != 1 || inUse[0] != "kubernetes.io/csi/hostpath.test^vol1" {
+		t.Errorf("volumes in use: %v", inUse)
+	}
 	restarted := NewMounter(MounterOptions{RootDir: root, NodeName: "n1", Drivers: r, API: api})
 	if err := restarted.TearDown(ctx, "u1"); err != nil {
 		t.Fatal(err)
@@ -223,6 +226,9 @@ func TestStagePublishAndTearDown(t *testing.T) {
 	}
 	if got := strings.Join(d.Calls()[5:], ","); got != "NodeUnpublishVolume vol1,NodeUnstageVolume vol1" {
 		t.Errorf("last pod's teardown: %s", got)
+	}
+	if inUse := m.VolumesInUse(); len(inUse) != 0 {
+		t.Errorf("volumes in use after both pods: %v", inUse)
 	}
 	if _, err := os.Stat(m.StagingPath("hostpath.test", "vol1")); !os.IsNotExist(err) {
 		t.Errorf("the staging directory stays: %v", err)

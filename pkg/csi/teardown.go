@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -99,4 +101,26 @@ func (m *Mounter) inUse(v volData, except string) bool {
 		}
 	}
 	return false
+}
+
+// VolumesInUse lists the attachable CSI volumes published on the node,
+// under upstream's unique names (kubernetes.io/csi/<driver>^<handle>), for
+// node.status.volumesInUse: the attach/detach controller does not detach
+// them. Inline ephemeral volumes are never attached, so are not listed.
+func (m *Mounter) VolumesInUse() []v1.UniqueVolumeName {
+	files, _ := filepath.Glob(filepath.Join(m.o.RootDir, "pods", "*", "volumes", "kubernetes.io~csi", "*", volDataFile))
+	seen := map[v1.UniqueVolumeName]bool{}
+	var out []v1.UniqueVolumeName
+	for _, f := range files {
+		d, err := readVolData(filepath.Dir(f))
+		if err != nil || d.LifecycleMode == string(storagev1.VolumeLifecycleEphemeral) {
+			continue
+		}
+		name := v1.UniqueVolumeName("kubernetes.io/csi/" + d.DriverName + "^" + d.VolumeHandle)
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out
 }

@@ -39,6 +39,12 @@ type Config struct {
 	HostIPs []string
 }
 
+// ControllerManagedAttachAnnotation marks a Node whose volumes the
+// attach/detach controller attaches (enableControllerAttachDetach, which
+// nodelet requires): without it the controller leaves the node's
+// VolumeAttachments alone.
+const ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+
 // Machine is what was measured about the machine.
 type Machine struct {
 	CPUs             int
@@ -137,7 +143,7 @@ func Node(cfg Config, m Machine) *v1.Node {
 	n := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: map[string]string{
 			LabelHostname: cfg.NodeName, LabelOS: goruntime.GOOS, LabelArch: goruntime.GOARCH,
-		}},
+		}, Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"}},
 		Status: v1.NodeStatus{
 			Capacity:    capacity,
 			Allocatable: Allocatable(capacity, cfg.Reserved),

@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -66,6 +67,10 @@ type ReporterOptions struct {
 	// SkipRegistration (registerNode: false) never creates the Node: the
 	// reporter waits for someone else to, then keeps it current.
 	SkipRegistration bool
+	// VolumesInUse lists the attachable volumes the node has mounted
+	// (node.status.volumesInUse: the attach/detach controller does not
+	// detach them); nil lists none.
+	VolumesInUse func() []v1.UniqueVolumeName
 }
 
 // Reporter registers the node with the API server and keeps it current:
@@ -175,7 +180,8 @@ func (r *Reporter) register(ctx context.Context) bool {
 	return r.remember(existing)
 }
 
-// adopt reads the existing Node and adds the labels nodelet sets.
+// adopt reads the existing Node and adds the labels and annotations
+// nodelet sets.
 func (r *Reporter) adopt(ctx context.Context, want *v1.Node) (*v1.Node, error) {
 	nodes := r.o.Client.CoreV1().Nodes()
 	existing, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
@@ -194,6 +200,14 @@ func (r *Reporter) adopt(ctx context.Context, want *v1.Node) (*v1.Node, error) {
 	for k, v := range want.Labels {
 		if existing.Labels[k] != v {
 			existing.Labels[k], changed = v, true
+		}
+	}
+	if existing.Annotations == nil {
+		existing.Annotations = map[string]string{}
+	}
+	for k, v := range want.Annotations {
+		if existing.Annotations[k] != v {
+			existing.Annotations[k], changed = v, true
 		}
 	}
 	if !changed {
@@ -245,6 +259,10 @@ func (r *Reporter) runStatus(ctx context.Context) {
 func (r *Reporter) desiredStatus(old []v1.NodeCondition, now time.Time) v1.NodeStatus {
 	s := *r.o.Node.Status.DeepCopy()
 	s.Conditions = r.conditions(old, now)
+	if r.o.VolumesInUse != nil {
+		s.VolumesInUse = r.o.VolumesInUse()
+		slices.Sort(s.VolumesInUse)
+	}
 	return s
 }
 
@@ -409,6 +427,7 @@ func (r *Reporter) applyStatus(node *v1.Node, want v1.NodeStatus) *v1.Node {
 	node.Status.Conditions = conds
 	node.Status.Capacity, node.Status.Allocatable = want.Capacity, want.Allocatable
 	node.Status.NodeInfo, node.Status.Addresses, node.Status.DaemonEndpoints = want.NodeInfo, want.Addresses, want.DaemonEndpoints
+	node.Status.VolumesInUse = want.VolumesInUse
 	return node
 }
 

@@ -303,3 +303,36 @@ func TestAdmissionNodeHasTheMeasuredResources(t *testing.T) {
 		t.Fatalf("the API's node changed: pods %s", api.String())
 	}
 }
+
+// The Node is marked for the attach/detach controller (also when it was
+// registered before without the mark), and the volumes in use are
+// reported, sorted, as they change.
+func TestAttachDetachAnnotationAndVolumesInUse(t *testing.T) {
+	var ready error
+	r, client, clk := newReporter(t, &ready)
+	inUse := []v1.UniqueVolumeName{"kubernetes.io/csi/b^2", "kubernetes.io/csi/a^1"}
+	r.o.VolumesInUse = func() []v1.UniqueVolumeName { return append([]v1.UniqueVolumeName(nil), inUse...) }
+	ctx := context.Background()
+	existing := r.o.Node.DeepCopy()
+	existing.Annotations = nil
+	if _, err := client.CoreV1().Nodes().Create(ctx, existing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.register(ctx) {
+		t.Fatal("registration failed")
+	}
+	if n := getNode(t, client); n.Annotations[ControllerManagedAttachAnnotation] != "true" {
+		t.Fatalf("annotations %v", n.Annotations)
+	}
+	r.SyncStatus(ctx)
+	useAPINode(t, r, client)
+	if got := getNode(t, client).Status.VolumesInUse; len(got) != 2 || got[0] != "kubernetes.io/csi/a^1" {
+		t.Fatalf("volumes in use %v", got)
+	}
+	inUse = inUse[:1]
+	clk.Step(10 * time.Second)
+	r.SyncStatus(ctx)
+	if got := getNode(t, client).Status.VolumesInUse; len(got) != 1 || got[0] != "kubernetes.io/csi/b^2" {
+		t.Fatalf("volumes in use after one went %v", got)
+	}
+}

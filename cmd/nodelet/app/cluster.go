@@ -65,9 +65,12 @@ type clusterClients struct {
 	tokens  volume.Tokens
 	claims  volume.Claims
 	// csi publishes CSI volumes; nil standalone.
-	csi        volume.CSIVolumes
-	mirrors    kubelet.MirrorPods
-	components []component
+	csi volume.CSIVolumes
+	// volumesInUse lists the attachable volumes mounted, for the Node's
+	// status; nil standalone.
+	volumesInUse func() []v1.UniqueVolumeName
+	mirrors      kubelet.MirrorPods
+	components   []component
 }
 
 func buildClusterClients(b *base) *clusterClients {
@@ -87,7 +90,7 @@ func buildClusterClients(b *base) *clusterClients {
 	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.o.RootDir, NodeName: b.nodeName, Drivers: drivers, API: api,
 		Timeout: b.c.RuntimeRequestTimeout.Duration})
 	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: api,
-		csi: volumes, mirrors: api,
+		csi: volumes, volumesInUse: volumes.VolumesInUse, mirrors: api,
 		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}}}
 }
 
@@ -102,7 +105,7 @@ type reporterParts struct {
 	components []component
 }
 
-func buildReporter(b *base, node *nodeParts, health *health.Node) *reporterParts {
+func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterClients) *reporterParts {
 	if b.client == nil {
 		return &reporterParts{node: func() *v1.Node { return node.node }}
 	}
@@ -117,6 +120,7 @@ func buildReporter(b *base, node *nodeParts, health *health.Node) *reporterParts
 		},
 		Pressure:         node.pressure.Pressure,
 		SkipRegistration: !*c.RegisterNode,
+		VolumesInUse:     cl.volumesInUse,
 	})
 	// Admission sees the labels an administrator put on the Node, and the
 	// resources nodelet measured.

@@ -123,7 +123,7 @@ var configFields = map[string]field{
 	"evictionMinimumReclaim":                    h("how far above its threshold a signal must recover"),
 	"mergeDefaultEvictionSettings":              refuse("false", "evictionHard replaces the defaults"),
 	"podsPerCore":                               h("pod capacity per CPU, capped by maxPods"),
-	"enableControllerAttachDetach":              ign("true", "volumes are attached by the controller"),
+	"enableControllerAttachDetach":              refuse("true", "true marks the Node for the attach/detach controller (annotation volumes.kubernetes.io/controller-managed-attach-detach), which attaches CSI volumes; nodelet never attaches volumes itself"),
 	"protectKernelDefaults":                     refuse("", "kernel settings are not checked"),
 	"makeIPTablesUtilChains":                    ign("true", "nodelet writes no iptables rules"),
 	"iptablesMasqueradeBit":                     ign("14", "nodelet writes no iptables rules"),

@@ -108,7 +108,7 @@ func Run(ctx context.Context, o *Options, term <-chan os.Signal) error {
 	cl := buildClusterClients(b)
 	runtime := buildRuntime(b, rt, node, cl)
 	health := buildHealth(b, runtime)
-	reporter := buildReporter(b, node, health)
+	reporter := buildReporter(b, node, health, cl)
 	core := buildCore(b, runtime, node, cl, health, reporter)
 	servers, err := buildServers(b, rt, node, runtime, core, health)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,6 +243,9 @@ func TestCSIVolumes(t *testing.T) {
 	}
 	waitPod(t, time.Minute, ns, "one", running)
 	waitPod(t, time.Minute, ns, "two", running)
+	// The finished writer's volume may have been unstaged before the two
+	// started: only what comes after both publishes counts.
+	shared := len(drv.Calls())
 	if err := pods.Delete(ctx, "writer", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +254,11 @@ func TestCSIVolumes(t *testing.T) {
 	}
 	waitGone(t, ns, "one")
 	waitGone(t, ns, "writer")
-	if calls := strings.Join(drv.Calls(), ","); strings.Contains(calls, "NodeUnstageVolume") {
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		calls := strings.Join(drv.Calls()[shared:], ",")
+		return strings.Contains(calls, "NodeUnpublishVolume"), "one's volume not unpublished: " + calls
+	})
+	if calls := strings.Join(drv.Calls()[shared:], ","); strings.Contains(calls, "NodeUnstageVolume") {
 		t.Errorf("unstaged while a pod still uses it: %s", calls)
 	}
 	if out := podLog(t, ns, "two"); out != "persisted\n" {
@@ -329,4 +337,76 @@ func mountsUnder(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// A driver that needs attaching: the node is marked for the
+// attach/detach controller, which makes the VolumeAttachment; the test
+// plays the driver's attacher and marks it attached; only then is the
+// volume published. The node reports it in volumesInUse while the pod
+// has it, and not after.
+func TestCSIAttach(t *testing.T) {
+	ns := namespace(t)
+	const node, driverName = "csi-attach", "attach.nodelet.test"
+	n := startNode(t, node, cd, "")
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("/tmp", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	drv, err := csitest.Start(csitest.Options{Name: driverName, RegistryDir: filepath.Join(n.RootDir, csi.RegistryDir), Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	csiNodeHas(t, node, driverName, true)
+	if _, err := cl.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
+		Spec: storagev1.CSIDriverSpec{AttachRequired: new(true)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Client.StorageV1().CSIDrivers().Delete(context.Background(), driverName, metav1.DeleteOptions{})
+	})
+	class := "nodelet-" + ns
+	createClass(t, class)
+	handle := "att-" + ns
+	createPV(t, class, "att-"+ns, v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: handle}}, "", nil)
+	createPVC(t, ns, "data", class, "att-"+ns)
+	createPod(t, ns, claimPod("user", node, "data", false, "sleep 3600"))
+
+	vas := cl.Client.StorageV1().VolumeAttachments()
+	name := csi.AttachmentName(handle, driverName, node)
+	waitEventMessage(t, ns, "user", "FailedMount", "volume not attached to the node yet")
+	testbed.Eventually(t, 2*time.Minute, func() (bool, string) {
+		va, err := vas.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "the attach/detach controller made no VolumeAttachment: " + err.Error()
+		}
+		va.Status.Attached = true
+		_, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprintf("marking it attached: %v", err)
+	})
+	waitPod(t, time.Minute, ns, "user", running)
+	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + driverName + "^" + handle)
+	volumesInUse(t, node, unique, true)
+	if err := cl.Client.CoreV1().Pods(ns).Delete(ctx, "user", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ns, "user")
+	volumesInUse(t, node, unique, false)
+	if calls := strings.Join(drv.Calls(), ","); calls != "NodePublishVolume "+handle+",NodeUnpublishVolume "+handle {
+		t.Errorf("driver calls %s", calls)
+	}
+}
+
+// volumesInUse waits until the node's status lists the volume, or not.
+func volumesInUse(t *testing.T, node string, name v1.UniqueVolumeName, want bool) {
+	t.Helper()
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		n, err := cl.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(n.Status.VolumesInUse, name) == want, fmt.Sprintf("volumesInUse %v, want %s listed: %v", n.Status.VolumesInUse, name, want)
+	})
 }
