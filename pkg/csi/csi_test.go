@@ -162,6 +162,7 @@ func registered(t *testing.T, root string, o csitest.Options) (*Registry, *csite
 
 func csiPV(handle string) *v1.PersistentVolume {
 	return &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + handle}, Spec: v1.PersistentVolumeSpec{
+		ClaimRef:    &v1.ObjectReference{Namespace: "ns", Name: "claim", UID: "c1"},
 		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, MountOptions: []string{"noatime"},
 		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
 			Driver: "hostpath.test", VolumeHandle: handle, FSType: "ext4", VolumeAttributes: map[string]string{"k": "v"},
@@ -179,7 +180,7 @@ func csiPod(uid types.UID) *v1.Pod {
 // what is on disk (a new Mounter, as after a restart); the data stays.
 func TestStagePublishAndTearDown(t *testing.T) {
 	root := shortDir(t)
-	r, d := registered(t, root, csitest.Options{Name: "hostpath.test", Stage: true})
+	r, d := registered(t, root, csitest.Options{Name: "hostpath.test", Stage: true, Stats: true})
 	api := &fakeAPI{drivers: map[string]*storagev1.CSIDriver{"hostpath.test": {Spec: storagev1.CSIDriverSpec{
 		AttachRequired: new(false), PodInfoOnMount: new(true)}}},
 		secrets: map[string]*v1.Secret{"ns/creds": {Data: map[string][]byte{"password": []byte("s3cret")}}}}
@@ -210,6 +211,11 @@ func TestStagePublishAndTearDown(t *testing.T) {
 		t.Errorf("publish request %+v", pub)
 	}
 
+	stats := m.VolumeStats(ctx, "u1")
+	if len(stats) != 1 || stats[0].Name != "data" || stats[0].CapacityBytes == nil || *stats[0].CapacityBytes == 0 ||
+		stats[0].PVCRef == nil || stats[0].PVCRef.Name != "claim" || stats[0].InodesUsed == nil {
+		t.Errorf("volume stats %+v", stats)
+	}
 	if inUse := m.VolumesInUse(); len(inUse) != 1 || inUse[0] != "kubernetes.io/csi/hostpath.test^vol1" {
 		t.Errorf("volumes in use: %v", inUse)
 	}

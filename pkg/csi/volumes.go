@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/poddirs"
 )
@@ -40,6 +41,7 @@ type MounterOptions struct {
 	API      API
 	// Timeout bounds each call to a driver; 0 is two minutes.
 	Timeout time.Duration
+	Clock   clock.PassiveClock
 }
 
 // Mounter stages, publishes, unpublishes and unstages pods' CSI volumes.
@@ -49,6 +51,9 @@ type Mounter struct{ o MounterOptions }
 func NewMounter(o MounterOptions) *Mounter {
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	return &Mounter{o: o}
 }
@@ -68,6 +73,9 @@ type volData struct {
 	AttachmentID  string `json:"attachmentID,omitempty"`
 	LifecycleMode string `json:"volumeLifecycleMode"`
 	StagingPath   string `json:"stagingPath,omitempty"`
+	// ClaimName and ClaimNamespace name the claim, for the volume's stats.
+	ClaimName      string `json:"claimName,omitempty"`
+	ClaimNamespace string `json:"claimNamespace,omitempty"`
 }
 
 const volDataFile = "vol_data.json"
@@ -130,6 +138,9 @@ func (m *Mounter) SetUp(ctx context.Context, pod *v1.Pod, name string, pv *v1.Pe
 	capability := volumeCapability(src.FSType, pv.Spec.MountOptions, pv.Spec.AccessModes)
 	data := volData{SpecVolID: name, VolumeHandle: src.VolumeHandle, DriverName: src.Driver, NodeName: m.o.NodeName,
 		AttachmentID: attachment, LifecycleMode: string(storagev1.VolumeLifecyclePersistent)}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		data.ClaimName, data.ClaimNamespace = ref.Name, ref.Namespace
+	}
 	if d.Stages {
 		data.StagingPath = m.StagingPath(src.Driver, src.VolumeHandle)
 		secrets, err := m.secrets(ctx, src.NodeStageSecretRef)

@@ -48,6 +48,14 @@ type Options struct {
 	// ProcDir is /proc; tests point it at a fixture.
 	ProcDir string
 	Clock   clock.PassiveClock
+	// CSI measures pods' CSI volumes through their drivers; nil measures
+	// none. They are persistent, not the pod's ephemeral storage.
+	CSI CSIVolumeStats
+}
+
+// CSIVolumeStats measures a pod's CSI volumes (NodeGetVolumeStats).
+type CSIVolumeStats interface {
+	VolumeStats(ctx context.Context, uid string) []statsapi.VolumeStats
 }
 
 // Provider answers summary requests.
@@ -241,6 +249,9 @@ func (p *Provider) podStats(ctx context.Context, imageFs *statsapi.FsStats, only
 			}
 			ps.VolumeStats = p.volumeStats(md.GetUid())
 			ps.EphemeralStorage = p.ephemeralStorage(&ps)
+			if p.o.CSI != nil {
+				ps.VolumeStats = append(ps.VolumeStats, p.o.CSI.VolumeStats(ctx, md.GetUid())...)
+			}
 		}
 		out = append(out, ps)
 	}
@@ -312,11 +323,16 @@ func networkStats(n *runtimeapi.NetworkUsage) *statsapi.NetworkStats {
 
 // volumeStats measures the volumes nodelet keeps for the pod (emptyDir,
 // configMap, secret, projected...); host paths are the node's, not the
-// pod's, and are not counted.
+// pod's, and are not counted, nor are CSI volumes (their drivers measure
+// them, and walking a persistent volume would count it as the pod's
+// ephemeral storage).
 func (p *Provider) volumeStats(uid string) []statsapi.VolumeStats {
 	plugins, _ := filepath.Glob(filepath.Join(p.o.RootDir, "pods", uid, "volumes", "*", "*"))
 	var out []statsapi.VolumeStats
 	for _, dir := range plugins {
+		if filepath.Base(filepath.Dir(dir)) == "kubernetes.io~csi" {
+			continue
+		}
 		if fs := p.dirFs(dir, dir); fs != nil {
 			out = append(out, statsapi.VolumeStats{Name: filepath.Base(dir), FsStats: *fs})
 		}

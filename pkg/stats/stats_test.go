@@ -208,3 +208,30 @@ func TestSummarySurvivesAFailingStatsList(t *testing.T) {
 		t.Fatalf("%d stats calls, want the list and one for the ready sandbox", n)
 	}
 }
+
+type csiStats struct{ used uint64 }
+
+func (c csiStats) VolumeStats(_ context.Context, uid string) []statsapi.VolumeStats {
+	return []statsapi.VolumeStats{{Name: "data", PVCRef: &statsapi.PVCReference{Name: "claim", Namespace: "default"},
+		FsStats: statsapi.FsStats{UsedBytes: &c.used}}}
+}
+
+// A CSI volume is measured by its driver, not walked, and is not the
+// pod's ephemeral storage: a persistent volume's data must never count
+// against the pod's local storage limits.
+func TestCSIVolumesAreNotEphemeralStorage(t *testing.T) {
+	f := newFixture(t)
+	write(t, filepath.Join(f.root, "pods", "u1", "volumes", "kubernetes.io~csi", "data", "mount", "big"), 1<<20)
+	f.p.o.CSI = csiStats{used: 5 << 30}
+	s, err := f.p.Summary(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Pods[0]
+	if len(p.VolumeStats) != 2 || p.VolumeStats[1].Name != "data" || u(p.VolumeStats[1].UsedBytes) != 5<<30 || p.VolumeStats[1].PVCRef == nil {
+		t.Errorf("volumes %+v", p.VolumeStats)
+	}
+	if e := p.EphemeralStorage; e == nil || u(e.UsedBytes) >= 1<<20 {
+		t.Errorf("ephemeral storage counts the CSI volume: %+v", e)
+	}
+}

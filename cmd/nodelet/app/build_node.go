@@ -50,7 +50,7 @@ func (n *nodeParts) memoryCapacity() int64 {
 	return q.Value()
 }
 
-func buildNode(b *base, rt *runtimeConn) (*nodeParts, error) {
+func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error) {
 	node, cgroups, err := setUpNode(b.o, b.nodeName, b.hostIPs)
 	if err != nil {
 		return nil, err
@@ -67,6 +67,7 @@ func buildNode(b *base, rt *runtimeConn) (*nodeParts, error) {
 			runtimeapi.RuntimeServiceClient
 			runtimeapi.ImageServiceClient
 		}{rt.runtime, rt.images},
+		CSI: cl.csiStats,
 	})
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/objects"
+	"github.com/nodelet/nodelet/pkg/stats"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 
@@ -69,8 +70,10 @@ type clusterClients struct {
 	// volumesInUse lists the attachable volumes mounted, for the Node's
 	// status; nil standalone.
 	volumesInUse func() []v1.UniqueVolumeName
-	mirrors      kubelet.MirrorPods
-	components   []component
+	// csiStats measures CSI volumes for the stats summary; nil standalone.
+	csiStats   stats.CSIVolumeStats
+	mirrors    kubelet.MirrorPods
+	components []component
 }
 
 func buildClusterClients(b *base) *clusterClients {
@@ -88,9 +91,9 @@ func buildClusterClients(b *base) *clusterClients {
 	drivers := csi.NewRegistry(csi.RegistryOptions{RootDir: b.o.RootDir, Nodes: csi.APINodes{Client: b.client, NodeName: b.nodeName},
 		Clock: b.clock, Timeout: b.c.RuntimeRequestTimeout.Duration})
 	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.o.RootDir, NodeName: b.nodeName, Drivers: drivers, API: api,
-		Timeout: b.c.RuntimeRequestTimeout.Duration})
+		Timeout: b.c.RuntimeRequestTimeout.Duration, Clock: b.clock})
 	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: api,
-		csi: volumes, volumesInUse: volumes.VolumesInUse, mirrors: api,
+		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api,
 		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}}}
 }
 

@@ -101,11 +101,11 @@ func Run(ctx context.Context, o *Options, term <-chan os.Signal) error {
 		return err
 	}
 	defer rt.conn.Close()
-	node, err := buildNode(b, rt)
+	cl := buildClusterClients(b)
+	node, err := buildNode(b, rt, cl)
 	if err != nil {
 		return err
 	}
-	cl := buildClusterClients(b)
 	runtime := buildRuntime(b, rt, node, cl)
 	health := buildHealth(b, runtime)
 	reporter := buildReporter(b, node, health, cl)

@@ -31,6 +31,8 @@ type Options struct {
 	Dir string
 	// Stage gives the driver STAGE_UNSTAGE_VOLUME.
 	Stage bool
+	// Stats gives the driver GET_VOLUME_STATS.
+	Stats bool
 	// Type is the plugin type it registers as; empty is CSIPlugin.
 	Type     string
 	NodeID   string
@@ -188,7 +190,25 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 		r.Capabilities = append(r.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
 			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
 	}
+	if d.o.Stats {
+		r.Capabilities = append(r.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS}}})
+	}
 	return r, nil
+}
+
+// NodeGetVolumeStats reports the filesystem holding the volume, as
+// statfs sees it.
+func (d *Driver) NodeGetVolumeStats(_ context.Context, r *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.VolumePath, &st); err != nil {
+		return nil, status.Errorf(codes.NotFound, "statfs %s: %v", r.VolumePath, err)
+	}
+	bs := int64(st.Bsize)
+	return &csipb.NodeGetVolumeStatsResponse{Usage: []*csipb.VolumeUsage{
+		{Unit: csipb.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
+		{Unit: csipb.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
+	}}, nil
 }
 
 // backing is a volume's directory, made on first use.
