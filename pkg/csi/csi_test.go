@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -337,4 +338,53 @@ func (o oneClaim) GetPersistentVolumeClaim(_ context.Context, ns, name string) (
 
 func (o oneClaim) GetPersistentVolume(context.Context, string) (*v1.PersistentVolume, error) {
 	return o.pv, nil
+}
+
+// The pod's fsGroup is applied as the CSIDriver's fsGroupPolicy says
+// (File always; the default only with an fsType and ReadWriteOnce; None
+// never), or handed to a driver that applies it itself.
+func TestFSGroupPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		policy    *storagev1.FSGroupPolicy
+		fsType    string
+		mountGrp  bool
+		wantGroup bool
+		wantGiven string
+	}{
+		{"default with fsType", nil, "ext4", false, true, ""},
+		{"default without fsType", nil, "", false, false, ""},
+		{"File", new(storagev1.FileFSGroupPolicy), "", false, true, ""},
+		{"None", new(storagev1.NoneFSGroupPolicy), "ext4", false, false, ""},
+		{"delegated to the driver", new(storagev1.FileFSGroupPolicy), "", true, false, "4242"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := shortDir(t)
+			r, d := registered(t, root, csitest.Options{Name: "hostpath.test", MountGroup: tc.mountGrp})
+			api := &fakeAPI{drivers: map[string]*storagev1.CSIDriver{"hostpath.test": {Spec: storagev1.CSIDriverSpec{
+				AttachRequired: new(false), FSGroupPolicy: tc.policy}}}, secrets: map[string]*v1.Secret{"ns/creds": {}}}
+			m := NewMounter(MounterOptions{RootDir: root, NodeName: "n1", Drivers: r, API: api})
+			pod := csiPod("u1")
+			pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: new(int64(4242))}
+			pv := csiPV("vol1")
+			pv.Spec.CSI.FSType = tc.fsType
+			target, err := m.SetUp(context.Background(), pod, "data", pv, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.TearDown(context.Background(), "u1")
+			info, err := os.Stat(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gid := info.Sys().(*syscall.Stat_t).Gid
+			if (gid == 4242) != tc.wantGroup {
+				t.Errorf("volume root group %d, want fsGroup applied: %v", gid, tc.wantGroup)
+			}
+			pub := d.LastRequest("NodePublishVolume").(*csipb.NodePublishVolumeRequest)
+			if got := pub.VolumeCapability.GetMount().VolumeMountGroup; got != tc.wantGiven {
+				t.Errorf("volume mount group given to the driver %q, want %q", got, tc.wantGiven)
+			}
+		})
+	}
 }

@@ -57,6 +57,9 @@ type DriverInfo struct {
 	Stages bool
 	// Stats says the driver has GET_VOLUME_STATS.
 	Stats bool
+	// MountGroup says the driver has VOLUME_MOUNT_GROUP: it applies the
+	// pod's fsGroup itself, given in the mount capability.
+	MountGroup bool
 }
 
 // Driver is a registered driver: what it said, and its Node service.
@@ -264,6 +267,8 @@ func (r *Registry) ask(ctx context.Context, d *Driver) error {
 			d.Stages = true
 		case csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS:
 			d.Stats = true
+		case csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP:
+			d.MountGroup = true
 		}
 	}
 	return nil

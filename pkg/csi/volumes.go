@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/poddirs"
+	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // API is what publishing reads from the API server.
@@ -84,18 +86,22 @@ const volDataFile = "vol_data.json"
 // there is none.
 type driverSettings struct {
 	attachRequired, podInfoOnMount, ephemeral bool
+	fsGroupPolicy                             storagev1.FSGroupPolicy
 }
 
 func (m *Mounter) settings(ctx context.Context, name string) (driverSettings, error) {
 	d, err := m.o.API.GetCSIDriver(ctx, name)
 	if apierrors.IsNotFound(err) {
-		return driverSettings{attachRequired: true}, nil
+		return driverSettings{attachRequired: true, fsGroupPolicy: storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy}, nil
 	}
 	if err != nil {
 		return driverSettings{}, fmt.Errorf("reading CSIDriver %q: %w", name, err)
 	}
 	s := driverSettings{attachRequired: d.Spec.AttachRequired == nil || *d.Spec.AttachRequired,
-		podInfoOnMount: d.Spec.PodInfoOnMount != nil && *d.Spec.PodInfoOnMount}
+		podInfoOnMount: d.Spec.PodInfoOnMount != nil && *d.Spec.PodInfoOnMount, fsGroupPolicy: storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy}
+	if d.Spec.FSGroupPolicy != nil {
+		s.fsGroupPolicy = *d.Spec.FSGroupPolicy
+	}
 	for _, mode := range d.Spec.VolumeLifecycleModes {
 		s.ephemeral = s.ephemeral || mode == storagev1.VolumeLifecycleEphemeral
 	}
@@ -136,6 +142,7 @@ func (m *Mounter) SetUp(ctx context.Context, pod *v1.Pod, name string, pv *v1.Pe
 		return "", err
 	}
 	capability := volumeCapability(src.FSType, pv.Spec.MountOptions, pv.Spec.AccessModes)
+	delegated := delegateFSGroup(d, pod, capability)
 	data := volData{SpecVolID: name, VolumeHandle: src.VolumeHandle, DriverName: src.Driver, NodeName: m.o.NodeName,
 		AttachmentID: attachment, LifecycleMode: string(storagev1.VolumeLifecyclePersistent)}
 	if ref := pv.Spec.ClaimRef; ref != nil {
@@ -161,11 +168,41 @@ func (m *Mounter) SetUp(ctx context.Context, pod *v1.Pod, name string, pv *v1.Pe
 	if err != nil {
 		return "", err
 	}
-	return m.publish(ctx, d, pod, data, &csipb.NodePublishVolumeRequest{
+	readOnly = readOnly || src.ReadOnly
+	target, err := m.publish(ctx, d, pod, data, &csipb.NodePublishVolumeRequest{
 		VolumeId: src.VolumeHandle, PublishContext: publishContext, StagingTargetPath: data.StagingPath,
-		VolumeCapability: capability, Readonly: readOnly || src.ReadOnly, Secrets: secrets,
+		VolumeCapability: capability, Readonly: readOnly, Secrets: secrets,
 		VolumeContext: withPodInfo(src.VolumeAttributes, pod, s.podInfoOnMount, false),
 	})
+	if err != nil || delegated || readOnly || !ownershipApplies(s.fsGroupPolicy, src.FSType, pv.Spec.AccessModes) {
+		return target, err
+	}
+	return target, volume.ApplyFSGroup(target, pod)
+}
+
+// delegateFSGroup hands the pod's fsGroup to a driver that applies it
+// itself (VOLUME_MOUNT_GROUP), and reports whether it did.
+func delegateFSGroup(d *Driver, pod *v1.Pod, c *csipb.VolumeCapability) bool {
+	sc := pod.Spec.SecurityContext
+	if !d.MountGroup || sc == nil || sc.FSGroup == nil {
+		return false
+	}
+	c.GetMount().VolumeMountGroup = fmt.Sprint(*sc.FSGroup)
+	return true
+}
+
+// ownershipApplies is the CSIDriver's fsGroupPolicy: File always gives
+// the volume to the pod's fsGroup, None never, and
+// ReadWriteOnceWithFSType (the default) for a volume with a filesystem
+// type that one node writes.
+func ownershipApplies(policy storagev1.FSGroupPolicy, fsType string, modes []v1.PersistentVolumeAccessMode) bool {
+	switch policy {
+	case storagev1.FileFSGroupPolicy:
+		return true
+	case storagev1.NoneFSGroupPolicy:
+		return false
+	}
+	return fsType != "" && (slices.Contains(modes, v1.ReadWriteOnce) || slices.Contains(modes, v1.ReadWriteOncePod))
 }
 
 // SetUpInline publishes a CSI ephemeral inline volume (csi: in the pod
@@ -198,11 +235,18 @@ func (m *Mounter) SetUpInline(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 	handle := fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+vol.Name)))
 	data := volData{SpecVolID: vol.Name, VolumeHandle: handle, DriverName: src.Driver, NodeName: m.o.NodeName,
 		LifecycleMode: string(storagev1.VolumeLifecycleEphemeral)}
-	return m.publish(ctx, d, pod, data, &csipb.NodePublishVolumeRequest{
-		VolumeId: handle, VolumeCapability: volumeCapability(fsType, nil, []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}),
-		Readonly: src.ReadOnly != nil && *src.ReadOnly, Secrets: secrets,
+	capability := volumeCapability(fsType, nil, []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce})
+	delegated := delegateFSGroup(d, pod, capability)
+	readOnly := src.ReadOnly != nil && *src.ReadOnly
+	target, err := m.publish(ctx, d, pod, data, &csipb.NodePublishVolumeRequest{
+		VolumeId: handle, VolumeCapability: capability, Readonly: readOnly, Secrets: secrets,
 		VolumeContext: withPodInfo(src.VolumeAttributes, pod, s.podInfoOnMount, true),
 	})
+	// An inline volume is mounted ReadWriteOnce, as upstream's is.
+	if err != nil || delegated || readOnly || !ownershipApplies(s.fsGroupPolicy, fsType, []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}) {
+		return target, err
+	}
+	return target, volume.ApplyFSGroup(target, pod)
 }
 
 // publish records the volume, then asks the driver to publish it.

@@ -3,6 +3,7 @@ package volume
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	v1 "k8s.io/api/core/v1"
@@ -97,4 +98,29 @@ func id(v *int64) int {
 		return -1
 	}
 	return int(*v)
+}
+
+// ApplyFSGroup gives every file of a volume to the pod's fsGroup, group
+// readable and writable, directories setgid (upstream's
+// SetVolumeOwnership, for volumes such as CSI ones whose driver does not
+// take the group itself). With fsGroupChangePolicy OnRootMismatch a root
+// that is already right means nothing is walked.
+func ApplyFSGroup(dir string, pod *v1.Pod) error {
+	g := fsGroup(pod)
+	if g == nil {
+		return nil
+	}
+	if sc := pod.Spec.SecurityContext; sc.FSGroupChangePolicy != nil && *sc.FSGroupChangePolicy == v1.FSGroupChangeOnRootMismatch {
+		if info, err := os.Lstat(dir); err == nil {
+			if _, gid := owner(info); gid == int(*g) && info.Mode()&os.ModeSetgid != 0 && info.Mode()&groupReadWrite == groupReadWrite {
+				return nil
+			}
+		}
+	}
+	return filepath.WalkDir(dir, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return ownedBy(path, -1, int(*g), groupReadWrite)
+	})
 }

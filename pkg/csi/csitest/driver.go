@@ -33,6 +33,8 @@ type Options struct {
 	Stage bool
 	// Stats gives the driver GET_VOLUME_STATS.
 	Stats bool
+	// MountGroup gives the driver VOLUME_MOUNT_GROUP.
+	MountGroup bool
 	// Type is the plugin type it registers as; empty is CSIPlugin.
 	Type     string
 	NodeID   string
@@ -189,6 +191,10 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	if d.o.Stage {
 		r.Capabilities = append(r.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
 			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
+	}
+	if d.o.MountGroup {
+		r.Capabilities = append(r.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP}}})
 	}
 	if d.o.Stats {
 		r.Capabilities = append(r.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
