@@ -120,6 +120,11 @@ type fakeAPI struct {
 	drivers     map[string]*storagev1.CSIDriver
 	attachments map[string]*storagev1.VolumeAttachment
 	secrets     map[string]*v1.Secret
+	attached    []v1.AttachedVolume
+}
+
+func (f *fakeAPI) VolumesAttached(context.Context) ([]v1.AttachedVolume, error) {
+	return f.attached, nil
 }
 
 func (f *fakeAPI) GetCSIDriver(_ context.Context, name string) (*storagev1.CSIDriver, error) {
@@ -261,6 +266,10 @@ func TestAttachRequiredAndDriverGone(t *testing.T) {
 	}
 	name := AttachmentName("vol1", "hostpath.test", "n1")
 	api.attachments[name] = &storagev1.VolumeAttachment{Status: storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"dev": "sdb"}}}
+	if _, err := m.SetUp(ctx, pod, "data", csiPV("vol1"), false); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "volumesAttached") {
+		t.Fatalf("attached, but not yet in the node's status: %v", err)
+	}
+	api.attached = []v1.AttachedVolume{{Name: "kubernetes.io/csi/hostpath.test^vol1"}}
 	if _, err := m.SetUp(ctx, pod, "data", csiPV("vol1"), false); err != nil {
 		t.Fatal(err)
 	}

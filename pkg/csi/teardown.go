@@ -116,7 +116,7 @@ func (m *Mounter) VolumesInUse() []v1.UniqueVolumeName {
 		if err != nil || d.LifecycleMode == string(storagev1.VolumeLifecycleEphemeral) {
 			continue
 		}
-		name := v1.UniqueVolumeName("kubernetes.io/csi/" + d.DriverName + "^" + d.VolumeHandle)
+		name := UniqueName(d.DriverName, d.VolumeHandle)
 		if !seen[name] {
 			seen[name] = true
 			out = append(out, name)

@@ -28,6 +28,7 @@ type API interface {
 	GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error)
 	GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
 	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	VolumesAttached(ctx context.Context) ([]v1.AttachedVolume, error)
 }
 
 // Drivers finds a registered driver.
@@ -112,6 +113,12 @@ func (m *Mounter) settings(ctx context.Context, name string) (driverSettings, er
 // makes for a volume on a node (upstream's name).
 func AttachmentName(handle, driver, node string) string {
 	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
+}
+
+// UniqueName is a CSI volume's name in node.status.volumesAttached and
+// volumesInUse (upstream's).
+func UniqueName(driver, handle string) v1.UniqueVolumeName {
+	return v1.UniqueVolumeName("kubernetes.io/csi/" + driver + "^" + handle)
 }
 
 // StagingPath is where a driver stages a volume for every pod on the node.
@@ -281,6 +288,16 @@ func (m *Mounter) attached(ctx context.Context, s driverSettings, src *v1.CSIPer
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("reading VolumeAttachment %s: %w", name, err)
+	}
+	// As upstream's volume manager, the controller's word too: the volume
+	// is in node.status.volumesAttached.
+	attached, err := m.o.API.VolumesAttached(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the node's attached volumes: %w", err)
+	}
+	unique := UniqueName(src.Driver, src.VolumeHandle)
+	if !slices.ContainsFunc(attached, func(a v1.AttachedVolume) bool { return a.Name == unique }) {
+		return nil, "", fmt.Errorf("%w: %s is not in node.status.volumesAttached", ErrNotAttached, unique)
 	}
 	return va.Status.AttachmentMetadata, name, nil
 }

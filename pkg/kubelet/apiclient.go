@@ -141,6 +141,16 @@ func (c *APIClient) GetPersistentVolume(ctx context.Context, name string) (*v1.P
 	return c.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 }
 
+// VolumesAttached reads the volumes the attach/detach controller reports
+// attached to the node (node.status.volumesAttached).
+func (c *APIClient) VolumesAttached(ctx context.Context) ([]v1.AttachedVolume, error) {
+	node, err := c.node(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return node.Status.VolumesAttached, nil
+}
+
 // GetCSIDriver reads a CSI driver's settings.
 func (c *APIClient) GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
 	return c.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
