@@ -17,8 +17,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -346,10 +348,5 @@ func (r *Registry) closeAll() {
 func (r *Registry) Drivers() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []string
-	for name := range r.drivers {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(r.drivers))
 }

@@ -90,6 +90,16 @@ type driverSettings struct {
 	fsGroupPolicy                             storagev1.FSGroupPolicy
 }
 
+// driver returns a registered driver and its CSIDriver's settings.
+func (m *Mounter) driver(ctx context.Context, name string) (*Driver, driverSettings, error) {
+	d, err := m.o.Drivers.Driver(name)
+	if err != nil {
+		return nil, driverSettings{}, err
+	}
+	s, err := m.settings(ctx, name)
+	return d, s, err
+}
+
 func (m *Mounter) settings(ctx context.Context, name string) (driverSettings, error) {
 	d, err := m.o.API.GetCSIDriver(ctx, name)
 	if apierrors.IsNotFound(err) {
@@ -136,11 +146,7 @@ func (m *Mounter) SetUp(ctx context.Context, pod *v1.Pod, name string, pv *v1.Pe
 	src := pv.Spec.CSI
 	ctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
 	defer cancel()
-	d, err := m.o.Drivers.Driver(src.Driver)
-	if err != nil {
-		return "", err
-	}
-	s, err := m.settings(ctx, src.Driver)
+	d, s, err := m.driver(ctx, src.Driver)
 	if err != nil {
 		return "", err
 	}
@@ -218,11 +224,7 @@ func (m *Mounter) SetUpInline(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 	src := vol.CSI
 	ctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
 	defer cancel()
-	d, err := m.o.Drivers.Driver(src.Driver)
-	if err != nil {
-		return "", err
-	}
-	s, err := m.settings(ctx, src.Driver)
+	d, s, err := m.driver(ctx, src.Driver)
 	if err != nil {
 		return "", err
 	}

@@ -140,23 +140,13 @@ func TestDamagedRecordIsSkipped(t *testing.T) {
 	j.PutPod("api", testPod("marker-damaged-pod", "uid-damaged", ""))
 	j.stop()
 
-	b, err := os.ReadFile(o.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := bytes.Index(b, []byte("marker-damaged-pod"))
-	if i < 0 {
-		t.Fatal("the record's bytes are not in the file")
-	}
-	b[i] = 'M'
-	if err := os.WriteFile(o.Path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	j2, s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j2.db.Close()
+	s := damageAndReopen(t, o, func(b []byte) {
+		i := bytes.Index(b, []byte("marker-damaged-pod"))
+		if i < 0 {
+			t.Fatal("the record's bytes are not in the file")
+		}
+		b[i] = 'M'
+	})
 	if len(s.Pods) != 1 || s.Pods[0].Pod.Name != "intact" {
 		t.Errorf("pods: %+v", s.Pods)
 	}
@@ -173,28 +163,37 @@ func TestDamagedFileIsMovedAside(t *testing.T) {
 	j := openRunning(t, o)
 	j.PutPod("api", testPod("web", "uid-web", ""))
 	j.stop()
-	b, err := os.ReadFile(o.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Both meta pages (the first two pages) torn.
-	for i := 0; i < 2*os.Getpagesize() && i < len(b); i++ {
-		b[i] = 0xff
-	}
-	if err := os.WriteFile(o.Path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	j2, s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j2.db.Close()
+	s := damageAndReopen(t, o, func(b []byte) {
+		// Both meta pages (the first two pages) torn.
+		for i := 0; i < 2*os.Getpagesize() && i < len(b); i++ {
+			b[i] = 0xff
+		}
+	})
 	if len(s.Pods) != 0 || s.MovedAside == "" || !strings.Contains(s.MovedAside, ".damaged-") {
 		t.Fatalf("state: %+v", s)
 	}
 	if _, err := os.Stat(s.MovedAside); err != nil {
 		t.Errorf("the damaged file was not kept: %v", err)
 	}
+}
+
+// damageAndReopen changes the journal file's bytes, then opens it again.
+func damageAndReopen(t *testing.T, o Options, damage func([]byte)) *State {
+	t.Helper()
+	b, err := os.ReadFile(o.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damage(b)
+	if err := os.WriteFile(o.Path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.db.Close() })
+	return s
 }
 
 // A second nodelet on the same root directory is refused, clearly.

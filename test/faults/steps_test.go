@@ -29,17 +29,7 @@ func TestNodeletKilledWhileCreating(t *testing.T) {
 			record(t, row{scenario: "nodelet SIGKILL after " + step, load: "3 pods", fault: "SIGKILL at failpoint, restart", invariants: invariants})
 			n := startNode(t, "")
 			idle := goroutines(t, n)
-			bystanders := writePods(n, "bystander", 2)
-			allRunning(t, n, bystanders)
-			n.Failpoint(step, "kill")
-			n.WriteManifest("victim.yaml", sleeper("victim"))
-			testbed.Eventually(t, time.Minute, func() (bool, string) { return n.Exited(), "nodelet did not reach " + step })
-			n.ClearFailpoint(step)
-			start := time.Now()
-			n.Start()
-			names := append(bystanders, "victim")
-			allRunning(t, n, names)
-			setRow(t, time.Since(start))
+			names := killWhileCreating(t, n, step)
 			if step != "container-created" {
 				checkNoRestarts(t, n, names)
 			}
@@ -47,6 +37,25 @@ func TestNodeletKilledWhileCreating(t *testing.T) {
 			deleteAndCheck(t, n, names, idle)
 		})
 	}
+}
+
+// killWhileCreating runs two bystander pods, then kills nodelet at the
+// failpoint while it creates a third (the victim), starts it again and
+// waits until all three run; it returns their names.
+func killWhileCreating(t *testing.T, n *testbed.Nodelet, point string) []string {
+	t.Helper()
+	bystanders := writePods(n, "bystander", 2)
+	allRunning(t, n, bystanders)
+	n.Failpoint(point, "kill")
+	n.WriteManifest("victim.yaml", sleeper("victim"))
+	testbed.Eventually(t, time.Minute, func() (bool, string) { return n.Exited(), "nodelet did not reach " + point })
+	n.ClearFailpoint(point)
+	start := time.Now()
+	n.Start()
+	names := append(bystanders, "victim")
+	allRunning(t, n, names)
+	setRow(t, time.Since(start))
+	return names
 }
 
 // nodelet is SIGKILLed while deleting a pod (in its preStop hook, and

@@ -211,16 +211,7 @@ func TestCSIVolumes(t *testing.T) {
 	const node, driverName = "csi", "hostpath.nodelet.test"
 	n := startNode(t, node, cd, "")
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("/tmp", "csi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	drv, err := csitest.Start(csitest.Options{Name: driverName, RegistryDir: filepath.Join(n.RootDir, csi.RegistryDir), Dir: dir, Stage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drv.Stop)
+	drv := startCSIDriver(t, n, driverName, true)
 	csiNodeHas(t, node, driverName, true)
 	if _, err := cl.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: new(false), PodInfoOnMount: new(true)}}, metav1.CreateOptions{}); err != nil {
@@ -298,6 +289,23 @@ func TestCSIVolumes(t *testing.T) {
 	csiNodeHas(t, node, driverName, true)
 }
 
+// startCSIDriver runs the test CSI driver for the node, its CSI socket
+// in a short directory (unix socket paths are limited to 108 bytes).
+func startCSIDriver(t *testing.T, n *testbed.Nodelet, name string, stage bool) *csitest.Driver {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	drv, err := csitest.Start(csitest.Options{Name: name, RegistryDir: filepath.Join(n.RootDir, csi.RegistryDir), Dir: dir, Stage: stage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	return drv
+}
+
 // csiNodeHas waits until the node's CSINode object lists the driver, or
 // does not.
 func csiNodeHas(t *testing.T, node, driver string, want bool) {
@@ -349,16 +357,7 @@ func TestCSIAttach(t *testing.T) {
 	const node, driverName = "csi-attach", "attach.nodelet.test"
 	n := startNode(t, node, cd, "")
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("/tmp", "csi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	drv, err := csitest.Start(csitest.Options{Name: driverName, RegistryDir: filepath.Join(n.RootDir, csi.RegistryDir), Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drv.Stop)
+	drv := startCSIDriver(t, n, driverName, false)
 	csiNodeHas(t, node, driverName, true)
 	if _, err := cl.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: new(true)}}, metav1.CreateOptions{}); err != nil {
