@@ -323,3 +323,31 @@ func TestTokensFallBack(t *testing.T) {
 		t.Errorf("an expired token was handed out: %v", err)
 	}
 }
+
+// A recorded pod keeps the claim it mounts, the claim its volume, and
+// the volume its CSI driver; a volume no kept claim names goes.
+func TestPruneKeepsClaimsTheirVolumesAndDrivers(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	o := options(t, clk)
+	j := openRunning(t, o)
+	pod := testPod("db", "uid-db", "")
+	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	j.PutPod("api", pod)
+	j.PutObject(KindClaim, "default", "data", &v1.PersistentVolumeClaim{Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-1"}})
+	j.PutObject(KindVolume, "", "pv-1", &v1.PersistentVolume{Spec: v1.PersistentVolumeSpec{
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "d1"}}}})
+	j.PutObject(KindVolume, "", "pv-other", &v1.PersistentVolume{})
+	j.PutObject(KindCSIDriver, "", "d1", &v1.ConfigMap{})
+	j.PutObject(KindCSIDriver, "", "d2", &v1.ConfigMap{})
+	flush(t, j.Journal)
+	j.prune()
+	j.stop()
+	s, _, err := Inspect(o.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "csidriver//d1,persistentvolume//pv-1,persistentvolumeclaim/default/data"
+	if got := strings.Join(s.Objects, ","); got != want {
+		t.Errorf("objects kept %s\nwant %s", got, want)
+	}
+}

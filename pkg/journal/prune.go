@@ -2,9 +2,11 @@ package journal
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/objects"
@@ -105,9 +107,68 @@ func livePods(tx *bolt.Tx, j *Journal, now time.Time) (pods, refs map[string]boo
 		for _, ref := range objects.Referenced(r.Pod) {
 			refs[ref] = true
 		}
+		for _, ref := range claimRefs(r.Pod) {
+			refs[ref] = true
+		}
 		return nil
 	})
+	// A kept claim keeps its volume, and a kept volume its CSI driver.
+	for _, kind := range []string{KindClaim, KindVolume} {
+		_ = tx.Bucket([]byte(bucketObjects)).ForEach(func(k, v []byte) error {
+			if refs[string(k)] && strings.HasPrefix(string(k), kind+"/") {
+				for _, ref := range boundRefs(kind, v) {
+					refs[ref] = true
+				}
+			}
+			return nil
+		})
+	}
 	return pods, refs
+}
+
+// Kinds of the objects kept for claims, beside objects.KindConfigMap
+// and objects.KindSecret.
+const (
+	KindClaim     = "persistentvolumeclaim"
+	KindVolume    = "persistentvolume"
+	KindCSIDriver = "csidriver"
+)
+
+// claimRefs lists the claims a pod's volumes mount, as object keys.
+func claimRefs(pod *v1.Pod) []string {
+	var out []string
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out = append(out, objectKey(KindClaim, pod.Namespace, v.PersistentVolumeClaim.ClaimName))
+		case v.Ephemeral != nil:
+			out = append(out, objectKey(KindClaim, pod.Namespace, pod.Name+"-"+v.Name))
+		case v.CSI != nil:
+			out = append(out, objectKey(KindCSIDriver, "", v.CSI.Driver))
+		}
+	}
+	return out
+}
+
+// boundRefs lists what a kept claim or volume refers to: a claim its
+// volume, a volume its CSI driver.
+func boundRefs(kind string, sealed []byte) []string {
+	var r objectRecord
+	if decode(sealed, &r) != nil {
+		return nil
+	}
+	if kind == KindClaim {
+		var pvc v1.PersistentVolumeClaim
+		if json.Unmarshal(r.Object, &pvc) != nil || pvc.Spec.VolumeName == "" {
+			return nil
+		}
+		return []string{objectKey(KindVolume, "", pvc.Spec.VolumeName)}
+	}
+	var pv v1.PersistentVolume
+	if json.Unmarshal(r.Object, &pv) != nil || pv.Spec.CSI == nil {
+		return nil
+	}
+	return []string{objectKey(KindCSIDriver, "", pv.Spec.CSI.Driver)}
 }
 
 // decode unseals and decodes one record.

@@ -90,9 +90,9 @@ func buildClusterClients(b *base) *clusterClients {
 	})
 	drivers := csi.NewRegistry(csi.RegistryOptions{RootDir: b.o.RootDir, Nodes: csi.APINodes{Client: b.client, NodeName: b.nodeName},
 		Clock: b.clock, Timeout: b.c.RuntimeRequestTimeout.Duration})
-	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.o.RootDir, NodeName: b.nodeName, Drivers: drivers, API: api,
+	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.o.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journaledCSIAPI{api, b.journal},
 		Timeout: b.c.RuntimeRequestTimeout.Duration, Clock: b.clock})
-	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: api,
+	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journaledClaims{api, b.journal},
 		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api,
 		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}}}
 }

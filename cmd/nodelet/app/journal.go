@@ -7,13 +7,16 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // journalFile, in the root directory, is the node journal.
@@ -117,3 +120,33 @@ var (
 	_ status.Journal = (*journal.Journal)(nil)
 	_ config.Journal = (*journal.Journal)(nil)
 )
+
+// journaledClaims keeps the claims pods mount and their volumes in the
+// journal, so a pod's claim resolves while the API server cannot be asked
+// (after a restart, a container that must start again needs its mounts).
+type journaledClaims struct {
+	volume.Claims
+	j *journal.Journal
+}
+
+func (c journaledClaims) GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
+	pvc, err := c.Claims.GetPersistentVolumeClaim(ctx, namespace, name)
+	return journal.ReadThrough(c.j, journal.KindClaim, namespace, name, pvc, err)
+}
+
+func (c journaledClaims) GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error) {
+	pv, err := c.Claims.GetPersistentVolume(ctx, name)
+	return journal.ReadThrough(c.j, journal.KindVolume, "", name, pv, err)
+}
+
+// journaledCSIAPI keeps the CSIDriver objects in the journal, for the
+// same reason.
+type journaledCSIAPI struct {
+	csi.API
+	j *journal.Journal
+}
+
+func (a journaledCSIAPI) GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+	d, err := a.API.GetCSIDriver(ctx, name)
+	return journal.ReadThrough(a.j, journal.KindCSIDriver, "", name, d, err)
+}
