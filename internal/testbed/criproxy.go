@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -20,9 +21,9 @@ import (
 )
 
 // CRIProxy stands between a nodelet and its containerd and forwards every
-// CRI call, except those a rule holds: a test makes one call hang for one
-// container (a wedged StopContainer, say) and sees what the rest of the
-// node does meanwhile.
+// CRI call, except those a rule holds or fails: a test makes one call hang
+// or fail for one container, image or pod (a wedged StopContainer, a
+// stuck pull) and sees what the rest of the node does meanwhile.
 type CRIProxy struct {
 	// Endpoint is the proxy's socket, for containerRuntimeEndpoint.
 	Endpoint string
@@ -30,8 +31,32 @@ type CRIProxy struct {
 	conn     *grpc.ClientConn
 
 	mu    sync.Mutex
-	holds map[string]chan struct{} // method/containerID → released when closed
-	held  map[string]int           // how many calls each hold caught
+	holds map[string]chan struct{} // method/subject → released when closed
+	fails map[string]codes.Code    // method/subject → the error code returned
+	held  map[string]int           // how many calls each rule caught
+}
+
+// subjects says, for each method a rule can catch, what a request is
+// about: a container ID, an image, or a pod's name.
+var subjects = map[string]func([]byte) (string, error){
+	"StopContainer": func(b []byte) (string, error) {
+		var r runtimeapi.StopContainerRequest
+		return r.ContainerId, proto.Unmarshal(b, &r)
+	},
+	"StartContainer": func(b []byte) (string, error) {
+		var r runtimeapi.StartContainerRequest
+		return r.ContainerId, proto.Unmarshal(b, &r)
+	},
+	"PullImage": func(b []byte) (string, error) {
+		var r runtimeapi.PullImageRequest
+		err := proto.Unmarshal(b, &r)
+		return r.GetImage().GetImage(), err
+	},
+	"RunPodSandbox": func(b []byte) (string, error) {
+		var r runtimeapi.RunPodSandboxRequest
+		err := proto.Unmarshal(b, &r)
+		return r.GetConfig().GetMetadata().GetName(), err
+	},
 }
 
 // StartCRIProxy serves a proxy to cd's CRI socket in dir.
@@ -48,7 +73,7 @@ func StartCRIProxy(cd *Containerd, dir string) (*CRIProxy, error) {
 		conn.Close()
 		return nil, err
 	}
-	p := &CRIProxy{Endpoint: "unix://" + sock, conn: conn, holds: map[string]chan struct{}{}, held: map[string]int{}}
+	p := &CRIProxy{Endpoint: "unix://" + sock, conn: conn, holds: map[string]chan struct{}{}, fails: map[string]codes.Code{}, held: map[string]int{}}
 	p.srv = grpc.NewServer(grpc.UnknownServiceHandler(p.forward), grpc.ForceServerCodec(rawCodec{}))
 	go func() { _ = p.srv.Serve(l) }() // returns when Stop closes the listener
 	return p, nil
@@ -60,29 +85,40 @@ func (p *CRIProxy) Stop() {
 	p.conn.Close()
 }
 
-// Hold makes every call of method (e.g. "StopContainer") about the
-// container hang until Release, or until the caller gives up.
-func (p *CRIProxy) Hold(method, containerID string) {
+// Hold makes every call of method (one of subjects': "StopContainer",
+// "PullImage", ...) about the subject (a container ID, an image, a pod's
+// name) hang until Release, or until the caller gives up.
+func (p *CRIProxy) Hold(method, subject string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.holds[method+"/"+containerID] = make(chan struct{})
+	p.holds[method+"/"+subject] = make(chan struct{})
 }
 
-// Release lets the held calls of method about the container go on.
-func (p *CRIProxy) Release(method, containerID string) {
+// Fail makes every call of method about the subject fail with code,
+// until Release.
+func (p *CRIProxy) Fail(method, subject string, code codes.Code) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ch, ok := p.holds[method+"/"+containerID]; ok {
+	p.fails[method+"/"+subject] = code
+}
+
+// Release lets the held calls of method about the subject go on, and
+// the next ones through.
+func (p *CRIProxy) Release(method, subject string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch, ok := p.holds[method+"/"+subject]; ok {
 		close(ch)
-		delete(p.holds, method+"/"+containerID)
+		delete(p.holds, method+"/"+subject)
 	}
+	delete(p.fails, method+"/"+subject)
 }
 
-// Held says how many calls of method about the container were held.
-func (p *CRIProxy) Held(method, containerID string) int {
+// Held says how many calls of method about the subject a rule caught.
+func (p *CRIProxy) Held(method, subject string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.held[method+"/"+containerID]
+	return p.held[method+"/"+subject]
 }
 
 // forward relays one call, in both directions, to containerd.
@@ -137,23 +173,29 @@ func (p *CRIProxy) forward(_ any, in grpc.ServerStream) error {
 }
 
 // hold blocks a request a rule holds until it is released or its caller
-// gives up.
+// gives up, or fails one a rule fails.
 func (p *CRIProxy) hold(ctx context.Context, method string, req []byte) error {
-	if method != "/runtime.v1.RuntimeService/StopContainer" {
+	name := method[strings.LastIndex(method, "/")+1:]
+	subject, ok := subjects[name]
+	if !ok {
 		return nil
 	}
-	var stop runtimeapi.StopContainerRequest
-	if err := proto.Unmarshal(req, &stop); err != nil {
+	s, err := subject(req)
+	if err != nil {
 		return err
 	}
-	key := "StopContainer/" + stop.ContainerId
+	key := name + "/" + s
 	p.mu.Lock()
-	ch, ok := p.holds[key]
-	if ok {
+	ch, held := p.holds[key]
+	code, failed := p.fails[key]
+	if held || failed {
 		p.held[key]++
 	}
 	p.mu.Unlock()
-	if !ok {
+	switch {
+	case failed:
+		return status.Error(code, "failed by the test's CRI proxy")
+	case !held:
 		return nil
 	}
 	select {

@@ -132,3 +132,74 @@ func watchReady(name string) func() []string {
 		return <-done
 	}
 }
+
+// One pod's image pull hangs in the runtime (the CRI proxy holds it)
+// while three other pods need images of their own, with pulls serialized
+// (the default): after runtimeRequestTimeout the stuck pull gives its
+// slot up, the three pull and run, /healthz stays ok, and once released
+// the stuck pod runs too.
+func TestStuckPullHurtsOnePod(t *testing.T) {
+	const others = 3
+	record(t, row{scenario: "PullImage stuck for one pod", load: fmt.Sprintf("%d pods pulling their own images", others),
+		fault:      "one pod's image pull hangs",
+		invariants: []string{invNoneLost, invNoRestart, invNoCRILeak, "others unaffected", "healthz ok"}})
+	reg := testbed.StartRegistry(t, cd)
+	stuck := reg.Push(t, "stuck/busybox:1")
+	var images []string
+	for i := 0; i < others; i++ {
+		images = append(images, reg.Push(t, fmt.Sprintf("other%d/busybox:1", i)))
+	}
+	proxy, err := testbed.StartCRIProxy(cd, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Stop)
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{RuntimeEndpoint: proxy.Endpoint,
+		ExtraConfig: openAPI + "runtimeRequestTimeout: 5s\nserializeImagePulls: true\n"})
+	idle := goroutines(t, n)
+	proxy.Hold("PullImage", stuck)
+	n.WriteManifest("victim.yaml", imagePod("victim", stuck))
+	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
+		return proxy.Held("PullImage", stuck) > 0, "the victim's pull was not attempted"
+	})
+	start := time.Now()
+	var names []string
+	for i, img := range images {
+		names = append(names, fmt.Sprintf("other-%d", i))
+		n.WriteManifest(names[i]+".yaml", imagePod(names[i], img))
+	}
+	allRunning(t, n, names)
+	took := time.Since(start)
+	if err := n.Healthz(); err != nil {
+		t.Fatalf("healthz while one pull hangs: %v", err)
+	}
+	if c := n.RunningContainer("victim", "main"); c != nil {
+		t.Fatal("the victim runs while its pull is held")
+	}
+	t.Logf("%d pods pulled and started in %v while one pull hung", others, took.Round(time.Millisecond))
+	proxy.Release("PullImage", stuck)
+	names = append(names, "victim")
+	allRunning(t, n, names)
+	setRow(t, took)
+	checkNoRestarts(t, n, names)
+	removePods(n, names)
+	allGone(t, n)
+	checkGoroutines(t, n, idle)
+}
+
+// imagePod is a pod whose one container sleeps, from image, always
+// pulled.
+func imagePod(name, image string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Always
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+`, name, image)
+}
