@@ -52,6 +52,9 @@ var subjects = map[string]func([]byte) (string, error){
 		err := proto.Unmarshal(b, &r)
 		return r.GetImage().GetImage(), err
 	},
+	// The runtime's own status is about nothing in particular: its
+	// subject is "".
+	"Status": func([]byte) (string, error) { return "", nil },
 	"RunPodSandbox": func(b []byte) (string, error) {
 		var r runtimeapi.RunPodSandboxRequest
 		err := proto.Unmarshal(b, &r)
@@ -129,7 +132,11 @@ func (p *CRIProxy) forward(_ any, in grpc.ServerStream) error {
 	}
 	ctx := in.Context()
 	md, _ := metadata.FromIncomingContext(ctx)
-	out, err := p.conn.NewStream(metadata.NewOutgoingContext(ctx, md), &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	// A rule's error ends the call to containerd too: otherwise the reply
+	// this side waits for would never come.
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out, err := p.conn.NewStream(metadata.NewOutgoingContext(octx, md), &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
 	if err != nil {
 		return err
 	}
@@ -143,6 +150,7 @@ func (p *CRIProxy) forward(_ any, in grpc.ServerStream) error {
 			}
 			if err := p.hold(ctx, method, b); err != nil {
 				sent <- err
+				cancel()
 				return
 			}
 			if err := out.SendMsg(&b); err != nil {
@@ -154,6 +162,13 @@ func (p *CRIProxy) forward(_ any, in grpc.ServerStream) error {
 	for {
 		var b []byte
 		if err := out.RecvMsg(&b); err != nil {
+			select {
+			case ruleErr := <-sent:
+				if ruleErr != nil {
+					return ruleErr
+				}
+			default:
+			}
 			if errors.Is(err, io.EOF) {
 				return nil
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -202,4 +203,55 @@ spec:
     imagePullPolicy: Always
     command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 `, name, image)
+}
+
+// A runtime that answers nothing about itself (its Status call fails)
+// makes the node NotReady, with the reason, while other calls still
+// work; once it answers again the node is Ready again.
+func TestSilentRuntimeMakesTheNodeNotReady(t *testing.T) {
+	record(t, row{scenario: "runtime Status failing", load: "1 pod running", fault: "CRI Status fails (Unavailable)",
+		invariants: []string{invNoneLost, invNoRestart, "NotReady with the reason, then Ready"}})
+	proxy, err := testbed.StartCRIProxy(cd, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Stop)
+	const node = "silent"
+	kubeconfig, err := cl.NodeKubeconfig(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{RuntimeEndpoint: proxy.Endpoint, NodeName: node, Kubeconfig: kubeconfig,
+		ExtraConfig: openAPI + "nodeStatusUpdateFrequency: 1s\n"})
+	t.Cleanup(func() { _ = cl.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	n.WriteManifest("bystander.yaml", sleeper("bystander"))
+	allRunning(t, n, []string{"bystander"})
+	readyIs(t, node, v1.ConditionTrue, "")
+	proxy.Fail("Status", "", codes.Unavailable)
+	start := time.Now()
+	readyIs(t, node, v1.ConditionFalse, "container runtime is unreachable")
+	setRow(t, time.Since(start))
+	proxy.Release("Status", "")
+	readyIs(t, node, v1.ConditionTrue, "")
+	checkNoRestarts(t, n, []string{"bystander"})
+	removePods(n, []string{"bystander"})
+	allGone(t, n)
+}
+
+// readyIs waits until the node's Ready condition has the status and a
+// message containing text.
+func readyIs(t *testing.T, node string, want v1.ConditionStatus, text string) {
+	t.Helper()
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		n, err := cl.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				return c.Status == want && strings.Contains(c.Message, text), fmt.Sprintf("Ready %s: %s", c.Status, c.Message)
+			}
+		}
+		return false, "no Ready condition"
+	})
 }
