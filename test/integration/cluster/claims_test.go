@@ -298,7 +298,13 @@ func startCSIDriver(t *testing.T, n *testbed.Nodelet, name string, stage bool) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	drv, err := csitest.Start(csitest.Options{Name: name, RegistryDir: filepath.Join(n.RootDir, csi.RegistryDir), Dir: dir, Stage: stage})
+	// A driver may come before nodelet made the registration directory
+	// (node-driver-registrar's is a hostPath volume that makes it).
+	registry := filepath.Join(n.RootDir, csi.RegistryDir)
+	if err := os.MkdirAll(registry, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := csitest.Start(csitest.Options{Name: name, RegistryDir: registry, Dir: dir, Stage: stage})
 	if err != nil {
 		t.Fatal(err)
 	}
