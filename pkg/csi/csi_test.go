@@ -32,8 +32,32 @@ func shortDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		// A test that leaves a volume published (its driver gone) must
+		// not leave the mount behind, nor remove through it.
+		unmountUnder(t, dir)
+		os.RemoveAll(dir)
+	})
 	return dir
+}
+
+// unmountUnder unmounts every mount point under dir, deepest first.
+func unmountUnder(t *testing.T, dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(mounts[i], 0); err != nil {
+			t.Errorf("unmounting %s: %v", mounts[i], err)
+		}
+	}
 }
 
 func startDriver(t *testing.T, o csitest.Options) *csitest.Driver {
@@ -280,6 +304,9 @@ func TestAttachRequiredAndDriverGone(t *testing.T) {
 	r.scan(ctx)
 	if err := m.TearDown(ctx, "u1"); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("teardown without its driver: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(m.volumeDir("u1", "data"), volDataFile)); err != nil {
+		t.Errorf("the record of a volume still published went: %v", err)
 	}
 }
 
