@@ -441,3 +441,57 @@ func TestVolumeStepsForTheTimeline(t *testing.T) {
 		t.Fatalf("steps %q\nwant  %q", got, want)
 	}
 }
+
+// ApplyFSGroup gives a whole volume to the pod's fsGroup; with
+// OnRootMismatch a root already right means nothing below is touched,
+// and a wrong root means everything is.
+func TestApplyFSGroup(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sub", "f")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gidOf := func(p string) int {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, gid := owner(st)
+		return gid
+	}
+	pod := testPod()
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: new(int64(3000))}
+	if err := ApplyFSGroup(dir, pod); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(file); gidOf(file) != 3000 || st.Mode().Perm() != 0o660 {
+		t.Fatalf("file %v gid %d", st.Mode(), gidOf(file))
+	}
+	if st, _ := os.Stat(dir); st.Mode()&os.ModeSetgid == 0 {
+		t.Errorf("the root is not setgid: %v", st.Mode())
+	}
+	// The root is right: OnRootMismatch leaves a file changed since alone.
+	if err := os.Chown(file, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.SecurityContext.FSGroupChangePolicy = new(v1.FSGroupChangeOnRootMismatch)
+	if err := ApplyFSGroup(dir, pod); err != nil {
+		t.Fatal(err)
+	}
+	if gidOf(file) != 0 {
+		t.Error("OnRootMismatch walked a volume whose root was right")
+	}
+	// The root is wrong: everything is given again.
+	if err := os.Chown(dir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyFSGroup(dir, pod); err != nil {
+		t.Fatal(err)
+	}
+	if gidOf(file) != 3000 {
+		t.Error("OnRootMismatch did not walk a volume whose root was wrong")
+	}
+}
