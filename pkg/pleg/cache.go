@@ -1,6 +1,7 @@
 package pleg
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -30,15 +31,26 @@ type cacheEntry struct {
 // NewCache returns an empty cache.
 func NewCache() *Cache { return &Cache{entries: map[types.UID]*cacheEntry{}} }
 
-// Get returns the cached status of a pod; an unknown pod has an empty status.
+// Get returns the cached status of a pod; an unknown pod has an empty
+// status, once a relist vouches that it has nothing in the runtime.
 func (c *Cache) Get(uid types.UID) (*container.PodStatus, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if e, ok := c.entries[uid]; ok {
 		return e.status, e.err
 	}
+	if c.relisted.IsZero() {
+		// Before the first complete relist an unknown pod may simply not
+		// be read yet: an empty status would say it has nothing running
+		// (a pod worker would then take a running pod for finished).
+		return &container.PodStatus{ID: uid}, ErrNotRelisted
+	}
 	return &container.PodStatus{ID: uid}, nil
 }
+
+// ErrNotRelisted says the cache cannot answer for a pod yet: the first
+// relist has not completed.
+var ErrNotRelisted = errors.New("the pod lifecycle event generator has not completed its first relist")
 
 // getIfFresh returns the entry when it is known to be at least as new as
 // min, and reports whether it is.
