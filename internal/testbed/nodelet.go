@@ -20,34 +20,56 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// NodeletBinary builds nodelet once per test process and returns its path.
+// Failpoints are compiled in: the fault tests wedge and kill nodelet at
+// chosen steps (pkg/failpoint).
+func NodeletBinary() (string, error) {
+	return GoBinary("./cmd/nodelet", "failpoints")
+}
+
 var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
+	buildMu sync.Mutex
+	built   = map[string]builtBinary{}
 )
 
-// NodeletBinary builds nodelet once per test process and returns its path.
-func NodeletBinary() (string, error) {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodelet-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "nodelet")
-		// Failpoints are compiled in: the fault tests wedge and kill
-		// nodelet at chosen steps (pkg/failpoint).
-		args := []string{"build", "-tags", "failpoints", "-o", binary}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command("go", append(args, "./cmd/nodelet")...)
-		cmd.Dir = RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building nodelet: %v: %s", err, out)
-		}
-	})
-	return binary, buildErr
+type builtBinary struct {
+	path string
+	err  error
+}
+
+// GoBinary builds a main package of this repository (with the race
+// detector when the tests have it) once per test process, and returns
+// its path.
+func GoBinary(pkg string, tags ...string) (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if b, ok := built[pkg]; ok {
+		return b.path, b.err
+	}
+	b := buildGo(pkg, tags)
+	built[pkg] = b
+	return b.path, b.err
+}
+
+func buildGo(pkg string, tags []string) builtBinary {
+	dir, err := os.MkdirTemp("", filepath.Base(pkg)+"-bin-")
+	if err != nil {
+		return builtBinary{err: err}
+	}
+	path := filepath.Join(dir, filepath.Base(pkg))
+	args := []string{"build", "-o", path}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return builtBinary{err: fmt.Errorf("building %s: %v: %s", pkg, err, out)}
+	}
+	return builtBinary{path: path}
 }
 
 // NodeletOptions tune a test nodelet.

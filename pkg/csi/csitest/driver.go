@@ -40,6 +40,9 @@ type Options struct {
 	NodeID   string
 	Topology map[string]string
 	MaxVols  int64
+	// CallLog, if set, is a file each node call is appended to, one line
+	// each: how a test reads the calls of a driver in another process.
+	CallLog string
 }
 
 // Driver is a running test driver.
@@ -131,6 +134,29 @@ func (d *Driver) record(call string, req any) {
 	defer d.mu.Unlock()
 	d.calls = append(d.calls, call)
 	d.requests = append(d.requests, req)
+	if d.o.CallLog != "" {
+		appendLine(d.o.CallLog, call)
+	}
+}
+
+// appendLine appends one line to a file; a test that finds it missing
+// sees the call missing.
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(line + "\n")
+	_ = f.Close()
+}
+
+// ReadCallLog lists the calls a driver appended to its CallLog.
+func ReadCallLog(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 }
 
 // Calls lists the CSI node calls made, in order ("NodePublishVolume vol").

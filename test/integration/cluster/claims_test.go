@@ -21,7 +21,6 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/csi"
-	"github.com/nodelet/nodelet/pkg/csi/csitest"
 )
 
 // Persistent volume claims, bound by the real controller-manager's PV
@@ -279,19 +278,22 @@ func TestCSIVolumes(t *testing.T) {
 		t.Errorf("the volume's data: %q (%v)", b, err)
 	}
 
-	if err := drv.Deregister(); err != nil {
+	// The driver's process ends (its pod is deleted, say): it removes its
+	// registration socket. Started again, it registers again.
+	if err := drv.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	csiNodeHas(t, node, driverName, false)
-	if err := drv.Register(); err != nil {
+	if err := drv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	csiNodeHas(t, node, driverName, true)
 }
 
-// startCSIDriver runs the test CSI driver for the node, its CSI socket
-// in a short directory (unix socket paths are limited to 108 bytes).
-func startCSIDriver(t *testing.T, n *testbed.Nodelet, name string, stage bool) *csitest.Driver {
+// startCSIDriver runs the test CSI driver for the node in its own
+// process, its CSI socket in a short directory (unix socket paths are
+// limited to 108 bytes).
+func startCSIDriver(t *testing.T, n *testbed.Nodelet, name string, stage bool) *testbed.CSIDriver {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "csi")
 	if err != nil {
@@ -304,11 +306,15 @@ func startCSIDriver(t *testing.T, n *testbed.Nodelet, name string, stage bool) *
 	if err := os.MkdirAll(registry, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	drv, err := csitest.Start(csitest.Options{Name: name, RegistryDir: registry, Dir: dir, Stage: stage})
+	drv, err := testbed.StartCSIDriver(testbed.CSIDriverOptions{Name: name, RegistryDir: registry, Dir: dir, Stage: stage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(drv.Stop)
+	t.Cleanup(func() {
+		if err := drv.Stop(); err != nil {
+			t.Errorf("stopping the CSI driver: %v\n%s", err, drv.Output())
+		}
+	})
 	return drv
 }
 
