@@ -309,7 +309,9 @@ func (d *Driver) NodeUnstageVolume(_ context.Context, r *csipb.NodeUnstageVolume
 func (d *Driver) NodePublishVolume(_ context.Context, r *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	d.record("NodePublishVolume "+r.VolumeId, r)
 	src := r.StagingTargetPath
-	if d.o.Stage {
+	// An ephemeral inline volume is never staged: it is published
+	// straight from the driver's own storage, made on the fly.
+	if d.o.Stage && r.VolumeContext["csi.storage.k8s.io/ephemeral"] != "true" {
 		if src == "" || !mounted(src) {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %q", r.VolumeId, src)
 		}

@@ -213,7 +213,8 @@ func TestCSIVolumes(t *testing.T) {
 	drv := startCSIDriver(t, n, driverName, true)
 	csiNodeHas(t, node, driverName, true)
 	if _, err := cl.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
-		Spec: storagev1.CSIDriverSpec{AttachRequired: new(false), PodInfoOnMount: new(true)}}, metav1.CreateOptions{}); err != nil {
+		Spec: storagev1.CSIDriverSpec{AttachRequired: new(false), PodInfoOnMount: new(true), VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{
+			storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -288,6 +289,30 @@ func TestCSIVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	csiNodeHas(t, node, driverName, true)
+
+	// An inline volume, through the driver registered again: published
+	// without staging, with the pod's identity, and unpublished when the
+	// pod is deleted.
+	before := len(drv.Calls())
+	inline := busyboxPod("inline", node, "sh", "-c", "echo scratch > /scratch/f && cat /scratch/f")
+	inline.Spec.RestartPolicy = v1.RestartPolicyNever
+	inline.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{
+		Driver: driverName, VolumeAttributes: map[string]string{"size": "1Mi"}}}}}
+	inline.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	createPod(t, ns, inline)
+	waitPod(t, 2*time.Minute, ns, "inline", inPhase(v1.PodSucceeded))
+	if out := podLog(t, ns, "inline"); out != "scratch\n" {
+		t.Errorf("the inline volume's pod read %q", out)
+	}
+	if err := pods.Delete(ctx, "inline", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ns, "inline")
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		calls := strings.Join(drv.Calls()[before:], ",")
+		return strings.HasPrefix(calls, "NodePublishVolume csi-") && strings.Contains(calls, ",NodeUnpublishVolume csi-") &&
+			!strings.Contains(calls, "Stage"), "inline volume calls: " + calls
+	})
 }
 
 // startCSIDriver runs the test CSI driver for the node in its own
@@ -400,7 +425,8 @@ func TestCSIAttach(t *testing.T) {
 	waitPod(t, time.Minute, ns, "user", running)
 	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + driverName + "^" + handle)
 	volumesInUse(t, node, unique, true)
-	if err := cl.Client.CoreV1().Pods(ns).Delete(ctx, "user", metav1.DeleteOptions{}); err != nil {
+	// sleep as PID 1 ignores SIGTERM: no grace period to wait out.
+	if err := cl.Client.CoreV1().Pods(ns).Delete(ctx, "user", metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, ns, "user")
