@@ -139,6 +139,29 @@ func TestRegistration(t *testing.T) {
 	testutil.WaitFor(t, "the driver to register again", func() bool { step(); return len(r.Drivers()) == 1 })
 }
 
+// Sockets in subdirectories register, as with upstream's plugin watcher;
+// a dot-named directory (a driver's files in the making) is passed over.
+func TestRegistrationInSubdirectories(t *testing.T) {
+	root := shortDir(t)
+	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
+	for _, dir := range []string{".tmp", "sub"} {
+		testutil.Must(t, os.MkdirAll(filepath.Join(r.Dir(), dir), 0o750))
+	}
+	hidden := startDriver(t, csitest.Options{Name: "hidden.test", RegistryDir: filepath.Join(r.Dir(), ".tmp")})
+	d := startDriver(t, csitest.Options{Name: "sub.test", RegistryDir: filepath.Join(r.Dir(), "sub")})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.WaitFor(t, "the driver in a subdirectory to register", func() bool { clk.Step(time.Second); return len(d.Statuses()) > 0 })
+	// The walk passes ".tmp" before "sub": it was passed over.
+	if got := r.Drivers(); len(got) != 1 || got[0] != "sub.test" || len(hidden.Statuses()) != 0 {
+		t.Errorf("drivers %v, the hidden one told %v", got, hidden.Statuses())
+	}
+}
+
 // fakeAPI holds CSIDriver objects, attachments and secrets.
 type fakeAPI struct {
 	drivers     map[string]*storagev1.CSIDriver

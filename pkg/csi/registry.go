@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -144,31 +145,47 @@ func (r *Registry) Run(ctx context.Context) error {
 // retryAfter is how long a socket that failed to register waits.
 const retryAfter = 10 * time.Second
 
-// scan registers new sockets and forgets drivers whose socket went.
+// scan registers new sockets and forgets drivers whose socket went. Like
+// upstream's plugin watcher it looks through subdirectories too, and
+// passes over names starting with a dot (a driver's files in the making).
 func (r *Registry) scan(ctx context.Context) {
-	entries, err := os.ReadDir(r.Dir())
+	present := map[string]bool{}
+	err := filepath.WalkDir(r.Dir(), func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path != r.Dir() && strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.Type()&os.ModeSocket != 0 {
+			present[path] = true
+			r.registerNew(ctx, path)
+		}
+		return nil
+	})
 	if err != nil {
+		// Forgetting drivers on a partial scan could drop live ones.
 		klog.ErrorS(err, "Reading the plugin registration directory", "dir", r.Dir())
 		return
 	}
-	present := map[string]bool{}
-	for _, e := range entries {
-		if e.Type()&os.ModeSocket == 0 {
-			continue
-		}
-		sock := filepath.Join(r.Dir(), e.Name())
-		present[sock] = true
-		if r.known(sock) {
-			continue
-		}
-		if err := r.register(ctx, sock); err != nil {
-			klog.ErrorS(err, "CSI driver registration failed; retrying", "socket", sock, "retryIn", retryAfter)
-			r.mu.Lock()
-			r.failed[sock] = r.o.Clock.Now()
-			r.mu.Unlock()
-		}
-	}
 	r.forgetGone(ctx, present)
+}
+
+// registerNew registers a socket unless it registered, or failed too
+// recently.
+func (r *Registry) registerNew(ctx context.Context, sock string) {
+	if r.known(sock) {
+		return
+	}
+	if err := r.register(ctx, sock); err != nil {
+		klog.ErrorS(err, "CSI driver registration failed; retrying", "socket", sock, "retryIn", retryAfter)
+		r.mu.Lock()
+		r.failed[sock] = r.o.Clock.Now()
+		r.mu.Unlock()
+	}
 }
 
 // known reports whether a socket registered, or failed too recently.
