@@ -74,28 +74,41 @@ func restoreFromJournal(b *base) {
 	}
 }
 
-// journalComponents run the journal's writer and, in cluster mode, stand
-// the journal's pods in for the API server's until it answers.
+// journalComponents run the journal's writer and stand the journal's
+// pods in for a remote source's (the API server, the static pod URL)
+// until that source answers. Manifest files are read again at once.
 func journalComponents(b *base, podConfig *config.PodConfig) []component {
 	out := []component{{"node journal", b.journal.Run}}
-	if b.client == nil {
-		return out
+	var remote []string
+	if b.client != nil {
+		remote = append(remote, podutil.APISource)
 	}
-	pods := b.journalState.SourcePods(podutil.APISource)
-	if len(pods) == 0 {
-		return out
+	if b.c.StaticPodURL != "" {
+		remote = append(remote, podutil.HTTPSource)
 	}
-	return append(out, runs("node journal restore", func(ctx context.Context) {
+	for _, source := range remote {
+		if pods := b.journalState.SourcePods(source); len(pods) > 0 {
+			out = append(out, restoreSource(b, podConfig, source, pods))
+		}
+	}
+	return out
+}
+
+// restoreSource delivers a source's pods from the journal if the source
+// has not delivered its own within journalRestoreAfter; the merge drops
+// them if it has.
+func restoreSource(b *base, podConfig *config.PodConfig, source string, pods []*v1.Pod) component {
+	return runs("node journal restore of source "+source, func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.clock.After(journalRestoreAfter):
 		}
-		klog.InfoS("The API server has not delivered the node's pods yet: running the node journal's", "pods", len(pods))
-		podConfig.Restore(ctx, podutil.APISource, pods)
+		klog.InfoS("A pod source has not delivered the node's pods yet: running the node journal's", "source", source, "pods", len(pods))
+		podConfig.Restore(ctx, source, pods)
 		// A component runs as long as nodelet does.
 		<-ctx.Done()
-	}))
+	})
 }
 
 // journaledObjects keeps the configMaps and secrets pods refer to in the

@@ -75,15 +75,21 @@ func (s *countingServer) count() int {
 	return s.requests
 }
 
+// urlNode runs nodelet on pods from a URL, served from body, polled
+// every 200 ms.
+func urlNode(t *testing.T, body string) (*countingServer, *testbed.Nodelet) {
+	srv := &countingServer{status: 200, body: body}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return srv, testbed.StartNodelet(t, cd, testbed.NodeletOptions{
+		ExtraConfig: fmt.Sprintf("staticPodURL: %s\nhttpCheckFrequency: 200ms\n", hs.URL),
+	})
+}
+
 // The HTTP source: pods from a URL run, follow changes, and survive the
 // server failing.
 func TestPodsFromURL(t *testing.T) {
-	srv := &countingServer{status: 200, body: sleeper("fromurl", "one")}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
-	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{
-		ExtraConfig: fmt.Sprintf("staticPodURL: %s\nhttpCheckFrequency: 200ms\n", hs.URL),
-	})
+	srv, n := urlNode(t, sleeper("fromurl", "one"))
 	first := waitRunning(t, n, "fromurl", "main")
 	p, _ := n.Pod("fromurl")
 	if p.Annotations["kubernetes.io/config.source"] != "http" {
@@ -111,5 +117,36 @@ func TestPodsFromURL(t *testing.T) {
 	c := waitRunning(t, n, "fromurl", "main")
 	if out, err := n.Exec(c.Id, "cat", "/proc/1/cmdline"); err != nil || !strings.Contains(out, "two") {
 		t.Fatalf("new container runs %q (%v)", out, err)
+	}
+}
+
+// Killed and started again while the static pod URL fails, nodelet runs
+// the URL's pods from its journal: the pod is known and Running, with the
+// container it had. Once the URL answers with the same pod, nothing
+// restarts.
+func TestURLPodsRestoredFromTheJournal(t *testing.T) {
+	srv, n := urlNode(t, sleeper("fromurl", "one"))
+	first := waitRunning(t, n, "fromurl", "main")
+
+	srv.set(500, "down for maintenance")
+	n.Kill()
+	testbed.Eventually(t, 30*time.Second, func() (bool, string) { return n.Exited(), "nodelet still runs" })
+	n.Start()
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		return strings.Contains(n.Log(), `running the node journal's" source="http" pods=1`), "the journal's pods not restored"
+	})
+	// Only the journal can have told nodelet about the pod: the URL fails.
+	if c := waitRunning(t, n, "fromurl", "main"); c.Id != first.Id {
+		t.Fatalf("container %s replaced by %s", first.Id, c.Id)
+	}
+
+	seen := srv.set(200, sleeper("fromurl", "one"))
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		return srv.count() >= seen+3, "nodelet stopped polling"
+	})
+	c := waitRunning(t, n, "fromurl", "main")
+	p, _ := n.Pod("fromurl")
+	if c.Id != first.Id || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("container %s replaced by %s, restarts %d", first.Id, c.Id, p.Status.ContainerStatuses[0].RestartCount)
 	}
 }
