@@ -162,6 +162,30 @@ func TestRegistrationInSubdirectories(t *testing.T) {
 	}
 }
 
+// A driver started again between two scans makes a new socket at the
+// same path: it registers again, and what it says now counts.
+func TestReplacedSocketRegistersAgain(t *testing.T) {
+	root := shortDir(t)
+	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
+	testutil.Must(t, os.MkdirAll(r.Dir(), 0o750))
+	first := startDriver(t, csitest.Options{Name: "hostpath.test", RegistryDir: r.Dir(), NodeID: "first"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.WaitFor(t, "the first driver to register", func() bool { clk.Step(time.Second); return len(first.Statuses()) > 0 })
+
+	// No scan runs meanwhile: the clock stands still until it is stepped.
+	first.Stop()
+	second := startDriver(t, csitest.Options{Name: "hostpath.test", RegistryDir: r.Dir(), NodeID: "second"})
+	testutil.WaitFor(t, "the second driver to register", func() bool { clk.Step(time.Second); return len(second.Statuses()) > 0 })
+	if d, err := r.Driver("hostpath.test"); err != nil || d.NodeID != "second" {
+		t.Errorf("driver %+v, %v", d, err)
+	}
+}
+
 // fakeAPI holds CSIDriver objects, attachments and secrets.
 type fakeAPI struct {
 	drivers     map[string]*storagev1.CSIDriver

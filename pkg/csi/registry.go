@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -70,8 +71,10 @@ type Driver struct {
 	DriverInfo
 	Node csipb.NodeClient
 	conn *grpc.ClientConn
-	// socket is the registration socket it came through.
-	socket string
+	// socket is the registration socket it came through, and socketID
+	// which file that was: a driver started again makes a new socket at
+	// the same path, perhaps between two scans, and must register again.
+	socket, socketID string
 }
 
 // RegistryOptions configure a Registry.
@@ -92,9 +95,15 @@ type Registry struct {
 
 	mu      sync.Mutex
 	drivers map[string]*Driver
-	// failed remembers sockets that failed to register, with when, so a
+	// failed remembers socket files that failed to register, with when, so a
 	// broken driver is retried, not hammered.
-	failed map[string]time.Time
+	failed map[string]failure
+}
+
+// failure is a socket file's failed registration.
+type failure struct {
+	socketID string
+	at       time.Time
 }
 
 // NewRegistry returns a registry with no drivers; Run watches for them.
@@ -105,7 +114,7 @@ func NewRegistry(o RegistryOptions) *Registry {
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute
 	}
-	return &Registry{o: o, drivers: map[string]*Driver{}, failed: map[string]time.Time{}}
+	return &Registry{o: o, drivers: map[string]*Driver{}, failed: map[string]failure{}}
 }
 
 // Dir is the registration directory.
@@ -162,7 +171,7 @@ func (r *Registry) scan(ctx context.Context) {
 		}
 		if e.Type()&os.ModeSocket != 0 {
 			present[path] = true
-			r.registerNew(ctx, path)
+			r.registerNew(ctx, path, fileID(e))
 		}
 		return nil
 	})
@@ -176,29 +185,45 @@ func (r *Registry) scan(ctx context.Context) {
 
 // registerNew registers a socket unless it registered, or failed too
 // recently.
-func (r *Registry) registerNew(ctx context.Context, sock string) {
-	if r.known(sock) {
+func (r *Registry) registerNew(ctx context.Context, sock, id string) {
+	if r.known(sock, id) {
 		return
 	}
-	if err := r.register(ctx, sock); err != nil {
+	if err := r.register(ctx, sock, id); err != nil {
 		klog.ErrorS(err, "CSI driver registration failed; retrying", "socket", sock, "retryIn", retryAfter)
 		r.mu.Lock()
-		r.failed[sock] = r.o.Clock.Now()
+		r.failed[sock] = failure{socketID: id, at: r.o.Clock.Now()}
 		r.mu.Unlock()
 	}
 }
 
-// known reports whether a socket registered, or failed too recently.
-func (r *Registry) known(sock string) bool {
+// fileID names a file by its inode and modification time (a socket's
+// creation), which differ for a socket made again at the same path even
+// when the inode number is reused; "" if it is gone.
+func fileID(e fs.DirEntry) string {
+	fi, err := e.Info()
+	if err != nil {
+		return ""
+	}
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	return fmt.Sprintf("%d@%d", ino, fi.ModTime().UnixNano())
+}
+
+// known reports whether this socket file registered, or failed too
+// recently.
+func (r *Registry) known(sock, id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range r.drivers {
-		if d.socket == sock {
+		if d.socket == sock && d.socketID == id {
 			return true
 		}
 	}
-	at, failed := r.failed[sock]
-	return failed && r.o.Clock.Since(at) < retryAfter
+	f, failed := r.failed[sock]
+	return failed && f.socketID == id && r.o.Clock.Since(f.at) < retryAfter
 }
 
 func dial(sock string) (*grpc.ClientConn, error) {
@@ -206,7 +231,7 @@ func dial(sock string) (*grpc.ClientConn, error) {
 }
 
 // register runs the registration handshake with one socket.
-func (r *Registry) register(ctx context.Context, sock string) error {
+func (r *Registry) register(ctx context.Context, sock, id string) error {
 	conn, err := dial(sock)
 	if err != nil {
 		return err
@@ -221,7 +246,7 @@ func (r *Registry) register(ctx context.Context, sock string) error {
 	}
 	d, err := r.validate(cctx, info)
 	if err == nil {
-		d.socket = sock
+		d.socket, d.socketID = sock, id
 		err = r.add(cctx, d)
 	}
 	status := &registerapi.RegistrationStatus{PluginRegistered: err == nil}
