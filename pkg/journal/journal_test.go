@@ -12,6 +12,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -286,6 +287,33 @@ func TestReadThrough(t *testing.T) {
 	}
 }
 
+// The node's attached volumes are kept, written only when they change,
+// and stand in while the API server cannot be asked, never over another
+// answer.
+func TestAttachedVolumesFallBack(t *testing.T) {
+	j := openRunning(t, options(t, testingclock.NewFakeClock(t0)))
+	if _, err := ReadAttachedVolumes(j.Journal, nil, errRefused); err != errRefused {
+		t.Errorf("nothing kept yet: %v", err)
+	}
+	list := []v1.AttachedVolume{{Name: "kubernetes.io/csi/d1^h1", DevicePath: "/dev/x"}}
+	if got, err := ReadAttachedVolumes(j.Journal, list, nil); err != nil || len(got) != 1 {
+		t.Fatal(got, err)
+	}
+	queued := j.queued
+	_, _ = ReadAttachedVolumes(j.Journal, append([]v1.AttachedVolume(nil), list...), nil)
+	if j.queued != queued {
+		t.Errorf("an unchanged list was written again")
+	}
+	flush(t, j.Journal)
+	if got, err := ReadAttachedVolumes(j.Journal, nil, errRefused); err != nil || len(got) != 1 || got[0].DevicePath != "/dev/x" {
+		t.Errorf("unreachable: %v %v", got, err)
+	}
+	forbidden := apierrors.NewForbidden(v1.Resource("nodes"), "n1", errors.New("no"))
+	if _, err := ReadAttachedVolumes(j.Journal, nil, forbidden); !apierrors.IsForbidden(err) {
+		t.Errorf("Forbidden became %v", err)
+	}
+}
+
 type fakeTokens struct {
 	err   error
 	calls int
@@ -339,6 +367,12 @@ func TestPruneKeepsClaimsTheirVolumesAndDrivers(t *testing.T) {
 	j.PutObject(KindVolume, "", "pv-other", &v1.PersistentVolume{})
 	j.PutObject(KindCSIDriver, "", "d1", &v1.ConfigMap{})
 	j.PutObject(KindCSIDriver, "", "d2", &v1.ConfigMap{})
+	attachment := func(pv string) *storagev1.VolumeAttachment {
+		return &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}}}
+	}
+	j.PutObject(KindAttachment, "", "csi-1", attachment("pv-1"))
+	j.PutObject(KindAttachment, "", "csi-other", attachment("pv-other"))
+	j.PutObject(KindAttachedVolumes, "", "node", &AttachedVolumes{})
 	flush(t, j.Journal)
 	j.prune()
 	j.stop()
@@ -346,7 +380,7 @@ func TestPruneKeepsClaimsTheirVolumesAndDrivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "csidriver//d1,persistentvolume//pv-1,persistentvolumeclaim/default/data"
+	want := "attachedvolumes//node,csidriver//d1,persistentvolume//pv-1,persistentvolumeclaim/default/data,volumeattachment//csi-1"
 	if got := strings.Join(s.Objects, ","); got != want {
 		t.Errorf("objects kept %s\nwant %s", got, want)
 	}

@@ -7,6 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/objects"
@@ -123,15 +124,40 @@ func livePods(tx *bolt.Tx, j *Journal, now time.Time) (pods, refs map[string]boo
 			return nil
 		})
 	}
+	keepAttachments(tx, refs)
 	return pods, refs
+}
+
+// keepAttachments keeps the VolumeAttachment of each kept volume, and the
+// node's list of attached volumes (one record): a CSI volume that needs
+// attaching is set up again only with both.
+func keepAttachments(tx *bolt.Tx, refs map[string]bool) {
+	_ = tx.Bucket([]byte(bucketObjects)).ForEach(func(k, v []byte) error {
+		key := string(k)
+		switch {
+		case strings.HasPrefix(key, KindAttachedVolumes+"/"):
+			refs[key] = true
+		case strings.HasPrefix(key, KindAttachment+"/"):
+			var r objectRecord
+			var va storagev1.VolumeAttachment
+			if decode(v, &r) == nil && json.Unmarshal(r.Object, &va) == nil && va.Spec.Source.PersistentVolumeName != nil &&
+				refs[objectKey(KindVolume, "", *va.Spec.Source.PersistentVolumeName)] {
+				refs[key] = true
+			}
+		}
+		return nil
+	})
 }
 
 // Kinds of the objects kept for claims, beside objects.KindConfigMap
 // and objects.KindSecret.
 const (
-	KindClaim     = "persistentvolumeclaim"
-	KindVolume    = "persistentvolume"
-	KindCSIDriver = "csidriver"
+	KindClaim      = "persistentvolumeclaim"
+	KindVolume     = "persistentvolume"
+	KindCSIDriver  = "csidriver"
+	KindAttachment = "volumeattachment"
+	// KindAttachedVolumes is the node's status.volumesAttached.
+	KindAttachedVolumes = "attachedvolumes"
 )
 
 // claimRefs lists the claims a pod's volumes mount, as object keys.

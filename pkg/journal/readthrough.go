@@ -2,11 +2,14 @@ package journal
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -61,6 +64,32 @@ func ReadThrough[T any, P interface {
 	}
 	klog.V(2).InfoS("API server unreachable: serving the node journal's copy", "kind", kind, "object", namespace+"/"+name, "err", err)
 	return &kept, nil
+}
+
+// AttachedVolumes is the node's status.volumesAttached, kept as one
+// record; its content is its version.
+type AttachedVolumes struct {
+	Volumes []v1.AttachedVolume `json:"volumes"`
+}
+
+// GetResourceVersion is a digest of the list.
+func (a *AttachedVolumes) GetResourceVersion() string {
+	b, _ := json.Marshal(a.Volumes)
+	return fmt.Sprintf("%x", sha256.Sum256(b))
+}
+
+// ReadAttachedVolumes keeps the node's attached volumes the API server
+// returned, and stands in for them when it cannot be asked.
+func ReadAttachedVolumes(j *Journal, got []v1.AttachedVolume, err error) ([]v1.AttachedVolume, error) {
+	var list *AttachedVolumes
+	if err == nil {
+		list = &AttachedVolumes{Volumes: got}
+	}
+	kept, err := ReadThrough(j, KindAttachedVolumes, "", "node", list, err)
+	if err != nil {
+		return nil, err
+	}
+	return kept.Volumes, nil
 }
 
 // TokenKey names a token request: its service account, the pod it is

@@ -152,8 +152,8 @@ func (c journaledClaims) GetPersistentVolume(ctx context.Context, name string) (
 	return journal.ReadThrough(c.j, journal.KindVolume, "", name, pv, err)
 }
 
-// journaledCSIAPI keeps the CSIDriver objects in the journal, for the
-// same reason.
+// journaledCSIAPI keeps the CSIDriver objects, the volumes' attachments
+// and the node's attached volumes in the journal, for the same reason.
 type journaledCSIAPI struct {
 	csi.API
 	j *journal.Journal
@@ -162,4 +162,14 @@ type journaledCSIAPI struct {
 func (a journaledCSIAPI) GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
 	d, err := a.API.GetCSIDriver(ctx, name)
 	return journal.ReadThrough(a.j, journal.KindCSIDriver, "", name, d, err)
+}
+
+func (a journaledCSIAPI) GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	va, err := a.API.GetVolumeAttachment(ctx, name)
+	return journal.ReadThrough(a.j, journal.KindAttachment, "", name, va, err)
+}
+
+func (a journaledCSIAPI) VolumesAttached(ctx context.Context) ([]v1.AttachedVolume, error) {
+	got, err := a.API.VolumesAttached(ctx)
+	return journal.ReadAttachedVolumes(a.j, got, err)
 }
