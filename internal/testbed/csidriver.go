@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/csi/csitest"
 )
 
@@ -109,4 +111,32 @@ func (d *CSIDriver) Calls() []string { return csitest.ReadCallLog(d.callLog) }
 func (d *CSIDriver) Output() string {
 	b, _ := os.ReadFile(filepath.Join(d.o.Dir, "driver.log"))
 	return string(b)
+}
+
+// StartNodeCSIDriver runs the test CSI driver for a node, registering in
+// its plugins_registry, and stops it when the test ends. Its sockets go
+// in a short directory: unix socket paths are limited to 108 bytes.
+func StartNodeCSIDriver(t testing.TB, n *Nodelet, name string, stage bool) *CSIDriver {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// A driver may come before nodelet made the registration directory
+	// (node-driver-registrar's is a hostPath volume that makes it).
+	registry := filepath.Join(n.RootDir, csi.RegistryDir)
+	if err := os.MkdirAll(registry, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := StartCSIDriver(CSIDriverOptions{Name: name, RegistryDir: registry, Dir: dir, Stage: stage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := drv.Stop(); err != nil {
+			t.Errorf("stopping the CSI driver: %v\n%s", err, drv.Output())
+		}
+	})
+	return drv
 }

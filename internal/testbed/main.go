@@ -59,6 +59,7 @@ func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cle
 			code = 1
 		}
 	}
+	removeBinaries()
 	os.Exit(code)
 }
 

@@ -51,6 +51,19 @@ func GoBinary(pkg string, tags ...string) (string, error) {
 	return b.path, b.err
 }
 
+// removeBinaries removes what GoBinary built (100 MB a nodelet with the
+// race detector), once the tests that ran it are over.
+func removeBinaries() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	for pkg, b := range built {
+		if b.path != "" {
+			RemoveDir(filepath.Dir(b.path))
+		}
+		delete(built, pkg)
+	}
+}
+
 func buildGo(pkg string, tags []string) builtBinary {
 	dir, err := os.MkdirTemp("", filepath.Base(pkg)+"-bin-")
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
@@ -160,6 +163,50 @@ func TestRegistrationInSubdirectories(t *testing.T) {
 	if got := r.Drivers(); len(got) != 1 || got[0] != "sub.test" || len(hidden.Statuses()) != 0 {
 		t.Errorf("drivers %v, the hidden one told %v", got, hidden.Statuses())
 	}
+}
+
+// Registered while the API server cannot be asked (nodelet restarted
+// during an outage), a driver serves the node's volumes at once; its
+// CSINode entry is written once the API server answers, and so is its
+// removal.
+func TestRegistrationWhileTheAPIIsDown(t *testing.T) {
+	root := shortDir(t)
+	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	var down atomic.Bool
+	down.Store(true)
+	client.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
+	testutil.Must(t, os.MkdirAll(r.Dir(), 0o750))
+	d := startDriver(t, csitest.Options{Name: "hostpath.test", RegistryDir: r.Dir()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.WaitFor(t, "the driver to register", func() bool { clk.Step(time.Second); return len(d.Statuses()) > 0 })
+	if _, err := r.Driver("hostpath.test"); err != nil || !d.Statuses()[0].PluginRegistered {
+		t.Fatalf("driver: %v, told %+v", err, d.Statuses())
+	}
+	csiNodeDrivers := func() int {
+		cn, err := client.StorageV1().CSINodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			return -1
+		}
+		return len(cn.Spec.Drivers)
+	}
+	down.Store(false)
+	testutil.WaitFor(t, "the CSINode entry", func() bool { clk.Step(time.Second); return csiNodeDrivers() == 1 })
+
+	down.Store(true)
+	testutil.Must(t, d.Deregister())
+	testutil.WaitFor(t, "the driver to be forgotten", func() bool { clk.Step(time.Second); return len(r.Drivers()) == 0 })
+	down.Store(false)
+	testutil.WaitFor(t, "the CSINode entry to go", func() bool { clk.Step(time.Second); return csiNodeDrivers() == 0 })
 }
 
 // A driver started again between two scans makes a new socket at the

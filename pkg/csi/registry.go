@@ -98,6 +98,9 @@ type Registry struct {
 	// failed remembers socket files that failed to register, with when, so a
 	// broken driver is retried, not hammered.
 	failed map[string]failure
+	// pending holds the CSINode changes the API server has not taken
+	// yet, by driver.
+	pending map[string]*apiChange
 }
 
 // failure is a socket file's failed registration.
@@ -114,7 +117,7 @@ func NewRegistry(o RegistryOptions) *Registry {
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute
 	}
-	return &Registry{o: o, drivers: map[string]*Driver{}, failed: map[string]failure{}}
+	return &Registry{o: o, drivers: map[string]*Driver{}, failed: map[string]failure{}, pending: map[string]*apiChange{}}
 }
 
 // Dir is the registration directory.
@@ -181,6 +184,7 @@ func (r *Registry) scan(ctx context.Context) {
 		return
 	}
 	r.forgetGone(ctx, present)
+	r.retryAPI(ctx)
 }
 
 // registerNew registers a socket unless it registered, or failed too
@@ -247,7 +251,7 @@ func (r *Registry) register(ctx context.Context, sock, id string) error {
 	d, err := r.validate(cctx, info)
 	if err == nil {
 		d.socket, d.socketID = sock, id
-		err = r.add(cctx, d)
+		r.add(ctx, d)
 	}
 	status := &registerapi.RegistrationStatus{PluginRegistered: err == nil}
 	if err != nil {
@@ -329,14 +333,13 @@ func supported(versions []string) bool {
 }
 
 // add records a driver (replacing an older registration of the same
-// name) and tells the API.
-func (r *Registry) add(ctx context.Context, d *Driver) error {
-	if r.o.Nodes != nil {
-		if err := r.o.Nodes.SetDriver(ctx, d.DriverInfo); err != nil {
-			d.conn.Close()
-			return fmt.Errorf("updating the CSINode object: %w", err)
-		}
-	}
+// name) and tells the API. A driver serves this node's volumes whether
+// or not the API server can be told now (nodelet restarted while it is
+// down must set up its pods' volumes again): its CSINode entry is
+// retried until written.
+func (r *Registry) add(ctx context.Context, d *Driver) {
+	info := d.DriverInfo
+	r.toAPI(ctx, d.Name, &info)
 	r.mu.Lock()
 	old := r.drivers[d.Name]
 	r.drivers[d.Name] = d
@@ -346,7 +349,6 @@ func (r *Registry) add(ctx context.Context, d *Driver) error {
 		old.conn.Close()
 	}
 	klog.InfoS("CSI driver registered", "driver", d.Name, "nodeID", d.NodeID, "stages", d.Stages, "topology", d.Topology, "socket", d.socket)
-	return nil
 }
 
 // forgetGone forgets the drivers whose registration socket is gone.
@@ -369,13 +371,71 @@ func (r *Registry) forgetGone(ctx context.Context, present map[string]bool) {
 	for _, d := range gone {
 		d.conn.Close()
 		klog.InfoS("CSI driver deregistered: its registration socket is gone", "driver", d.Name, "socket", d.socket)
-		if r.o.Nodes == nil {
-			continue
-		}
-		if err := r.o.Nodes.RemoveDriver(ctx, d.Name); err != nil {
-			klog.ErrorS(err, "Removing the driver from the CSINode object", "driver", d.Name)
+		r.toAPI(ctx, d.Name, nil)
+	}
+}
+
+// apiChange is a driver's CSINode entry still to write (set), or to
+// remove (set is nil), and when that was last tried.
+type apiChange struct {
+	set   *DriverInfo
+	tried time.Time
+}
+
+// toAPI writes (or, with a nil set, removes) a driver's CSINode entry,
+// replacing any change of it still pending, and keeps it pending if the
+// API server does not take it.
+func (r *Registry) toAPI(ctx context.Context, name string, set *DriverInfo) {
+	if r.o.Nodes == nil {
+		return
+	}
+	r.mu.Lock()
+	r.pending[name] = &apiChange{set: set}
+	r.mu.Unlock()
+	r.retryAPI(ctx, name)
+}
+
+// retryAPI tries the pending CSINode changes of the named drivers, or of
+// all whose last try is retryAfter old.
+func (r *Registry) retryAPI(ctx context.Context, names ...string) {
+	r.mu.Lock()
+	if len(names) == 0 {
+		for name, c := range r.pending {
+			if r.o.Clock.Since(c.tried) >= retryAfter {
+				names = append(names, name)
+			}
 		}
 	}
+	sort.Strings(names)
+	changes := make([]*apiChange, len(names))
+	for i, name := range names {
+		changes[i] = r.pending[name]
+	}
+	r.mu.Unlock()
+	for i, c := range changes {
+		err := r.applyAPI(ctx, names[i], c)
+		r.mu.Lock()
+		if r.pending[names[i]] == c {
+			if err == nil {
+				delete(r.pending, names[i])
+			} else {
+				c.tried = r.o.Clock.Now()
+			}
+		}
+		r.mu.Unlock()
+		if err != nil {
+			klog.ErrorS(err, "Updating the CSINode object failed; retrying", "driver", names[i], "retryIn", retryAfter)
+		}
+	}
+}
+
+func (r *Registry) applyAPI(ctx context.Context, name string, c *apiChange) error {
+	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
+	defer cancel()
+	if c.set == nil {
+		return r.o.Nodes.RemoveDriver(ctx, name)
+	}
+	return r.o.Nodes.SetDriver(ctx, *c.set)
 }
 
 func (r *Registry) closeAll() {

@@ -82,11 +82,6 @@ func TestJournalRestartWithAPIServerDown(t *testing.T) {
 	record(t, row{scenario: "nodelet SIGKILL, restart with API down", load: "10 pods in mixed states", fault: "SIGKILL, API server down, restart",
 		invariants: []string{invNoneLost, invNoRestart, invTruth, invNoCRILeak}})
 	ctx := context.Background()
-	const node = "journal"
-	kubeconfig, err := cl.NodeKubeconfig(node)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := cl.Client.CoreV1()
 	if _, err := ns.ConfigMaps("default").Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "journal-cfg"}, Data: map[string]string{"key": "from-the-api"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -95,21 +90,13 @@ func TestJournalRestartWithAPIServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Registered before the nodelet, so it runs after the runtime's
-		// pods are gone: the pod cgroups a failed run leaves must not
-		// fail the scenarios after it.
-		removeCgroupTree(t, testbed.CgroupRoot()+"/"+node)
-	})
-	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{NodeName: node, Kubeconfig: kubeconfig,
-		CgroupRoot: testbed.CgroupRoot() + "/" + node, ExtraConfig: openAPI})
-	t.Cleanup(func() {
-		_ = ns.Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
 		_ = ns.ConfigMaps("default").Delete(context.Background(), "journal-cfg", metav1.DeleteOptions{})
 		_ = ns.Secrets("default").Delete(context.Background(), "journal-secret", metav1.DeleteOptions{})
 	})
+	n := clusterNode(t, "journal")
 	for _, jp := range journalPods {
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: jp.name}, Spec: v1.PodSpec{
-			NodeName: node, AutomountServiceAccountToken: new(false), TerminationGracePeriodSeconds: new(int64(2)),
+			NodeName: n.NodeName, AutomountServiceAccountToken: new(false), TerminationGracePeriodSeconds: new(int64(2)),
 			Containers: []v1.Container{{Name: "main", Image: testbed.BusyboxImage, ImagePullPolicy: v1.PullIfNotPresent,
 				Command: []string{"sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"}}},
 		}}
@@ -130,15 +117,11 @@ func TestJournalRestartWithAPIServerDown(t *testing.T) {
 	waitLog(t, n, `"Killing container with a grace period" pod="default/leaving"`)
 	before := runtimeContainers(t, n)
 
-	n.Kill()
-	testbed.Eventually(t, 30*time.Second, func() (bool, string) { return n.Exited(), "nodelet still runs" })
-	if err := ns.Pods("default").Delete(ctx, "run-gone", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cl.StopAPIServer()
-	start := time.Now()
-	n.Start()
-	waitLog(t, n, "running the node journal's")
+	start := restartWithAPIDown(t, n, func() {
+		if err := ns.Pods("default").Delete(ctx, "run-gone", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// The deletion under way finishes, with the API server still down.
 	testbed.Eventually(t, time.Minute, func() (bool, string) {
@@ -184,11 +167,7 @@ func TestJournalRestartWithAPIServerDown(t *testing.T) {
 	}
 	nodeletStates(t, n, map[string]string{"finisher": "Failed"})
 
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := cl.StartAPIServer(sctx); err != nil {
-		t.Fatal(err)
-	}
+	startAPIServer(t)
 	// The API wins: the pod deleted meanwhile goes, the deletion under way
 	// completes, and the statuses held meanwhile are written.
 	apiGone(t, n, []string{"run-gone", "leaving"})
@@ -209,6 +188,57 @@ func TestJournalRestartWithAPIServerDown(t *testing.T) {
 		_ = ns.Pods("default").Delete(ctx, jp.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 	}
 	apiGone(t, n, []string{"run-0", "run-1", "cfg-reader", "finisher", "done-ok", "done-failed", "too-big", "wrong-node"})
+}
+
+// clusterNode runs a nodelet in the cluster, in its own cgroup, and
+// deletes its Node when the test ends.
+func clusterNode(t *testing.T, node string) *testbed.Nodelet {
+	t.Helper()
+	kubeconfig, err := cl.NodeKubeconfig(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Registered before the nodelet, so it runs after the runtime's
+		// pods are gone: the pod cgroups a failed run leaves must not
+		// fail the scenarios after it.
+		removeCgroupTree(t, testbed.CgroupRoot()+"/"+node)
+	})
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{NodeName: node, Kubeconfig: kubeconfig,
+		CgroupRoot: testbed.CgroupRoot() + "/" + node, ExtraConfig: openAPI})
+	t.Cleanup(func() { _ = cl.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	return n
+}
+
+// restartWithAPIDown SIGKILLs nodelet, runs meanwhile (while the API
+// server still answers), stops the API server and starts nodelet again,
+// returning once it runs the journal's pods, and when it started.
+func restartWithAPIDown(t *testing.T, n *testbed.Nodelet, meanwhile func()) time.Time {
+	t.Helper()
+	n.Kill()
+	testbed.Eventually(t, 30*time.Second, func() (bool, string) { return n.Exited(), "nodelet still runs" })
+	meanwhile()
+	cl.StopAPIServer()
+	// A test that fails with the API server down must not take the
+	// scenarios after it down too.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_ = cl.StartAPIServer(ctx) // an error if it runs already
+	})
+	start := time.Now()
+	n.Start()
+	waitLog(t, n, "running the node journal's")
+	return start
+}
+
+func startAPIServer(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cl.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // nodelet is SIGKILLed in the middle of a journal write, before and after

@@ -210,7 +210,7 @@ func TestCSIVolumes(t *testing.T) {
 	const node, driverName = "csi", "hostpath.nodelet.test"
 	n := startNode(t, node, cd, "")
 	ctx := context.Background()
-	drv := startCSIDriver(t, n, driverName, true)
+	drv := testbed.StartNodeCSIDriver(t, n, driverName, true)
 	csiNodeHas(t, node, driverName, true)
 	if _, err := cl.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: new(false), PodInfoOnMount: new(true), VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{
@@ -315,34 +315,6 @@ func TestCSIVolumes(t *testing.T) {
 	})
 }
 
-// startCSIDriver runs the test CSI driver for the node in its own
-// process, its CSI socket in a short directory (unix socket paths are
-// limited to 108 bytes).
-func startCSIDriver(t *testing.T, n *testbed.Nodelet, name string, stage bool) *testbed.CSIDriver {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "csi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	// A driver may come before nodelet made the registration directory
-	// (node-driver-registrar's is a hostPath volume that makes it).
-	registry := filepath.Join(n.RootDir, csi.RegistryDir)
-	if err := os.MkdirAll(registry, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	drv, err := testbed.StartCSIDriver(testbed.CSIDriverOptions{Name: name, RegistryDir: registry, Dir: dir, Stage: stage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := drv.Stop(); err != nil {
-			t.Errorf("stopping the CSI driver: %v\n%s", err, drv.Output())
-		}
-	})
-	return drv
-}
-
 // csiNodeHas waits until the node's CSINode object lists the driver, or
 // does not.
 func csiNodeHas(t *testing.T, node, driver string, want bool) {
@@ -394,7 +366,7 @@ func TestCSIAttach(t *testing.T) {
 	const node, driverName = "csi-attach", "attach.nodelet.test"
 	n := startNode(t, node, cd, "")
 	ctx := context.Background()
-	drv := startCSIDriver(t, n, driverName, false)
+	drv := testbed.StartNodeCSIDriver(t, n, driverName, false)
 	csiNodeHas(t, node, driverName, true)
 	if _, err := cl.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: new(true)}}, metav1.CreateOptions{}); err != nil {

@@ -86,7 +86,10 @@ func namespace(t *testing.T) string {
 			t.Errorf("deleting namespace %s: %v", name, err)
 		}
 	})
-	testbed.Eventually(t, time.Minute, func() (bool, string) {
+	// Two minutes, as upstream's e2e framework allows: after a test that
+	// stopped the API server, the controller-manager's informers retry
+	// with a jittered back-off of up to a minute before they list again.
+	testbed.Eventually(t, 2*time.Minute, func() (bool, string) {
 		_, err := cl.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, fmt.Sprintf("no default service account: %v", err)
 	})
