@@ -382,28 +382,27 @@ type apiChange struct {
 	tried time.Time
 }
 
-// toAPI writes (or, with a nil set, removes) a driver's CSINode entry,
-// replacing any change of it still pending, and keeps it pending if the
-// API server does not take it.
+// toAPI writes (or, with a nil set, removes) a driver's CSINode entry at
+// once, replacing any change of it still pending, and keeps it pending if
+// the API server does not take it.
 func (r *Registry) toAPI(ctx context.Context, name string, set *DriverInfo) {
 	if r.o.Nodes == nil {
 		return
 	}
 	r.mu.Lock()
-	r.pending[name] = &apiChange{set: set}
+	r.pending[name] = &apiChange{set: set} // never tried: due now
 	r.mu.Unlock()
-	r.retryAPI(ctx, name)
+	r.retryAPI(ctx)
 }
 
-// retryAPI tries the pending CSINode changes of the named drivers, or of
-// all whose last try is retryAfter old.
-func (r *Registry) retryAPI(ctx context.Context, names ...string) {
+// retryAPI tries the pending CSINode changes never tried, or last tried
+// retryAfter ago.
+func (r *Registry) retryAPI(ctx context.Context) {
 	r.mu.Lock()
-	if len(names) == 0 {
-		for name, c := range r.pending {
-			if r.o.Clock.Since(c.tried) >= retryAfter {
-				names = append(names, name)
-			}
+	var names []string
+	for name, c := range r.pending {
+		if r.o.Clock.Since(c.tried) >= retryAfter {
+			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
