@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/csi/csitest"
@@ -139,4 +142,20 @@ func StartNodeCSIDriver(t testing.TB, n *Nodelet, name string, stage bool) *CSID
 		}
 	})
 	return drv
+}
+
+// MarkAttached plays a CSI driver's attacher: once the attach/detach
+// controller made the VolumeAttachment, it is marked attached.
+func (c *Cluster) MarkAttached(t testing.TB, name string) {
+	t.Helper()
+	vas := c.Client.StorageV1().VolumeAttachments()
+	Eventually(t, 2*time.Minute, func() (bool, string) {
+		va, err := vas.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, "the attach/detach controller made no VolumeAttachment: " + err.Error()
+		}
+		va.Status.Attached = true
+		_, err = vas.UpdateStatus(context.Background(), va, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprintf("marking it attached: %v", err)
+	})
 }

@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +46,7 @@ func TestJournalCSIVolume(t *testing.T) {
 	t.Cleanup(func() {
 		_ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 	})
-	markAttached(t, csi.AttachmentName(handle, driver, n.NodeName))
+	cl.MarkAttached(t, csi.AttachmentName(handle, driver, n.NodeName))
 	apiStates(t, map[string]string{"csi-user": "Running"})
 
 	start := restartWithAPIDown(t, n, func() {})
@@ -105,22 +104,6 @@ func attachedClaim(t *testing.T, driver, handle string) {
 		_ = core.PersistentVolumeClaims("default").Delete(ctx, "journal-csi", metav1.DeleteOptions{})
 		_ = core.PersistentVolumes().Delete(ctx, "journal-csi", metav1.DeleteOptions{})
 		_ = st.CSIDrivers().Delete(ctx, driver, metav1.DeleteOptions{})
-	})
-}
-
-// markAttached plays the driver's attacher: once the attach/detach
-// controller made the VolumeAttachment, it is marked attached.
-func markAttached(t *testing.T, name string) {
-	t.Helper()
-	vas := cl.Client.StorageV1().VolumeAttachments()
-	testbed.Eventually(t, 2*time.Minute, func() (bool, string) {
-		va, err := vas.Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, "the attach/detach controller made no VolumeAttachment: " + err.Error()
-		}
-		va.Status.Attached = true
-		_, err = vas.UpdateStatus(context.Background(), va, metav1.UpdateOptions{})
-		return err == nil, fmt.Sprintf("marking it attached: %v", err)
 	})
 }
 

@@ -382,18 +382,9 @@ func TestCSIAttach(t *testing.T) {
 	createPVC(t, ns, "data", class, "att-"+ns)
 	createPod(t, ns, claimPod("user", node, "data", false, "sleep 3600"))
 
-	vas := cl.Client.StorageV1().VolumeAttachments()
 	name := csi.AttachmentName(handle, driverName, node)
 	waitEventMessage(t, ns, "user", "FailedMount", "volume not attached to the node yet")
-	testbed.Eventually(t, 2*time.Minute, func() (bool, string) {
-		va, err := vas.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, "the attach/detach controller made no VolumeAttachment: " + err.Error()
-		}
-		va.Status.Attached = true
-		_, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{})
-		return err == nil, fmt.Sprintf("marking it attached: %v", err)
-	})
+	cl.MarkAttached(t, name)
 	waitPod(t, time.Minute, ns, "user", running)
 	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + driverName + "^" + handle)
 	volumesInUse(t, node, unique, true)
