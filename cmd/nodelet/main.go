@@ -37,6 +37,9 @@ func main() {
 		fmt.Print(answer.Text)
 		return
 	}
+	if err == nil {
+		err = app.ApplyLogging(opts)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
 		os.Exit(1)

@@ -113,6 +113,10 @@ func (m *Metrics) Handler(pods RuntimePods) http.Handler {
 	return promhttp.HandlerFor(prometheus.Gatherers{m.registry, running}, promhttp.HandlerOpts{})
 }
 
+// Register adds collectors measured elsewhere (the certificate managers')
+// to what /metrics serves.
+func (m *Metrics) Register(cs ...prometheus.Collector) { m.registry.MustRegister(cs...) }
+
 // EventStreamBroke counts a container event stream that broke (upstream's
 // evented PLEG connection error count).
 func (m *Metrics) EventStreamBroke() { m.eventStreamErrors.Inc() }

@@ -7,20 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/http/pprof"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
-	"k8s.io/client-go/util/cert"
-	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -314,53 +309,47 @@ func proxyStream(w http.ResponseWriter, r *http.Request, target *url.URL) {
 	rp.ServeHTTP(w, r)
 }
 
-// ServingTLS returns the kubelet API's TLS configuration: the given
-// certificate, or a self-signed one kept in certDir (as the kubelet keeps
-// kubelet.crt); client certificates are verified against clientCAFile
-// when one is given.
-func ServingTLS(certFile, keyFile, certDir, hostname string, hostIPs []string, clientCAFile string) (*tls.Config, error) {
-	if certFile == "" {
-		certFile, keyFile = filepath.Join(certDir, "nodelet.crt"), filepath.Join(certDir, "nodelet.key")
-		if _, err := os.Stat(certFile); os.IsNotExist(err) {
-			if err := selfSigned(certFile, keyFile, hostname, hostIPs); err != nil {
-				return nil, fmt.Errorf("creating a self-signed serving certificate: %w", err)
-			}
-		}
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("loading the serving certificate: %w", err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if clientCAFile != "" {
-		pemBytes, err := os.ReadFile(clientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("clientCAFile: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pemBytes) {
-			return nil, fmt.Errorf("clientCAFile %s holds no PEM certificate", clientCAFile)
-		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
-	}
-	return cfg, nil
+// TLSOptions are where the kubelet API's TLS material comes from, read
+// at every handshake so a renewed certificate or CA takes effect at once.
+type TLSOptions struct {
+	// Certificate is the serving certificate; nil fails the handshake
+	// (a serving certificate not yet issued).
+	Certificate func() *tls.Certificate
+	// ClientCAs verify client certificates; nil accepts none.
+	ClientCAs    func() *x509.CertPool
+	MinVersion   uint16
+	CipherSuites []uint16
 }
 
-func selfSigned(certFile, keyFile, hostname string, hostIPs []string) error {
-	var ips []net.IP
-	for _, ip := range hostIPs {
-		if p := net.ParseIP(ip); p != nil {
-			ips = append(ips, p)
+// errNoServingCertificate fails a handshake while the serving certificate
+// has not been issued.
+var errNoServingCertificate = errors.New("no serving certificate available for the kubelet")
+
+// TLSConfig is the kubelet API's TLS configuration: client certificates
+// are asked for and, when one is given, verified against the client CAs
+// of the moment.
+func TLSConfig(o TLSOptions) *tls.Config {
+	minVersion := o.MinVersion
+	if minVersion == 0 {
+		minVersion = tls.VersionTLS12
+	}
+	base := &tls.Config{MinVersion: minVersion, CipherSuites: o.CipherSuites}
+	base.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if cert := o.Certificate(); cert != nil {
+			return cert, nil
 		}
+		return nil, errNoServingCertificate
 	}
-	// As the upstream kubelet makes its kubelet.crt: a self-signed CA and a
-	// serving certificate for the hostname and the node's addresses.
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey(hostname, ips, nil)
-	if err != nil {
-		return err
+	return &tls.Config{
+		MinVersion: minVersion,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cfg := base.Clone()
+			if o.ClientCAs != nil {
+				if pool := o.ClientCAs(); pool != nil {
+					cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+				}
+			}
+			return cfg, nil
+		},
 	}
-	if err := cert.WriteCert(certFile, certPEM); err != nil {
-		return err
-	}
-	return keyutil.WriteKey(keyFile, keyPEM)
 }

@@ -1,17 +1,23 @@
 package server
 
 import (
-	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,32 +256,86 @@ func TestContainerLogsOverWebSocket(t *testing.T) {
 	}
 }
 
-// Without a certificate, the kubelet API serves a self-signed one made
-// once and kept in the certificate directory, valid for the hostname and
-// the node's addresses.
-func TestSelfSignedServingCertificate(t *testing.T) {
-	dir := t.TempDir()
-	cfg, err := ServingTLS("", "", dir, "node1", []string{"192.0.2.7"}, "")
+// TestTLSConfigReadsItsSourcesAtEachHandshake: a certificate or client
+// CA changed after the server started is used by the next handshake, and
+// no certificate fails the handshake.
+func TestTLSConfigReadsItsSourcesAtEachHandshake(t *testing.T) {
+	var cert atomic.Pointer[tls.Certificate]
+	var cas atomic.Pointer[x509.CertPool]
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TLS.VerifiedChains) > 0 {
+			fmt.Fprint(w, r.TLS.VerifiedChains[0][0].Subject.CommonName)
+		}
+	}))
+	srv.TLS = TLSConfig(TLSOptions{Certificate: cert.Load, ClientCAs: cas.Load})
+	srv.StartTLS()
+	defer srv.Close()
+	get := func(client *tls.Certificate) (string, *x509.Certificate, error) {
+		cfg := &tls.Config{InsecureSkipVerify: true}
+		if client != nil {
+			cfg.Certificates = []tls.Certificate{*client}
+		}
+		tr := &http.Transport{TLSClientConfig: cfg}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+		if err != nil {
+			return "", nil, err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body), resp.TLS.PeerCertificates[0], nil
+	}
+	if _, _, err := get(nil); err == nil {
+		t.Fatal("a handshake without a serving certificate succeeded")
+	}
+	first, second := testCert(t, "first", nil), testCert(t, "second", nil)
+	cert.Store(first)
+	if _, peer, err := get(nil); err != nil || peer.Subject.CommonName != "first" {
+		t.Fatalf("first certificate: %v %v", peer, err)
+	}
+	cert.Store(second)
+	if _, peer, err := get(nil); err != nil || peer.Subject.CommonName != "second" {
+		t.Fatalf("after the swap: %v %v", peer, err)
+	}
+	ca := testCert(t, "ca", nil)
+	client := testCert(t, "system:node:x", ca)
+	if user, _, err := get(client); err != nil || user != "" {
+		t.Fatalf("without client CAs a client certificate must not verify: %q %v", user, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Leaf)
+	cas.Store(pool)
+	if user, _, err := get(client); err != nil || user != "system:node:x" {
+		t.Fatalf("with the CA added: %q %v", user, err)
+	}
+}
+
+// testCert makes a certificate for cn, signed by parent (self-signed
+// when nil, and then a CA).
+func testCert(t *testing.T, cn string, parent *tls.Certificate) *tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign}
+	signer, signerKey := tmpl, any(key)
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+	} else {
+		signer, signerKey = parent.Leaf, parent.PrivateKey
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := leaf.VerifyHostname("node1"); err != nil {
-		t.Error(err)
-	}
-	if err := leaf.VerifyHostname("192.0.2.7"); err != nil {
-		t.Error(err)
-	}
-	again, err := ServingTLS("", "", dir, "node1", []string{"192.0.2.7"}, "")
+	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(again.Certificates[0].Certificate[0], cfg.Certificates[0].Certificate[0]) {
-		t.Error("a second start made a new certificate instead of keeping the first")
-	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
 
 // FuzzContainerLogsQuery sends arbitrary query strings to containerLogs:

@@ -43,7 +43,7 @@ type runtimeConn struct {
 }
 
 func dialRuntime(ctx context.Context, b *base) (*runtimeConn, error) {
-	m := metrics.New()
+	m := b.metrics
 	conn, version, err := kuberuntime.Dial(ctx, b.c.ContainerRuntimeEndpoint, dialTimeout,
 		grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
 	if err != nil {

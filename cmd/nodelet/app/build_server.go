@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodelet/nodelet/pkg/certificates"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
@@ -21,7 +23,7 @@ import (
 // buildServers opens the read-only and kubelet API ports (unless
 // enableServer is false) and the plain /healthz, so a port in use fails
 // start-up before anything runs.
-func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimeParts, core *coreParts, health *health.Node) ([]component, error) {
+func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimeParts, core *coreParts, health *health.Node, reporter *reporterParts) ([]component, error) {
 	c := b.c
 	var out []component
 	if p := *c.HealthzPort; p > 0 {
@@ -46,31 +48,33 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 	}
 	if c.Port > 0 {
 		runningPods := func(ctx context.Context) ([]*container.Pod, error) { return runtime.manager.GetPods(ctx) }
-		l, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
+		components, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
 			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration), Metrics: rt.metrics.Handler(runningPods),
 			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines,
-		}))
+		}), reporter)
 		if err != nil {
 			return nil, fmt.Errorf("kubelet API: %w", err)
 		}
-		out = append(out, component{"kubelet API", l.Run})
+		out = append(out, components...)
 	}
 	return out, nil
 }
 
 // kubeletAPI opens the kubelet API over HTTPS on the node's port, behind
-// the configured authentication and authorization.
-func kubeletAPI(b *base, h http.Handler) (*server.Listener, error) {
+// the configured authentication and authorization, with its certificate
+// from the CSR API (serverTLSBootstrap) or from files reloaded as they
+// change (tlsCertFile, or a self-signed kubelet.crt).
+func kubeletAPI(b *base, h http.Handler, reporter *reporterParts) ([]component, error) {
 	c := b.c
-	tlsConfig, err := server.ServingTLS(c.TLSCertFile, c.TLSPrivateKeyFile, filepath.Join(b.o.RootDir, "pki"), b.nodeName, b.hostIPs, c.Authentication.X509.ClientCAFile)
+	tlsSources, components, err := servingTLS(b, reporter)
 	if err != nil {
 		return nil, err
 	}
 	// Validated at start.
 	if c.TLSMinVersion != "" {
-		tlsConfig.MinVersion, _ = cliflag.TLSVersion(c.TLSMinVersion)
+		tlsSources.MinVersion, _ = cliflag.TLSVersion(c.TLSMinVersion)
 	}
-	tlsConfig.CipherSuites, _ = cliflag.TLSCipherSuites(c.TLSCipherSuites)
+	tlsSources.CipherSuites, _ = cliflag.TLSCipherSuites(c.TLSCipherSuites)
 	h = server.WithAuth(h, server.AuthOptions{
 		NodeName: b.nodeName, Anonymous: *c.Authentication.Anonymous.Enabled, Client: b.client,
 		TokenWebhook: *c.Authentication.Webhook.Enabled, TokenCacheTTL: c.Authentication.Webhook.CacheTTL.Duration,
@@ -78,10 +82,56 @@ func kubeletAPI(b *base, h http.Handler) (*server.Listener, error) {
 		AuthorizedTTL:    c.Authorization.Webhook.CacheAuthorizedTTL.Duration,
 		UnauthorizedTTL:  c.Authorization.Webhook.CacheUnauthorizedTTL.Duration,
 	})
-	l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.Port))), h, tlsConfig)
+	l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.Port))), h, server.TLSConfig(tlsSources))
 	if err != nil {
 		return nil, err
 	}
-	klog.InfoS("Serving the kubelet API", "address", l.Addr().String(), "authorization", c.Authorization.Mode)
-	return l, nil
+	klog.InfoS("Serving the kubelet API", "address", l.Addr().String(), "authorization", c.Authorization.Mode, "serverTLSBootstrap", c.ServerTLSBootstrap)
+	return append(components, component{"kubelet API", l.Run}), nil
+}
+
+// servingTLS works out where the kubelet API's certificate and client CAs
+// come from, and the components that keep them current.
+func servingTLS(b *base, reporter *reporterParts) (server.TLSOptions, []component, error) {
+	c := b.c
+	files := certificates.FileOptions{ClientCAFile: c.Authentication.X509.ClientCAFile, Clock: b.clock, Failed: func(err error) {
+		klog.ErrorS(err, "A changed certificate file does not load; the previous one stays in force")
+		b.recorder.Eventf(nodeRef(b.nodeName), v1.EventTypeWarning, "CertificateFileInvalid", "A changed certificate file does not load; the previous one stays in force: %v", err)
+	}}
+	var out server.TLSOptions
+	var components []component
+	if c.ServerTLSBootstrap {
+		serving, err := certificates.NewServing(certificates.ServingOptions{
+			Client: b.client, NodeName: b.nodeName, CertDir: b.o.CertDir, CertFile: c.TLSCertFile, KeyFile: c.TLSPrivateKeyFile, Clock: b.clock,
+			Addresses: func() []v1.NodeAddress { return reporter.node().Status.Addresses },
+		})
+		if err != nil {
+			return out, nil, err
+		}
+		b.metrics.Register(serving.Collectors()...)
+		out.Certificate = serving.Current
+		components = append(components, component{"serving certificate", serving.Run})
+	} else {
+		files.CertFile, files.KeyFile = c.TLSCertFile, c.TLSPrivateKeyFile
+		if files.CertFile == "" {
+			var err error
+			if files.CertFile, files.KeyFile, err = certificates.SelfSigned(b.o.CertDir, b.nodeName, b.hostIPs); err != nil {
+				return out, nil, err
+			}
+		}
+	}
+	f, err := certificates.NewFiles(files)
+	if err != nil {
+		return out, nil, err
+	}
+	if out.Certificate == nil {
+		out.Certificate = f.Certificate
+	}
+	out.ClientCAs = f.ClientCAs
+	return out, append(components, component{"certificate files", f.Run}), nil
+}
+
+// nodeRef is the node as events name it.
+func nodeRef(name string) *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Node", Name: name, UID: types.UID(name), APIVersion: "v1"}
 }

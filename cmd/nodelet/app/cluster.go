@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/containeropts"
@@ -27,25 +27,22 @@ import (
 // kubeletVersion): the Kubernetes release whose kubelet it replaces.
 const Version = "v1.37.2-nodelet"
 
-// apiClients builds the API clients from the kubeconfig: one for
+// apiClients builds the API clients from the node's credentials: one for
 // everything but events, rate-limited by kubeAPIQPS/kubeAPIBurst, and one
 // for events, rate-limited by eventRecordQPS/eventBurst, so a burst of
 // events never delays a status update.
-func apiClients(kubeconfig string, c *kubeletv1beta1.KubeletConfiguration) (client, events kubernetes.Interface, err error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-	}
+func apiClients(base *rest.Config, c *kubeletv1beta1.KubeletConfiguration) (client, events kubernetes.Interface, err error) {
+	cfg := rest.CopyConfig(base)
 	cfg.UserAgent = "nodelet/" + Version
 	cfg.ContentType = c.ContentType
 	cfg.QPS, cfg.Burst = float32(*c.KubeAPIQPS), int(c.KubeAPIBurst)
 	if client, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		return nil, nil, fmt.Errorf("API client: %w", err)
 	}
-	ecfg := *cfg
+	ecfg := rest.CopyConfig(cfg)
 	ecfg.QPS, ecfg.Burst = float32(*c.EventRecordQPS), int(c.EventBurst)
-	if events, err = kubernetes.NewForConfig(&ecfg); err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	if events, err = kubernetes.NewForConfig(ecfg); err != nil {
+		return nil, nil, fmt.Errorf("API client for events: %w", err)
 	}
 	return client, events, nil
 }

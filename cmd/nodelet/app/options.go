@@ -7,19 +7,23 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	fieldpath "k8s.io/apimachinery/pkg/util/validation/field"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // logging.format: json
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -44,18 +48,30 @@ type Options struct {
 	// PLEGRelistPeriod is how often every pod is relisted, the safety net
 	// under the container event stream.
 	PLEGRelistPeriod time.Duration
-	Config           kubeletv1beta1.KubeletConfiguration
+	// BootstrapKubeconfig is --bootstrap-kubeconfig: the credentials a
+	// joining node asks for its client certificate with, when Kubeconfig
+	// is missing or its certificate has expired.
+	BootstrapKubeconfig string
+	// CertDir holds the client and serving certificates nodelet obtains
+	// (default <root-dir>/pki).
+	CertDir string
+	// NodeIPs are --node-ip: the node's addresses (one, or one per IP
+	// family); none means the address of the default route's interface.
+	NodeIPs []net.IP
+	// ExternalCloudProvider is --cloud-provider=external: a cloud
+	// controller initializes the Node and owns its addresses.
+	ExternalCloudProvider bool
+	Config                kubeletv1beta1.KubeletConfiguration
 }
 
 // Defaults nodelet applies to fields left unset. The v1beta1 package has
-// no defaulting code of its own; these are upstream's defaults, except
-// that the read-only port is on by default (standalone nodes have no
-// other way to show their pods).
+// no defaulting code of its own; these are upstream's defaults. As
+// upstream's, the read-only port is off unless asked for: it serves every
+// pod's spec without authentication.
 const (
 	DefaultRootDir         = "/var/lib/kubelet"
 	DefaultRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
 	DefaultPodLogsDir      = "/var/log/pods"
-	DefaultReadOnlyPort    = 10255
 	DefaultPort            = 10250
 	DefaultMaxPods         = 110
 	DefaultSandboxImage    = "registry.k8s.io/pause:3.10"
@@ -79,6 +95,10 @@ type flagValues struct {
 	clusterDomain      string
 	resolvConf         string
 	failCgroupV1       bool
+	registerTaints     []string
+	nodeIP             string
+	cloudProvider      string
+	logging            logsapi.LoggingConfiguration
 }
 
 // Answer is what Parse returns for --help and --version: not a failure,
@@ -93,56 +113,10 @@ const kubernetesVersion = "v1.37.2"
 // Parse reads the command line (without the program name) and the config
 // file it names. Errors are one line and name the problem.
 func Parse(args []string) (*Options, error) {
-	fs := pflag.NewFlagSet("nodelet", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SortFlags = true
 	o := &Options{}
 	var f flagValues
 	var version string
-	fs.BoolP("help", "h", false, "show this help and exit")
-	fs.StringVar(&version, "version", "", "print the version and exit (--version=raw for JSON)")
-	fs.Lookup("version").NoOptDefVal = "true"
-	fs.StringVar(&o.ConfigFile, "config", "", "path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig for the API server (cluster mode)")
-	fs.StringVar(&o.RootDir, "root-dir", DefaultRootDir, "directory for nodelet's files (pod directories)")
-	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "node name to use instead of the hostname")
-	fs.IntVar(&o.DeadContainersKept, "maximum-dead-containers-per-container", 1, "dead instances of each container a pod keeps (their last state and logs)")
-	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels for the node, key=value,... (checked by nodeSelector and node affinity)")
-	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", DefaultSandboxImage, "the runtime's sandbox image, never garbage collected")
-	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")
-	fs.DurationVar(&o.PLEGRelistPeriod, "pleg-relist-period", time.Second, "how often every pod is relisted; container exits are seen sooner through the runtime's event stream")
-	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
-	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
-	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")
-	fs.Int32Var(&f.port, "port", 0, "kubelet API port (port)")
-	fs.Int32Var(&f.maxPods, "max-pods", 0, "maximum number of pods (maxPods)")
-	fs.DurationVar(&f.syncFrequency, "sync-frequency", 0, "resync period of running pods (syncFrequency)")
-	fs.DurationVar(&f.fileCheckFrequency, "file-check-frequency", 0, "re-read period of static pod manifests (fileCheckFrequency)")
-	fs.StringVar(&f.cgroupDriver, "cgroup-driver", "", "cgroup driver: cgroupfs (cgroupDriver)")
-	fs.StringVar(&f.address, "address", "", "IP address to serve on (address)")
-	fs.StringVar(&f.manifestURL, "manifest-url", "", "URL serving static pods (staticPodURL)")
-	fs.StringArrayVar(&f.manifestURLHeaders, "manifest-url-header", nil, "headers for --manifest-url, as 'name:value,name:value'; repeatable (staticPodURLHeader)")
-	fs.DurationVar(&f.httpCheckFrequency, "http-check-frequency", 0, "poll period of --manifest-url (httpCheckFrequency)")
-	fs.StringSliceVar(&f.clusterDNS, "cluster-dns", nil, "DNS server IPs for ClusterFirst pods, comma-separated (clusterDNS)")
-	fs.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS domain, searched by ClusterFirst pods (clusterDomain)")
-	fs.StringVar(&f.resolvConf, "resolv-conf", "", "resolver file that dnsPolicy Default pods get, \"\" for none (resolvConf)")
-	fs.BoolVar(&f.failCgroupV1, "fail-cgroupv1", true, "refuse to start on a cgroup v1 host (failCgroupV1)")
-	// The flags override the config file, so they have no default of their
-	// own; --help shows the value nodelet uses when neither sets one.
-	for name, def := range map[string]string{
-		"container-runtime-endpoint": DefaultRuntimeEndpoint, "read-only-port": fmt.Sprint(DefaultReadOnlyPort),
-		"port": fmt.Sprint(DefaultPort), "max-pods": fmt.Sprint(DefaultMaxPods), "sync-frequency": "1m0s",
-		"file-check-frequency": "20s", "http-check-frequency": "20s", "cgroup-driver": "cgroupfs",
-		"address": "0.0.0.0", "resolv-conf": "/etc/resolv.conf",
-	} {
-		fs.Lookup(name).DefValue = def
-	}
-	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(gofs)
-	for _, name := range []string{"v", "vmodule"} {
-		fs.AddGoFlag(gofs.Lookup(name))
-	}
-	fs.Lookup("v").Shorthand = "v"
+	fs := newFlagSet(o, &f, &version)
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w (nodelet --help lists the flags)", err)
 	}
@@ -155,124 +129,248 @@ func Parse(args []string) (*Options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-
-	readOnlySet := false
 	if o.ConfigFile != "" {
-		cfg, set, err := LoadConfigFile(o.ConfigFile)
+		cfg, err := LoadConfigFile(o.ConfigFile)
 		if err != nil {
 			return nil, err
 		}
-		o.Config, readOnlySet = *cfg, set
+		o.Config = *cfg
 	}
-	c := &o.Config
-	if fs.Changed("pod-manifest-path") {
-		c.StaticPodPath = f.podManifestPath
-	}
-	if fs.Changed("container-runtime-endpoint") {
-		c.ContainerRuntimeEndpoint = f.runtimeEndpoint
-	}
-	if fs.Changed("read-only-port") {
-		c.ReadOnlyPort, readOnlySet = f.readOnlyPort, true
-	}
-	if fs.Changed("port") {
-		c.Port = f.port
-	}
-	if fs.Changed("max-pods") {
-		c.MaxPods = f.maxPods
-	}
-	if fs.Changed("sync-frequency") {
-		c.SyncFrequency = metav1.Duration{Duration: f.syncFrequency}
-	}
-	if fs.Changed("file-check-frequency") {
-		c.FileCheckFrequency = metav1.Duration{Duration: f.fileCheckFrequency}
-	}
-	if fs.Changed("cgroup-driver") {
-		c.CgroupDriver = f.cgroupDriver
-	}
-	if fs.Changed("address") {
-		c.Address = f.address
-	}
-	if fs.Changed("manifest-url") {
-		c.StaticPodURL = f.manifestURL
-	}
-	if fs.Changed("http-check-frequency") {
-		c.HTTPCheckFrequency = metav1.Duration{Duration: f.httpCheckFrequency}
-	}
-	if fs.Changed("cluster-dns") {
-		c.ClusterDNS = f.clusterDNS
-	}
-	if fs.Changed("cluster-domain") {
-		c.ClusterDomain = f.clusterDomain
-	}
-	if fs.Changed("resolv-conf") {
-		c.ResolverConfig = &f.resolvConf
-	}
-	if fs.Changed("fail-cgroupv1") {
-		c.FailCgroupV1 = &f.failCgroupV1
-	}
-	if fs.Changed("manifest-url-header") {
-		h, err := parseHeaders(f.manifestURLHeaders)
-		if err != nil {
-			return nil, err
-		}
-		c.StaticPodURLHeader = h
-	}
-	setDefaults(c, readOnlySet)
-	if err := validate(c); err != nil {
+	if err := applyFlags(fs, &f, o); err != nil {
 		return nil, err
 	}
+	setDefaults(&o.Config)
+	if o.CertDir == "" {
+		o.CertDir = filepath.Join(o.RootDir, "pki")
+	}
+	if err := validate(&o.Config); err != nil {
+		return nil, err
+	}
+	return o, validateOptions(o)
+}
+
+// newFlagSet declares the flags: those of nodelet's own, and those that
+// override a config file field, which land in f.
+func newFlagSet(o *Options, f *flagValues, version *string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("nodelet", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = true
+	fs.BoolP("help", "h", false, "show this help and exit")
+	fs.StringVar(version, "version", "", "print the version and exit (--version=raw for JSON)")
+	fs.Lookup("version").NoOptDefVal = "true"
+	fs.StringVar(&o.ConfigFile, "config", "", "path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig for the API server (cluster mode); written by TLS bootstrapping when --bootstrap-kubeconfig is set")
+	fs.StringVar(&o.BootstrapKubeconfig, "bootstrap-kubeconfig", "", "kubeconfig with bootstrap credentials, used to obtain a client certificate when --kubeconfig is missing or expired")
+	fs.StringVar(&o.CertDir, "cert-dir", "", "directory of the client and serving certificates nodelet obtains (default <root-dir>/pki)")
+	fs.StringVar(&o.RootDir, "root-dir", DefaultRootDir, "directory for nodelet's files (pod directories)")
+	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "node name to use instead of the hostname")
+	fs.IntVar(&o.DeadContainersKept, "maximum-dead-containers-per-container", 1, "dead instances of each container a pod keeps (their last state and logs)")
+	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels for the node, key=value,... (checked by nodeSelector and node affinity)")
+	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", DefaultSandboxImage, "the runtime's sandbox image, never garbage collected")
+	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")
+	fs.DurationVar(&o.PLEGRelistPeriod, "pleg-relist-period", time.Second, "how often every pod is relisted; container exits are seen sooner through the runtime's event stream")
+	fs.StringVar(&f.nodeIP, "node-ip", "", "the node's IP address, or comma-separated IPv4 and IPv6 addresses (0.0.0.0 or :: picks the default route's address of that family)")
+	fs.StringVar(&f.cloudProvider, "cloud-provider", "", "\"external\" when a cloud controller manager initializes the node, else empty")
+	fs.StringSliceVar(&f.registerTaints, "register-with-taints", nil, "taints of the registered Node, key=value:Effect,... (registerWithTaints)")
+	addConfigFlags(fs, f)
+	addLoggingFlags(fs, &f.logging)
+	return fs
+}
+
+// addConfigFlags declares the flags that override config file fields.
+// They have no default of their own; --help shows the value nodelet uses
+// when neither sets one.
+func addConfigFlags(fs *pflag.FlagSet, f *flagValues) {
+	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
+	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
+	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")
+	fs.Int32Var(&f.port, "port", 0, "kubelet API port (port)")
+	fs.Int32Var(&f.maxPods, "max-pods", 0, "maximum number of pods (maxPods)")
+	fs.DurationVar(&f.syncFrequency, "sync-frequency", 0, "resync period of running pods (syncFrequency)")
+	fs.DurationVar(&f.fileCheckFrequency, "file-check-frequency", 0, "re-read period of static pod manifests (fileCheckFrequency)")
+	fs.StringVar(&f.cgroupDriver, "cgroup-driver", "", "cgroup driver: cgroupfs or systemd (cgroupDriver)")
+	fs.StringVar(&f.address, "address", "", "IP address to serve on (address)")
+	fs.StringVar(&f.manifestURL, "manifest-url", "", "URL serving static pods (staticPodURL)")
+	fs.StringArrayVar(&f.manifestURLHeaders, "manifest-url-header", nil, "headers for --manifest-url, as 'name:value,name:value'; repeatable (staticPodURLHeader)")
+	fs.DurationVar(&f.httpCheckFrequency, "http-check-frequency", 0, "poll period of --manifest-url (httpCheckFrequency)")
+	fs.StringSliceVar(&f.clusterDNS, "cluster-dns", nil, "DNS server IPs for ClusterFirst pods, comma-separated (clusterDNS)")
+	fs.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS domain, searched by ClusterFirst pods (clusterDomain)")
+	fs.StringVar(&f.resolvConf, "resolv-conf", "", "resolver file that dnsPolicy Default pods get, \"\" for none (resolvConf)")
+	fs.BoolVar(&f.failCgroupV1, "fail-cgroupv1", true, "refuse to start on a cgroup v1 host (failCgroupV1)")
+	for name, def := range map[string]string{
+		"container-runtime-endpoint": DefaultRuntimeEndpoint, "read-only-port": "0",
+		"port": fmt.Sprint(DefaultPort), "max-pods": fmt.Sprint(DefaultMaxPods), "sync-frequency": "1m0s",
+		"file-check-frequency": "20s", "http-check-frequency": "20s", "cgroup-driver": "cgroupfs",
+		"address": "0.0.0.0", "resolv-conf": "/etc/resolv.conf",
+	} {
+		fs.Lookup(name).DefValue = def
+	}
+}
+
+// addLoggingFlags declares the flags of the config file's logging block,
+// as the kubelet's: -v, --vmodule, --logging-format, --log-flush-frequency.
+func addLoggingFlags(fs *pflag.FlagSet, l *logsapi.LoggingConfiguration) {
+	fs.VarP(logsapi.VerbosityLevelPflag(&l.Verbosity), "v", "v", "log verbosity (logging.verbosity)")
+	fs.Var(logsapi.VModuleConfigurationPflag(&l.VModule), "vmodule", "per-file verbosity, pattern=N,... (logging.vmodule; text format only)")
+	fs.StringVar(&l.Format, "logging-format", "", "log format: text or json (logging.format)")
+	fs.DurationVar(&l.FlushFrequency.Duration.Duration, "log-flush-frequency", 0, "longest time between log flushes (logging.flushFrequency)")
+	fs.Lookup("logging-format").DefValue = "text"
+	fs.Lookup("log-flush-frequency").DefValue = "5s"
+}
+
+// applyFlags lays the flags that were given over the config file's fields.
+func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
+	c := &o.Config
+	set := func(name string, apply func()) {
+		if fs.Changed(name) {
+			apply()
+		}
+	}
+	set("pod-manifest-path", func() { c.StaticPodPath = f.podManifestPath })
+	set("container-runtime-endpoint", func() { c.ContainerRuntimeEndpoint = f.runtimeEndpoint })
+	set("read-only-port", func() { c.ReadOnlyPort = f.readOnlyPort })
+	set("port", func() { c.Port = f.port })
+	set("max-pods", func() { c.MaxPods = f.maxPods })
+	set("sync-frequency", func() { c.SyncFrequency = metav1.Duration{Duration: f.syncFrequency} })
+	set("file-check-frequency", func() { c.FileCheckFrequency = metav1.Duration{Duration: f.fileCheckFrequency} })
+	set("cgroup-driver", func() { c.CgroupDriver = f.cgroupDriver })
+	set("address", func() { c.Address = f.address })
+	set("manifest-url", func() { c.StaticPodURL = f.manifestURL })
+	set("http-check-frequency", func() { c.HTTPCheckFrequency = metav1.Duration{Duration: f.httpCheckFrequency} })
+	set("cluster-dns", func() { c.ClusterDNS = f.clusterDNS })
+	set("cluster-domain", func() { c.ClusterDomain = f.clusterDomain })
+	set("resolv-conf", func() { c.ResolverConfig = &f.resolvConf })
+	set("fail-cgroupv1", func() { c.FailCgroupV1 = &f.failCgroupV1 })
+	set("v", func() { c.Logging.Verbosity = f.logging.Verbosity })
+	set("vmodule", func() { c.Logging.VModule = f.logging.VModule })
+	set("logging-format", func() { c.Logging.Format = f.logging.Format })
+	set("log-flush-frequency", func() { c.Logging.FlushFrequency = f.logging.FlushFrequency })
+	var errs []error
+	if fs.Changed("manifest-url-header") {
+		h, err := parseHeaders(f.manifestURLHeaders)
+		errs = append(errs, err)
+		c.StaticPodURLHeader = h
+	}
+	if fs.Changed("register-with-taints") {
+		taints, err := parseTaints(f.registerTaints)
+		errs = append(errs, err)
+		c.RegisterWithTaints = taints
+	}
+	ips, err := parseNodeIPs(f.nodeIP)
+	o.NodeIPs = ips
+	errs = append(errs, err)
+	switch f.cloudProvider {
+	case "":
+	case "external":
+		o.ExternalCloudProvider = true
+	default:
+		errs = append(errs, fmt.Errorf("--cloud-provider %q: only \"external\" (a cloud controller manager) or none is supported; the in-tree cloud providers were removed upstream in v1.31", f.cloudProvider))
+	}
+	return errors.Join(errs...)
+}
+
+// validateOptions checks what the flags alone set.
+func validateOptions(o *Options) error {
 	if o.DeadContainersKept < 0 {
-		return nil, fmt.Errorf("--maximum-dead-containers-per-container (%d) must not be negative", o.DeadContainersKept)
+		return fmt.Errorf("--maximum-dead-containers-per-container (%d) must not be negative", o.DeadContainersKept)
 	}
 	for name, d := range map[string]time.Duration{"--image-gc-period": o.ImageGCPeriod, "--pleg-relist-period": o.PLEGRelistPeriod} {
 		if d <= 0 {
-			return nil, fmt.Errorf("%s (%v) must be positive", name, d)
+			return fmt.Errorf("%s (%v) must be positive", name, d)
 		}
 	}
-	return o, nil
+	if o.BootstrapKubeconfig != "" && o.Kubeconfig == "" {
+		return errors.New("--bootstrap-kubeconfig needs --kubeconfig: the path where the kubeconfig it obtains is written")
+	}
+	if o.Kubeconfig == "" && o.Config.ServerTLSBootstrap {
+		return errors.New("serverTLSBootstrap needs --kubeconfig: the serving certificate is requested from the API server")
+	}
+	if o.Kubeconfig == "" && o.Config.RotateCertificates {
+		klog.InfoS("rotateCertificates has nothing to rotate on a standalone node (no --kubeconfig)")
+	}
+	return nil
+}
+
+// parseTaints reads --register-with-taints: key[=value]:Effect, as
+// upstream's flag does.
+func parseTaints(specs []string) ([]v1.Taint, error) {
+	var out []v1.Taint
+	for _, spec := range specs {
+		kv, effect, ok := strings.Cut(spec, ":")
+		key, value, _ := strings.Cut(kv, "=")
+		t := v1.Taint{Key: key, Value: value, Effect: v1.TaintEffect(effect)}
+		switch t.Effect {
+		case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
+		default:
+			ok = false
+		}
+		if !ok || len(validation.IsQualifiedName(key)) > 0 {
+			return nil, fmt.Errorf("--register-with-taints %q: want key[=value]:NoSchedule|PreferNoSchedule|NoExecute", spec)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// parseNodeIPs reads --node-ip: one address, or two of different
+// families (dual stack), as upstream accepts.
+func parseNodeIPs(value string) ([]net.IP, error) {
+	if value == "" {
+		return nil, nil
+	}
+	var ips []net.IP
+	for _, s := range strings.Split(value, ",") {
+		ip := net.ParseIP(strings.TrimSpace(s))
+		if ip == nil {
+			return nil, fmt.Errorf("--node-ip %q: %q is not an IP address", value, s)
+		}
+		ips = append(ips, ip)
+	}
+	if len(ips) > 2 || (len(ips) == 2 && (ips[0].To4() == nil) == (ips[1].To4() == nil)) {
+		return nil, fmt.Errorf("--node-ip %q: want one address, or one IPv4 and one IPv6 address", value)
+	}
+	return ips, nil
 }
 
 // LoadConfigFile reads a KubeletConfiguration strictly: a wrong
-// apiVersion or kind, or any unknown field, is an error. It also reports
-// whether readOnlyPort was set (its zero value means "disabled").
-func LoadConfigFile(path string) (*kubeletv1beta1.KubeletConfiguration, bool, error) {
+// apiVersion or kind, or any unknown field, is an error.
+func LoadConfigFile(path string) (*kubeletv1beta1.KubeletConfiguration, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("reading config file: %w", err)
+		return nil, fmt.Errorf("reading config file: %w", err)
 	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return nil, false, fmt.Errorf("config file %s is not valid YAML: %v", path, oneLine(err))
+		return nil, fmt.Errorf("config file %s is not valid YAML: %v", path, oneLine(err))
 	}
 	var head struct {
-		APIVersion string          `json:"apiVersion"`
-		Kind       string          `json:"kind"`
-		ReadOnly   json.RawMessage `json:"readOnlyPort"`
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
 	}
 	if err := json.Unmarshal(js, &head); err != nil {
-		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
+		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
 	}
 	if want := kubeletv1beta1.SchemeGroupVersion.String(); head.APIVersion != want || head.Kind != "KubeletConfiguration" {
-		return nil, false, fmt.Errorf("config file %s: want apiVersion %s and kind KubeletConfiguration, got %q and %q", path, want, head.APIVersion, head.Kind)
+		return nil, fmt.Errorf("config file %s: want apiVersion %s and kind KubeletConfiguration, got %q and %q", path, want, head.APIVersion, head.Kind)
 	}
 	cfg := &kubeletv1beta1.KubeletConfiguration{}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(cfg); err != nil {
-		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
+		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(js, &raw); err != nil {
-		return nil, false, fmt.Errorf("config file %s: %v", path, oneLine(err))
+		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
 	}
 	warnings, err := checkFields(raw)
 	for _, w := range warnings {
 		klog.Warningf("config file %s: %s", path, w)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("config file %s: %w", path, err)
+		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	return cfg, len(head.ReadOnly) > 0, nil
+	return cfg, nil
 }
 
 // parseHeaders reads --manifest-url-header values: comma-separated
@@ -294,7 +392,10 @@ func parseHeaders(values []string) (map[string][]string, error) {
 
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
+// setDefaults fills in upstream's v1beta1 defaults. As upstream's
+// defaulting does, a zero value (kubeadm writes "0s" durations, for one)
+// means "the default".
+func setDefaults(c *kubeletv1beta1.KubeletConfiguration) {
 	if c.ContainerRuntimeEndpoint == "" {
 		c.ContainerRuntimeEndpoint = DefaultRuntimeEndpoint
 	}
@@ -312,9 +413,6 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 	}
 	if c.Port == 0 {
 		c.Port = DefaultPort
-	}
-	if !readOnlySet {
-		c.ReadOnlyPort = DefaultReadOnlyPort
 	}
 	if c.MaxPods == 0 {
 		c.MaxPods = DefaultMaxPods
@@ -408,6 +506,7 @@ func setDefaults(c *kubeletv1beta1.KubeletConfiguration, readOnlySet bool) {
 		c.Authorization.Webhook.CacheUnauthorizedTTL.Duration = 30 * time.Second
 	}
 	setServingDefaults(c)
+	logsapi.SetRecommendedLoggingConfiguration(&c.Logging)
 }
 
 // setServingDefaults fills in upstream's defaults for serving,
@@ -509,11 +608,12 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 		errs = append(errs, fmt.Errorf("podsPerCore (%d) must not be negative", c.PodsPerCore))
 	}
 	switch c.CgroupDriver {
-	case "cgroupfs":
-	case "systemd":
-		errs = append(errs, errors.New("cgroupDriver systemd is not supported: nodelet drives cgroupfs"))
+	case "cgroupfs", "systemd":
 	default:
 		errs = append(errs, fmt.Errorf("cgroupDriver %q is not one of cgroupfs, systemd", c.CgroupDriver))
+	}
+	for _, e := range logsapi.Validate(&c.Logging, nil, fieldpath.NewPath("logging")) {
+		errs = append(errs, e)
 	}
 	if len(errs) == 0 {
 		return nil
@@ -523,6 +623,16 @@ func validate(c *kubeletv1beta1.KubeletConfiguration) error {
 		msgs[i] = e.Error()
 	}
 	return fmt.Errorf("invalid configuration: %s", strings.Join(msgs, "; "))
+}
+
+// ApplyLogging sets up logging as the configuration's logging block says
+// (format, verbosity, vmodule, flush frequency). It must run once, before
+// anything logs from another goroutine.
+func ApplyLogging(o *Options) error {
+	if err := logsapi.ValidateAndApply(&o.Config.Logging, nil); err != nil {
+		return fmt.Errorf("logging: %w", err)
+	}
+	return nil
 }
 
 // usage lists every flag with its default, as the upstream kubelet's

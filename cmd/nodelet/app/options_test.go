@@ -1,12 +1,15 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/internal/testutil"
 )
@@ -26,10 +29,80 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := o.Config
-	if c.ReadOnlyPort != 10255 || c.Port != 10250 || c.MaxPods != 110 || c.SyncFrequency.Duration != time.Minute ||
+	if c.ReadOnlyPort != 0 || c.Port != 10250 || c.MaxPods != 110 || c.SyncFrequency.Duration != time.Minute ||
 		c.FileCheckFrequency.Duration != 20*time.Second || c.CgroupDriver != "cgroupfs" ||
-		c.ContainerRuntimeEndpoint != "unix:///run/containerd/containerd.sock" || o.RootDir != "/var/lib/kubelet" {
+		c.ContainerRuntimeEndpoint != "unix:///run/containerd/containerd.sock" || o.RootDir != "/var/lib/kubelet" ||
+		o.CertDir != "/var/lib/kubelet/pki" || c.Logging.Format != "text" {
 		t.Fatalf("defaults %+v", c)
+	}
+}
+
+// TestJoinFlags: the flags kubeadm's systemd drop-in and kubeadm-flags.env
+// pass are taken, and land where the node's identity and join need them.
+func TestJoinFlags(t *testing.T) {
+	o, err := Parse([]string{"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf",
+		"--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock", "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+		"--node-ip=10.1.2.3,fd00::3", "--hostname-override=worker-1", "--cloud-provider=external", "--root-dir=/srv/kubelet",
+		"--register-with-taints=dedicated=infra:NoSchedule,gpu:NoExecute", "--logging-format=json", "-v=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.BootstrapKubeconfig != "/etc/kubernetes/bootstrap-kubelet.conf" || o.CertDir != "/srv/kubelet/pki" || !o.ExternalCloudProvider ||
+		len(o.NodeIPs) != 2 || o.NodeIPs[0].String() != "10.1.2.3" || o.NodeIPs[1].String() != "fd00::3" ||
+		o.Config.Logging.Format != "json" || o.Config.Logging.Verbosity != 3 {
+		t.Fatalf("options %+v", o)
+	}
+	taints := o.Config.RegisterWithTaints
+	if len(taints) != 2 || taints[0].Key != "dedicated" || taints[0].Value != "infra" || taints[0].Effect != "NoSchedule" ||
+		taints[1].Key != "gpu" || taints[1].Effect != "NoExecute" {
+		t.Fatalf("taints %+v", taints)
+	}
+	o, err = Parse([]string{"--cert-dir=/certs", "--kubeconfig=/k"})
+	if err != nil || o.CertDir != "/certs" {
+		t.Fatalf("--cert-dir: %v %+v", err, o)
+	}
+}
+
+// TestKubeadmConfigurationAccepted: the KubeletConfiguration kubeadm
+// v1.37 generates (kubeadm config print init-defaults --component-configs
+// KubeletConfiguration) is taken as is: its zero values mean the
+// defaults, and nothing it sets is refused or warned about.
+func TestKubeadmConfigurationAccepted(t *testing.T) {
+	o, err := Parse([]string{"--config", "testdata/kubeadm-kubelet-config.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Config
+	if c.CgroupDriver != "systemd" || !c.RotateCertificates || *c.HealthzPort != 10248 || c.SyncFrequency.Duration != time.Minute ||
+		c.RuntimeRequestTimeout.Duration != 2*time.Minute || c.NodeStatusUpdateFrequency.Duration != 10*time.Second ||
+		c.Authentication.Webhook.CacheTTL.Duration != 2*time.Minute || c.ReadOnlyPort != 0 || c.StaticPodPath != "/etc/kubernetes/manifests" {
+		t.Fatalf("kubeadm configuration %+v", c)
+	}
+	raw := map[string]json.RawMessage{}
+	data, err := os.ReadFile("testdata/kubeadm-kubelet-config.yaml")
+	testutil.Must(t, err)
+	js, err := yaml.YAMLToJSON(data)
+	testutil.Must(t, err)
+	testutil.Must(t, json.Unmarshal(js, &raw))
+	warnings, err := checkFields(raw)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("kubeadm's configuration draws %v, warnings %q", err, warnings)
+	}
+}
+
+// TestLoggingBlock: the logging block's format is checked at start, and
+// JSON is a known format.
+func TestLoggingBlock(t *testing.T) {
+	o, err := Parse([]string{"--config", writeConfig(t, "logging:\n  format: json\n  verbosity: 4\n")})
+	if err != nil || o.Config.Logging.Format != "json" || o.Config.Logging.Verbosity != 4 {
+		t.Fatalf("json logging: %v %+v", err, o)
+	}
+	o, err = Parse([]string{"--config", writeConfig(t, "logging:\n  verbosity: 4\n"), "-v=2"})
+	if err != nil || o.Config.Logging.Verbosity != 2 {
+		t.Fatalf("-v over the file: %v", err)
+	}
+	if _, err := Parse([]string{"--config", writeConfig(t, "logging:\n  format: xml\n")}); err == nil || !strings.Contains(err.Error(), "logging.format") {
+		t.Fatalf("unknown format: %v", err)
 	}
 }
 
@@ -107,6 +180,10 @@ func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 		{"soft without grace", func(t *testing.T) []string {
 			return []string{"--config", writeConfig(t, "evictionSoft: {memory.available: 1Gi}\n")}
 		}, "evictionSoftGracePeriod"},
+		{"bad node IP", func(t *testing.T) []string { return []string{"--node-ip=10.0.0.1,10.0.0.2"} }, "--node-ip"},
+		{"in-tree cloud provider", func(t *testing.T) []string { return []string{"--cloud-provider=aws"} }, "--cloud-provider"},
+		{"bad taint", func(t *testing.T) []string { return []string{"--register-with-taints=a=b"} }, "--register-with-taints"},
+		{"bootstrap without kubeconfig", func(t *testing.T) []string { return []string{"--bootstrap-kubeconfig=/b"} }, "--kubeconfig"},
 		{"bad manifest URL header", func(t *testing.T) []string {
 			return []string{"--manifest-url=http://x/", "--manifest-url-header=novalue"}
 		}, "name:value"},

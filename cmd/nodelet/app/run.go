@@ -17,7 +17,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/allocation"
+	"github.com/nodelet/nodelet/pkg/certificates"
 	"github.com/nodelet/nodelet/pkg/journal"
+	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
@@ -54,6 +56,11 @@ type base struct {
 	recorder record.EventRecorder
 	// client is nil on a standalone node.
 	client kubernetes.Interface
+	// credentials are the node's API credentials, renewed as they run
+	// out; nil on a standalone node.
+	credentials *certificates.Client
+	// metrics are nodelet's Prometheus metrics.
+	metrics *metrics.Metrics
 	// workQueue is where a pod waits for its next sync; objects a pod
 	// refers to enqueue it when they change.
 	workQueue *podworkers.WorkQueue
@@ -110,7 +117,7 @@ func Run(ctx context.Context, o *Options, term <-chan os.Signal) error {
 	health := buildHealth(b, runtime)
 	reporter := buildReporter(b, node, health, cl)
 	core := buildCore(b, runtime, node, cl, health, reporter)
-	servers, err := buildServers(b, rt, node, runtime, core, health)
+	servers, err := buildServers(b, rt, node, runtime, core, health, reporter)
 	if err != nil {
 		return err
 	}
@@ -139,31 +146,58 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 			return nil, nil, fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	b := &base{o: o, c: c, nodeName: nodeName, hostIPs: nodeIPs(), clock: clock.RealClock{}, shutdown: &nodeshutdown.State{}}
+	hostIPs, err := nodeIPs(o.NodeIPs)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := &base{o: o, c: c, nodeName: nodeName, hostIPs: hostIPs, clock: clock.RealClock{}, shutdown: &nodeshutdown.State{}, metrics: metrics.New()}
 	if b.allocations, err = allocation.Open(filepath.Join(o.RootDir, allocationsFile)); err != nil {
 		return nil, nil, err
 	}
-	var eventClient kubernetes.Interface
+	// Events from "kubelet", as upstream's are: alerting and tools that
+	// select a node agent's events by source keep working. They wait in
+	// the broadcaster until the API sink is attached.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(2)
+	nodeEvents := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName})
 	if o.Kubeconfig != "" {
-		if b.client, eventClient, err = apiClients(o.Kubeconfig, c); err != nil {
+		if err := connectCluster(ctx, b, nodeEvents, broadcaster); err != nil {
+			broadcaster.Shutdown()
 			return nil, nil, err
 		}
-		klog.InfoS("Cluster mode", "kubeconfig", o.Kubeconfig)
 	}
 	if err := openJournal(b); err != nil {
+		broadcaster.Shutdown()
 		return nil, nil, err
 	}
 	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), status.New(b.clock, status.WithJournal(b.journal))
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(2)
-	if eventClient != nil {
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
-	}
-	// Events come from "kubelet", as upstream's do: alerting and tools
-	// that select a node agent's events by source keep working.
 	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: timelineKeepFinished,
 		Finished: b.journal.PutTimeline})
-	b.recorder = b.timelines.Events(broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName}))
+	b.recorder = b.timelines.Events(nodeEvents)
 	restoreFromJournal(b)
 	return b, broadcaster.Shutdown, nil
+}
+
+// connectCluster obtains the node's API credentials (bootstrapping its
+// client certificate if it must) and builds the API clients; events go to
+// the API server from then on.
+func connectCluster(ctx context.Context, b *base, events record.EventRecorder, broadcaster record.EventBroadcaster) error {
+	o, c := b.o, b.c
+	creds, err := certificates.NewClient(ctx, certificates.ClientOptions{
+		Kubeconfig: o.Kubeconfig, BootstrapKubeconfig: o.BootstrapKubeconfig, CertDir: o.CertDir, NodeName: b.nodeName,
+		Rotate: c.RotateCertificates, Recorder: events, Clock: b.clock,
+	})
+	if err != nil {
+		return err
+	}
+	var eventClient kubernetes.Interface
+	if b.client, eventClient, err = apiClients(creds.Config(), c); err != nil {
+		return err
+	}
+	b.credentials = creds
+	b.metrics.Register(creds.Collectors()...)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+	klog.InfoS("Cluster mode", "kubeconfig", o.Kubeconfig, "bootstrapKubeconfig", o.BootstrapKubeconfig,
+		"rotateCertificates", c.RotateCertificates, "certDir", o.CertDir)
+	return nil
 }
