@@ -90,13 +90,14 @@ func NewClient(ctx context.Context, o ClientOptions) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{o: o, nodeRef: &v1.ObjectReference{Kind: "Node", Name: o.NodeName, UID: types.UID(o.NodeName), APIVersion: "v1"}}
-	c.renewErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "kubelet", Subsystem: "certificate_manager", Name: "client_expiration_renew_errors",
-		Help: "Counter of certificate renewal errors.",
-	})
+	c.renewErrors = newCounter()
 	if !o.Rotate {
 		if cfgs.bootstrapping {
-			if err := c.requestOnce(ctx, cfgs.request); err != nil {
+			client, err := kubernetes.NewForConfig(cfgs.request)
+			if err != nil {
+				return nil, err
+			}
+			if err := c.requestOnce(ctx, client); err != nil {
 				return nil, err
 			}
 		}
@@ -139,7 +140,7 @@ func (c *Client) startRotation(cfgs clientConfigs) error {
 			}
 			return kubernetes.NewForConfig(request)
 		},
-		Template: &x509.CertificateRequest{Subject: nodeSubject(c.o.NodeName)},
+		Template:   &x509.CertificateRequest{Subject: nodeSubject(c.o.NodeName)},
 		SignerName: ClientSignerName, GetUsages: certificate.DefaultKubeletClientGetUsages,
 		BootstrapCertificatePEM: user.CertData, BootstrapKeyPEM: user.KeyData,
 		CertificateStore: store, CertificateRenewFailure: failureCounter{c.renewErrors, c.renewalFailed},
@@ -257,6 +258,13 @@ func ttlGauge(which string, clk clock.PassiveClock, current func() *tls.Certific
 	})
 }
 
+func newCounter() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "kubelet", Subsystem: "certificate_manager", Name: "client_expiration_renew_errors",
+		Help: "Counter of certificate renewal errors.",
+	})
+}
+
 func nodeSubject(nodeName string) pkix.Name {
 	return pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}}
 }
@@ -268,15 +276,11 @@ const tmpKeyFile = "kubelet-client.key.tmp"
 
 // requestOnce obtains the client certificate with the bootstrap
 // credentials and stores it, retrying with back-off until ctx ends.
-func (c *Client) requestOnce(ctx context.Context, boot *rest.Config) error {
+func (c *Client) requestOnce(ctx context.Context, client kubernetes.Interface) error {
 	keyPath := filepath.Join(c.o.CertDir, tmpKeyFile)
 	keyPEM, _, err := keyutil.LoadOrGenerateKeyFile(keyPath)
 	if err != nil {
 		return fmt.Errorf("bootstrap key: %w", err)
-	}
-	client, err := kubernetes.NewForConfig(boot)
-	if err != nil {
-		return err
 	}
 	// The certificate manager's back-off: 2 s doubling to 32 s.
 	backoff := wait.Backoff{Duration: 2 * time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 32 * time.Second}
