@@ -45,6 +45,29 @@ type Config struct {
 // VolumeAttachments alone.
 const ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
 
+// Cloud provider keys (k8s.io/cloud-provider/api): the taint a node
+// registered with --cloud-provider=external carries until a cloud
+// controller has initialized it, and the annotation that hands the
+// controller the --node-ip addresses.
+const (
+	TaintExternalCloudProvider  = "node.cloudprovider.kubernetes.io/uninitialized"
+	AnnotationProvidedIPAddress = "alpha.kubernetes.io/provided-node-ip"
+)
+
+// ForExternalCloudProvider prepares a node for a cloud controller, as the
+// kubelet does with --cloud-provider=external: it registers tainted
+// uninitialized; the --node-ip addresses (nodeIPs, when given) are handed
+// over in an annotation and reported until the controller sets its own;
+// without them only the hostname is reported.
+func ForExternalCloudProvider(n *v1.Node, nodeIPs []string) {
+	n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule})
+	if len(nodeIPs) > 0 {
+		n.Annotations[AnnotationProvidedIPAddress] = strings.Join(nodeIPs, ",")
+		return
+	}
+	n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeHostName, Address: n.Name}}
+}
+
 // Machine is what was measured about the machine.
 type Machine struct {
 	CPUs             int

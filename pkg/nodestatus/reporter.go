@@ -71,6 +71,9 @@ type ReporterOptions struct {
 	// (node.status.volumesInUse: the attach/detach controller does not
 	// detach them); nil lists none.
 	VolumesInUse func() []v1.UniqueVolumeName
+	// ExternalCloudProvider (--cloud-provider=external): once a cloud
+	// controller has set the Node's addresses, they are its, and stay.
+	ExternalCloudProvider bool
 }
 
 // Reporter registers the node with the API server and keeps it current:
@@ -259,6 +262,11 @@ func (r *Reporter) runStatus(ctx context.Context) {
 func (r *Reporter) desiredStatus(old []v1.NodeCondition, now time.Time) v1.NodeStatus {
 	s := *r.o.Node.Status.DeepCopy()
 	s.Conditions = r.conditions(old, now)
+	if r.o.ExternalCloudProvider {
+		if api := r.Node(); api != r.o.Node && len(api.Status.Addresses) > 0 {
+			s.Addresses = api.Status.Addresses
+		}
+	}
 	if r.o.VolumesInUse != nil {
 		s.VolumesInUse = r.o.VolumesInUse()
 		slices.Sort(s.VolumesInUse)

@@ -336,3 +336,38 @@ func TestAttachDetachAnnotationAndVolumesInUse(t *testing.T) {
 		t.Fatalf("volumes in use after one went %v", got)
 	}
 }
+
+// TestExternalCloudProvider: the node registers tainted uninitialized,
+// hands over its --node-ip in the annotation, and once a cloud
+// controller has set the addresses the reporter writes them back as the
+// controller left them; without the option nodelet's own win.
+func TestExternalCloudProvider(t *testing.T) {
+	for _, external := range []bool{true, false} {
+		var ok error
+		r, client, _ := newReporter(t, &ok)
+		if external {
+			ForExternalCloudProvider(r.o.Node, []string{"10.0.0.1"})
+		}
+		r.o.ExternalCloudProvider = external
+		ctx := context.Background()
+		if !r.register(ctx) {
+			t.Fatal("registration failed")
+		}
+		n := getNode(t, client)
+		tainted := len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == TaintExternalCloudProvider && n.Spec.Taints[0].Effect == v1.TaintEffectNoSchedule
+		if tainted != external || (n.Annotations[AnnotationProvidedIPAddress] == "10.0.0.1") != external {
+			t.Fatalf("external %v: registered with taints %v, annotations %v", external, n.Spec.Taints, n.Annotations)
+		}
+		cloud := []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "172.16.0.9"}, {Type: v1.NodeInternalDNS, Address: "ip-172-16-0-9.internal"}}
+		n.Status.Addresses = cloud
+		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		useAPINode(t, r, client)
+		r.SyncStatus(ctx)
+		got := getNode(t, client).Status.Addresses
+		if kept := len(got) == 2 && got[0].Address == "172.16.0.9"; kept != external {
+			t.Fatalf("external %v: addresses after a status write %v", external, got)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -59,7 +60,16 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 	node.Status.NodeInfo.KubeletVersion = Version
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.c.Port
 	// Set at registration only, as upstream does.
-	node.Spec.Taints, node.Spec.ProviderID = b.c.RegisterWithTaints, b.c.ProviderID
+	node.Spec.Taints, node.Spec.ProviderID = slices.Clone(b.c.RegisterWithTaints), b.c.ProviderID
+	if b.o.ExternalCloudProvider {
+		var given []string
+		for _, ip := range b.o.NodeIPs {
+			if !ip.IsUnspecified() {
+				given = append(given, ip.String())
+			}
+		}
+		nodestatus.ForExternalCloudProvider(node, given)
+	}
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	statsProvider, err := stats.NewProvider(stats.Options{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, PodLogsDir: b.c.PodLogsDir, Clock: b.clock,

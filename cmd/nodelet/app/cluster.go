@@ -118,9 +118,10 @@ func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterCli
 		Ready: func() error {
 			return utilerrors.NewAggregate([]error{health.ReadyError(), b.shutdown.Err()})
 		},
-		Pressure:         node.pressure.Pressure,
-		SkipRegistration: !*c.RegisterNode,
-		VolumesInUse:     cl.volumesInUse,
+		Pressure:              node.pressure.Pressure,
+		SkipRegistration:      !*c.RegisterNode,
+		VolumesInUse:          cl.volumesInUse,
+		ExternalCloudProvider: b.o.ExternalCloudProvider,
 	})
 	// Admission sees the labels an administrator put on the Node, and the
 	// resources nodelet measured.
