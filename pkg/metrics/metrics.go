@@ -48,6 +48,9 @@ type Metrics struct {
 	runtimeOpsSeconds *prometheus.HistogramVec
 	eventStreamErrors prometheus.Counter
 
+	// probes are /metrics/probes.
+	probes *Probes
+
 	mu         sync.Mutex
 	lastRelist time.Time
 	// pulls is, per pod not yet seen running, when its first image pull
@@ -62,7 +65,7 @@ type RuntimePods func(ctx context.Context) ([]*container.Pod, error)
 
 // New registers nodelet's metrics.
 func New() *Metrics {
-	m := &Metrics{registry: prometheus.NewRegistry(), pulls: map[types.UID]pullWindow{}}
+	m := &Metrics{registry: prometheus.NewRegistry(), pulls: map[types.UID]pullWindow{}, probes: NewProbes()}
 	m.podStart = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Subsystem: subsystem, Name: "pod_start_duration_seconds", Buckets: podStartBuckets,
 		Help: "Duration in seconds from nodelet seeing a pod for the first time to the pod starting to run",
@@ -112,6 +115,9 @@ func (m *Metrics) Handler(pods RuntimePods) http.Handler {
 	running.MustRegister(&runningCollector{pods: pods})
 	return promhttp.HandlerFor(prometheus.Gatherers{m.registry, running}, promhttp.HandlerOpts{})
 }
+
+// Probes are the probe metrics (/metrics/probes).
+func (m *Metrics) Probes() *Probes { return m.probes }
 
 // Register adds collectors measured elsewhere (the certificate managers')
 // to what /metrics serves.

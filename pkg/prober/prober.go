@@ -73,6 +73,30 @@ type Options struct {
 	// Steps records each change of a probe's result in the pod's
 	// timeline; nil records nothing.
 	Steps StepRecorder
+	// Observer is told of every probe run (for /metrics/probes); nil
+	// tells nothing.
+	Observer Observer
+}
+
+// Observer is told of every probe run, and of a pod whose probes
+// stopped for good.
+type Observer interface {
+	Observe(o Observation)
+	Forget(pod *v1.Pod)
+}
+
+type noObserver struct{}
+
+func (noObserver) Observe(Observation) {}
+func (noObserver) Forget(*v1.Pod)      {}
+
+// Observation is one probe run.
+type Observation struct {
+	Pod       *v1.Pod
+	Container string
+	Type      Type
+	OK        bool
+	Took      time.Duration
 }
 
 // StepRecorder records a step of a pod's life: Begin starts it, and the
@@ -93,6 +117,7 @@ type Manager struct {
 	clock    clock.WithTicker
 	jitter   func(time.Duration) time.Duration
 	steps    StepRecorder
+	observer Observer
 	updates  chan Update
 
 	mu      sync.Mutex
@@ -117,8 +142,11 @@ func New(o Options) *Manager {
 	if o.Steps == nil {
 		o.Steps = noSteps{}
 	}
+	if o.Observer == nil {
+		o.Observer = noObserver{}
+	}
 	return &Manager{
-		exec: o.Exec, status: o.Status, recorder: o.Recorder, clock: o.Clock, jitter: o.Jitter, steps: o.Steps,
+		exec: o.Exec, status: o.Status, recorder: o.Recorder, clock: o.Clock, jitter: o.Jitter, steps: o.Steps, observer: o.Observer,
 		updates: make(chan Update, updatesBuffer),
 		workers: map[key]*worker{},
 		results: map[Type]map[string]Result{Liveness: {}, Readiness: {}, Startup: {}},
@@ -176,7 +204,10 @@ func (m *Manager) AddPod(pod *v1.Pod) {
 }
 
 // RemovePod stops every worker of the pod.
-func (m *Manager) RemovePod(pod *v1.Pod) { m.stopWorkers(pod.UID, Liveness, Readiness, Startup) }
+func (m *Manager) RemovePod(pod *v1.Pod) {
+	m.stopWorkers(pod.UID, Liveness, Readiness, Startup)
+	m.observer.Forget(pod)
+}
 
 // StopLivenessAndStartup stops the probes that could restart a container
 // of a pod being terminated; readiness keeps reporting until it is done.

@@ -128,7 +128,9 @@ func (w *worker) probeOnce() bool {
 		return true
 	}
 
+	start := w.m.clock.Now()
 	o := runProbe(context.Background(), w.m.exec, w.spec, w.container, id, status.PodIP)
+	w.m.observer.Observe(Observation{Pod: w.pod, Container: w.container.Name, Type: w.typ, OK: o.ok, Took: w.m.clock.Since(start)})
 	if !o.ok {
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: w.pod.Name, Namespace: w.pod.Namespace, UID: w.pod.UID,
 			FieldPath: fmt.Sprintf("spec.containers{%s}", w.container.Name)}

@@ -48,9 +48,14 @@ type KubeletSources struct {
 	Pods    PodSource
 	Healthz HealthChecker
 	Runtime Runtime
-	// Stats serves /stats/summary; Metrics serves /metrics. Either may be nil.
-	Stats   Stats
-	Metrics http.Handler
+	// Stats serves /stats/summary; Metrics serves /metrics, and the
+	// others its subpaths /metrics/resource (what metrics-server reads),
+	// /metrics/cadvisor and /metrics/probes. Any may be nil.
+	Stats           Stats
+	Metrics         http.Handler
+	MetricsResource http.Handler
+	MetricsCadvisor http.Handler
+	MetricsProbes   http.Handler
 	// Profiling serves Go's profiles under /debug/pprof/ (upstream's
 	// enableProfilingHandler).
 	Profiling bool
@@ -76,8 +81,11 @@ func NewKubelet(src KubeletSources) *Kubelet {
 		s.mux.HandleFunc("GET /debug/pods/{ns}/{pod}/timeline", s.handleTimeline)
 		s.mux.HandleFunc("GET /debug/pods/{uid}/timeline", s.handleTimeline)
 	}
-	if src.Metrics != nil {
-		s.mux.Handle("GET /metrics", src.Metrics)
+	for path, h := range map[string]http.Handler{"/metrics": src.Metrics, "/metrics/resource": src.MetricsResource,
+		"/metrics/cadvisor": src.MetricsCadvisor, "/metrics/probes": src.MetricsProbes} {
+		if h != nil {
+			s.mux.Handle("GET "+path, h)
+		}
 	}
 	if src.Stats != nil {
 		s.mux.HandleFunc("GET /stats/summary", s.handleSummary)

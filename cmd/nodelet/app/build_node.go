@@ -13,6 +13,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/cm"
+	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/stats"
 )
@@ -45,6 +46,12 @@ type nodeParts struct {
 // allocatable is what pods may use; resourceFieldRefs to limits a
 // container does not set resolve to it.
 func (n *nodeParts) allocatable() v1.ResourceList { return n.node.Status.Allocatable }
+
+// machine is the machine's size, for /metrics/cadvisor.
+func (n *nodeParts) machine() metrics.Machine {
+	cpu := n.node.Status.Capacity[v1.ResourceCPU]
+	return metrics.Machine{CPUs: int(cpu.Value()), MemoryBytes: n.memoryCapacity()}
+}
 
 func (n *nodeParts) memoryCapacity() int64 {
 	q := n.node.Status.Capacity[v1.ResourceMemory]

@@ -17,6 +17,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/server"
 )
 
@@ -51,6 +52,8 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 		components, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
 			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration), Metrics: rt.metrics.Handler(runningPods),
 			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines,
+			MetricsResource: metrics.ResourceHandler(node.stats.Summary), MetricsProbes: rt.metrics.Probes().Handler(),
+			MetricsCadvisor: metrics.CadvisorHandler(node.stats.Summary, metrics.RuntimeIdentities(runningPods), node.machine()),
 		}), reporter)
 		if err != nil {
 			return nil, fmt.Errorf("kubelet API: %w", err)
