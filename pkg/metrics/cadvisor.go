@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // Machine is what /metrics/cadvisor reports of the machine itself.

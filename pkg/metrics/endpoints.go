@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
-	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/prober"
 )
@@ -158,4 +158,6 @@ func (p *Probes) Forget(pod *v1.Pod) {
 }
 
 // Handler serves /metrics/probes.
-func (p *Probes) Handler() http.Handler { return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{}) }
+func (p *Probes) Handler() http.Handler {
+	return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{})
+}
