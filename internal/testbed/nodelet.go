@@ -292,6 +292,9 @@ func (n *Nodelet) PID() int {
 	return n.cmd.Process.Pid
 }
 
+// AddArgs adds command-line flags for the next Start.
+func (n *Nodelet) AddArgs(args ...string) { n.opts.Args = append(n.opts.Args, args...) }
+
 // Stop ends nodelet with SIGTERM: pods keep running, unless a shutdown
 // grace period is configured (then they are stopped first).
 func (n *Nodelet) Stop() { n.signal(syscall.SIGTERM) }

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/credentialprovider"
 )
 
 // dockerConfigEntry is one registry's credentials in a docker config.
@@ -119,79 +120,24 @@ func nodeCredentials(rootDir string) []credentials {
 	return out
 }
 
-// imageLocation splits an image reference into its registry host and
-// repository path, normalising Docker Hub names as the runtime does.
-func imageLocation(image string) (host, path string) {
-	name, _, _ := strings.Cut(image, "@")
-	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-		name = name[:i]
+// pluginCredentials turns the credential plugins' answers into docker
+// config entries.
+func pluginCredentials(auth []credentialprovider.Auth) credentials {
+	out := credentials{}
+	for _, a := range auth {
+		out[a.Glob] = dockerConfigEntry{Username: a.Username, Password: a.Password}
 	}
-	first, rest, ok := strings.Cut(name, "/")
-	if !ok || (!strings.ContainsAny(first, ".:") && first != "localhost") {
-		if !ok {
-			rest = "library/" + name
-		} else {
-			rest = name
-		}
-		return "docker.io", rest
-	}
-	return first, rest
-}
-
-// keyMatches reports whether a docker config key (a registry, possibly a
-// URL with a path, possibly with * globs in the host) covers an image, and
-// how specific the match is. Docker Hub's legacy keys match docker.io.
-func keyMatches(key, host, path string) (bool, int) {
-	k := key
-	if !strings.Contains(k, "://") {
-		k = "https://" + k
-	}
-	u, err := url.Parse(k)
-	if err != nil {
-		return false, 0
-	}
-	kHost, kPath := u.Host, strings.Trim(u.Path, "/")
-	switch kHost {
-	case "index.docker.io", "registry-1.docker.io":
-		kHost = "docker.io"
-		if kPath == "v1" || kPath == "v2" {
-			kPath = ""
-		}
-	}
-	if !hostMatches(kHost, host) {
-		return false, 0
-	}
-	if kPath != "" && path != kPath && !strings.HasPrefix(path, kPath+"/") {
-		return false, 0
-	}
-	return true, len(kHost) + len(kPath)
-}
-
-// hostMatches compares hosts segment by segment, * matching one segment;
-// ports must be equal.
-func hostMatches(glob, host string) bool {
-	gHost, gPort, _ := strings.Cut(glob, ":")
-	hHost, hPort, _ := strings.Cut(host, ":")
-	if gPort != hPort {
-		return false
-	}
-	gs, hs := strings.Split(gHost, "."), strings.Split(hHost, ".")
-	if len(gs) != len(hs) {
-		return false
-	}
-	for i := range gs {
-		if m, _ := filepath.Match(gs[i], hs[i]); !m {
-			return false
-		}
-	}
-	return true
+	return out
 }
 
 // authConfigs lists the credentials to try for an image: those of the
-// pod's pull secrets, then the node's, each most specific first. None
-// means an anonymous pull.
+// pod's pull secrets, then the node's (its keyring files and credential
+// plugins), each most specific first. None means an anonymous pull.
 func authConfigs(image string, secrets []credentials, node []credentials) []*runtimeapi.AuthConfig {
-	host, path := imageLocation(image)
+	host, path, ok := credentialprovider.Repository(image)
+	if !ok {
+		return nil
+	}
 	type match struct {
 		score int
 		auth  *runtimeapi.AuthConfig
@@ -201,7 +147,7 @@ func authConfigs(image string, secrets []credentials, node []credentials) []*run
 		var ms []match
 		for _, creds := range group {
 			for key, e := range creds {
-				if ok, score := keyMatches(key, host, path); ok {
+				if ok, score := credentialprovider.Match(key, host, path); ok {
 					// ServerAddress stays empty: containerd 1.6 parses it as
 					// a URL and rejects "host:port", and drops credentials
 					// whose address lacks a scheme. The match above already

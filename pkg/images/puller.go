@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/credentialprovider"
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -53,6 +54,13 @@ type PullerOptions struct {
 	KeyringDir string
 	// Observer, if set, learns of each pull.
 	Observer PullObserver
+	// Plugins, if set, are the image credential provider plugins.
+	Plugins CredentialPlugins
+}
+
+// CredentialPlugins hand out credentials for an image's repository.
+type CredentialPlugins interface {
+	Credentials(ctx context.Context, repository string) ([]credentialprovider.Auth, error)
 }
 
 // Puller makes sure a container's image is present, honouring the pull
@@ -67,6 +75,7 @@ type Puller struct {
 	backOff    *flowcontrol.Backoff
 	keyringDir string
 	observer   PullObserver
+	plugins    CredentialPlugins
 
 	// slots caps concurrent pulls; nil means no cap.
 	slots chan struct{}
@@ -92,11 +101,32 @@ func NewPuller(o PullerOptions) *Puller {
 	b := flowcontrol.NewBackOffWithJitter(imageBackOffInitial, imageBackOffMax, 0)
 	b.Clock = o.Clock
 	p := &Puller{images: o.Images, recorder: o.Recorder, clock: o.Clock, timeout: o.Timeout, backOff: b,
-		keyringDir: o.KeyringDir, observer: o.Observer, inflight: map[string]*pull{}, failed: map[string]time.Time{}}
+		keyringDir: o.KeyringDir, observer: o.Observer, plugins: o.Plugins, inflight: map[string]*pull{}, failed: map[string]time.Time{}}
 	if o.MaxParallel > 0 {
 		p.slots = make(chan struct{}, o.MaxParallel)
 	}
 	return p
+}
+
+// nodeCredentials are the node's own credentials for an image: its
+// keyring files, then what the credential plugins that cover it answer. A
+// plugin that fails is reported on the container; the pull goes on with
+// what the rest gave.
+func (p *Puller) nodeCredentials(ctx context.Context, ref *v1.ObjectReference, image string) []credentials {
+	out := nodeCredentials(p.keyringDir)
+	if p.plugins == nil {
+		return out
+	}
+	host, path, ok := credentialprovider.Repository(image)
+	if !ok {
+		return out
+	}
+	auth, err := p.plugins.Credentials(ctx, host+"/"+path)
+	if err != nil {
+		klog.ErrorS(err, "An image credential provider failed", "image", image)
+		p.recorder.Eventf(ref, v1.EventTypeWarning, "FailedToRetrieveImageCredentials", "Image credential provider failed for %q: %v", image, err)
+	}
+	return append(out, pluginCredentials(auth))
 }
 
 // ForgetBackOffs drops back-offs that have run out.
@@ -106,8 +136,8 @@ func (p *Puller) ForgetBackOffs() { p.backOff.GC() }
 // or one of the container package's image errors with a message for the
 // container's status.
 func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig) (string, string, error) {
-	auth := authConfigs(c.Image, secretCredentials(pullSecrets), nodeCredentials(p.keyringDir))
 	ref := podutil.ContainerRef(pod, c)
+	auth := authConfigs(c.Image, secretCredentials(pullSecrets), p.nodeCredentials(ctx, ref, c.Image))
 	image := c.Image
 	if strings.TrimSpace(image) == "" || strings.ContainsAny(image, " \t\n") {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: invalid reference format", image)

@@ -58,17 +58,18 @@ func TestKeyringMatching(t *testing.T) {
 		"https://registry.example.com/v2/": {Username: "v2-path"},
 	}
 	for image, want := range map[string]string{
-		"registry.example.com/app:1":          "host",
-		"registry.example.com/team/app:1":     "team,host",
-		"registry.example.com/teamster/app":   "host",
-		"busybox:1.36":                        "hub",
-		"docker.io/library/busybox":           "hub",
-		"someone/app":                         "hub",
-		"eu.corp.example.com/x/y@sha256:0abc": "glob",
-		"a.b.corp.example.com/x":              "",
-		"localhost:5000/app":                  "local",
-		"localhost:5001/app":                  "",
-		"other.example.com/app":               "",
+		"registry.example.com/app:1":        "host",
+		"registry.example.com/team/app:1":   "team,host",
+		"registry.example.com/teamster/app": "host",
+		"busybox:1.36":                      "hub",
+		"docker.io/library/busybox":         "hub",
+		"someone/app":                       "hub",
+		"eu.corp.example.com/x/y@sha256:" + strings.Repeat("0a", 32): "glob",
+		"Not/A/Reference":        "",
+		"a.b.corp.example.com/x": "",
+		"localhost:5000/app":     "local",
+		"localhost:5001/app":     "",
+		"other.example.com/app":  "",
 	} {
 		var got []string
 		for _, a := range authConfigs(image, []credentials{creds}, nil) {

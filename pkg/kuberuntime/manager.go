@@ -78,6 +78,9 @@ type Options struct {
 	// KeyringDir holds the node's own registry credentials (config.json
 	// or .dockercfg), as the kubelet's root directory does.
 	KeyringDir string
+	// CredentialPlugins, if set, are the image credential provider
+	// plugins.
+	CredentialPlugins images.CredentialPlugins
 	// NoCPUQuota (cpuCFSQuota: false) leaves containers' CPU limits
 	// unenforced: no CFS quota.
 	NoCPUQuota bool
@@ -200,7 +203,7 @@ func New(o Options) *Manager {
 	m.hooks = &hookRunner{runtime: o.Runtime, clock: o.Clock, recorder: o.Recorder}
 	m.images = images.NewPuller(images.PullerOptions{
 		Images: o.Images, Recorder: o.Recorder, Clock: o.Clock, Timeout: o.RequestTimeout,
-		MaxParallel: o.MaxParallelPulls, KeyringDir: o.KeyringDir, Observer: o.Pulls,
+		MaxParallel: o.MaxParallelPulls, KeyringDir: o.KeyringDir, Observer: o.Pulls, Plugins: o.CredentialPlugins,
 	})
 	return m
 }

@@ -13,6 +13,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/credentialprovider"
 	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/logs"
@@ -84,13 +85,20 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 	})
 	probes := prober.New(prober.Options{Exec: rt.runtime, Status: b.status, Recorder: b.recorder, Clock: b.clock, Steps: b.timelines,
 		Observer: rt.metrics.Probes()})
+	var plugins images.CredentialPlugins
+	if ps := b.o.CredentialProviders; len(ps) > 0 {
+		p := credentialprovider.New(credentialprovider.Options{Providers: ps, PluginDir: b.o.CredentialProviderBinDir, Clock: b.clock})
+		b.metrics.Register(p.Collectors()...)
+		plugins = p
+		klog.InfoS("Image credential provider plugins", "count", len(ps), "binDir", b.o.CredentialProviderBinDir)
+	}
 	manager := kuberuntime.New(kuberuntime.Options{
 		Runtime: rt.runtime, Images: rt.images, Helper: options, Recorder: b.recorder, Clock: b.clock,
 		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
 		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.o.RootDir, MemoryCapacity: node.memoryCapacity(),
 		// Pulls are serialised unless told otherwise, as upstream does.
 		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines,
-		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists,
+		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists, CredentialPlugins: plugins,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.o.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

@@ -25,8 +25,11 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // logging.format: json
 	"k8s.io/klog/v2"
+	kubeletconfigv1 "k8s.io/kubelet/config/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/pkg/credentialprovider"
 )
 
 // Options is nodelet's resolved configuration: the config file's values
@@ -61,6 +64,10 @@ type Options struct {
 	// ExternalCloudProvider is --cloud-provider=external: a cloud
 	// controller initializes the Node and owns its addresses.
 	ExternalCloudProvider bool
+	// CredentialProviders are the image credential provider plugins of
+	// --image-credential-provider-config, in CredentialProviderBinDir.
+	CredentialProviders      []kubeletconfigv1.CredentialProvider
+	CredentialProviderBinDir string
 	Config                kubeletv1beta1.KubeletConfiguration
 }
 
@@ -98,6 +105,7 @@ type flagValues struct {
 	registerTaints     []string
 	nodeIP             string
 	cloudProvider      string
+	credentialConfig   string
 	logging            logsapi.LoggingConfiguration
 }
 
@@ -172,6 +180,8 @@ func newFlagSet(o *Options, f *flagValues, version *string) *pflag.FlagSet {
 	fs.StringVar(&f.nodeIP, "node-ip", "", "the node's IP address, or comma-separated IPv4 and IPv6 addresses (0.0.0.0 or :: picks the default route's address of that family)")
 	fs.StringVar(&f.cloudProvider, "cloud-provider", "", "\"external\" when a cloud controller manager initializes the node, else empty")
 	fs.StringSliceVar(&f.registerTaints, "register-with-taints", nil, "taints of the registered Node, key=value:Effect,... (registerWithTaints)")
+	fs.StringVar(&f.credentialConfig, "image-credential-provider-config", "", "CredentialProviderConfig file, or directory of them, naming the image credential provider plugins")
+	fs.StringVar(&o.CredentialProviderBinDir, "image-credential-provider-bin-dir", "", "directory of the image credential provider plugins' executables")
 	addConfigFlags(fs, f)
 	addLoggingFlags(fs, &f.logging)
 	return fs
@@ -259,6 +269,15 @@ func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
 	ips, err := parseNodeIPs(f.nodeIP)
 	o.NodeIPs = ips
 	errs = append(errs, err)
+	if f.credentialConfig != "" || o.CredentialProviderBinDir != "" {
+		if f.credentialConfig == "" || o.CredentialProviderBinDir == "" {
+			errs = append(errs, errors.New("--image-credential-provider-config and --image-credential-provider-bin-dir go together"))
+		} else {
+			ps, err := credentialprovider.LoadConfig(f.credentialConfig, o.CredentialProviderBinDir)
+			errs = append(errs, err)
+			o.CredentialProviders = ps
+		}
+	}
 	switch f.cloudProvider {
 	case "":
 	case "external":

@@ -186,3 +186,59 @@ func TestImageGarbageCollection(t *testing.T) {
 		return strings.Contains(n.Log(), "Removed unused image"), "the removal was not logged"
 	})
 }
+
+// TestCredentialProviderPlugin: a private image pulls with credentials
+// only an image credential provider plugin hands out. Without the plugin
+// the pull is refused; with it the pod runs, the plugin is asked for the
+// image's repository, and its answer (cached for the registry) serves a
+// second pod without asking again.
+func TestCredentialProviderPlugin(t *testing.T) {
+	reg := testbed.StartRegistry(t, cd)
+	private := reg.Push(t, "private/plugin:1")
+	plugin, err := testbed.GoBinary("./test/credentialplugin")
+	testutil.Must(t, err)
+	dir := t.TempDir()
+	bin, log := filepath.Join(dir, "bin"), filepath.Join(dir, "requests.log")
+	testutil.Must(t, os.MkdirAll(bin, 0o755))
+	data, err := os.ReadFile(plugin)
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(bin, "test-registry"), data, 0o755))
+	config := filepath.Join(dir, "credential-providers.yaml")
+	testutil.Must(t, os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+- name: test-registry
+  matchImages: [%q]
+  defaultCacheDuration: 10m
+  apiVersion: credentialprovider.kubelet.k8s.io/v1
+  args: [--registry, %q, --user, %q, --password, %q]
+  env:
+  - {name: PLUGIN_LOG, value: %q}
+`, reg.Host, reg.Host, testbed.RegistryUser, testbed.RegistryPassword, log)), 0o644))
+
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("private.yaml", imagePod("private", private, v1.PullAlways))
+	waitPod(t, n, "private", podTimeout, func(p *v1.Pod) (bool, string) {
+		return waitingReason(p) == "ErrImagePull" || waitingReason(p) == "ImagePullBackOff", "waiting reason " + waitingReason(p)
+	})
+	n.Stop()
+	n.AddArgs("--image-credential-provider-config="+config, "--image-credential-provider-bin-dir="+bin)
+	n.Start()
+	waitPod(t, n, "private", time.Minute, func(p *v1.Pod) (bool, string) {
+		return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
+	})
+	n.WriteManifest("private2.yaml", imagePod("private2", private, v1.PullAlways))
+	waitPod(t, n, "private2", podTimeout, func(p *v1.Pod) (bool, string) {
+		return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
+	})
+	requests, err := os.ReadFile(log)
+	testutil.Must(t, err)
+	lines := strings.Split(strings.TrimSpace(string(requests)), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"image":"`+reg.Host+`/private/plugin"`) ||
+		!strings.Contains(lines[0], `"apiVersion":"credentialprovider.kubelet.k8s.io/v1"`) {
+		t.Fatalf("plugin requests (want one, for the repository):\n%s", requests)
+	}
+	if reg.ManifestRequests("private/plugin") < 3 {
+		t.Errorf("the registry saw %d manifest requests: the pods did not both pull", reg.ManifestRequests("private/plugin"))
+	}
+}
