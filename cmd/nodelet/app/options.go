@@ -68,7 +68,7 @@ type Options struct {
 	// --image-credential-provider-config, in CredentialProviderBinDir.
 	CredentialProviders      []kubeletconfigv1.CredentialProvider
 	CredentialProviderBinDir string
-	Config                kubeletv1beta1.KubeletConfiguration
+	Config                   kubeletv1beta1.KubeletConfiguration
 }
 
 // Defaults nodelet applies to fields left unset. The v1beta1 package has
