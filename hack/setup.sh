@@ -69,7 +69,7 @@ changed=0
 install_file /etc/containerd/config.toml "$(fill "$ROOT/hack/containerd/config.toml.tmpl" \
 	@ROOT@=/var/lib/containerd @STATE@=/run/containerd @ADDRESS@=$CONTAINERD_SOCK \
 	@CNI_CONF_DIR@=/etc/cni/net.d @CNI_BIN_DIR@=$CNI_BIN_DIR @SANDBOX_IMAGE@=$SANDBOX_IMAGE \
-	@REGISTRY_CONFIG_DIR@=/etc/containerd/certs.d)" && changed=1
+	@REGISTRY_CONFIG_DIR@=/etc/containerd/certs.d @SYSTEMD_CGROUP@=false)" && changed=1
 mkdir -p /etc/containerd/certs.d
 # The CNI file is JSON: the marker cannot be a comment, so it is not added.
 cni=$(fill "$ROOT/hack/containerd/cni.conflist.tmpl" @NETWORK@=nodelet @BRIDGE@=nodelet0 @SUBNET@=10.88.0.0/16 | tail -n +2)

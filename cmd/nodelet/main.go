@@ -44,13 +44,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
 		os.Exit(1)
 	}
-	// SIGINT stops nodelet at once. SIGTERM does too, unless a shutdown
-	// grace period is configured: then it shuts the node down gracefully.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
+	// SIGINT and SIGTERM stop nodelet (a service restart, a package
+	// upgrade); the pods keep running. A node shutdown comes from
+	// systemd-logind instead.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
-	err = app.Run(ctx, opts, term)
+	err = app.Run(ctx, opts)
 	klog.Flush()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +56,8 @@ type Containerd struct {
 
 	cmd     *exec.Cmd
 	logFile *os.File
+	// bed, when set, is the systemd bed containerd runs in.
+	bed *Systemd
 	// releaseSubnet gives the pod subnet back at Stop.
 	releaseSubnet func()
 	cniBinDir     string
@@ -84,6 +87,11 @@ type ContainerdOptions struct {
 	// CNIBinDir is where containerd finds its CNI plugins (a directory of
 	// wrappers, say); /usr/lib/cni by default.
 	CNIBinDir string
+	// Systemd runs containerd inside a systemd bed, with runc placing
+	// containers through systemd (SystemdCgroup). Its files are under /tmp
+	// then, which the bed shares without an overlay (an overlay snapshot
+	// cannot sit on an overlay).
+	Systemd *Systemd
 }
 
 // StartContainerdWith starts the index'th private containerd of this test
@@ -105,7 +113,11 @@ func StartContainerdWith(ctx context.Context, index int, opts ContainerdOptions)
 	if index > 0 {
 		id = fmt.Sprintf("%d-%d", os.Getpid(), index)
 	}
-	dir, err := os.MkdirTemp("/var/lib", "nodelet-test-"+id+"-")
+	base := "/var/lib"
+	if opts.Systemd != nil {
+		base = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "nodelet-test-"+id+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +129,7 @@ func StartContainerdWith(ctx context.Context, index int, opts ContainerdOptions)
 		Network:        "nodelet-test-" + id,
 		Bridge:         fmt.Sprintf("ntest%d-%d", os.Getpid()%100000, index),
 		cniBinDir:      opts.CNIBinDir,
+		bed:            opts.Systemd,
 	}
 	if c.cniBinDir == "" {
 		c.cniBinDir = "/usr/lib/cni"
@@ -164,7 +177,7 @@ func (c *Containerd) start(ctx context.Context) error {
 	cfg, err := fill(template, map[string]string{
 		"@ROOT@": filepath.Join(c.Dir, "root"), "@STATE@": filepath.Join(c.Dir, "state"),
 		"@ADDRESS@": c.Address, "@CNI_CONF_DIR@": c.CNIConf, "@CNI_BIN_DIR@": c.cniBinDir,
-		"@SANDBOX_IMAGE@": PauseImage, "@REGISTRY_CONFIG_DIR@": c.RegistryConfig,
+		"@SANDBOX_IMAGE@": PauseImage, "@REGISTRY_CONFIG_DIR@": c.RegistryConfig, "@SYSTEMD_CGROUP@": strconv.FormatBool(c.bed != nil),
 	})
 	if err != nil {
 		return err
@@ -200,7 +213,11 @@ func (c *Containerd) launch(ctx context.Context, bin, cfgPath, path string) erro
 	if err != nil {
 		return err
 	}
-	c.cmd = exec.Command(bin, "--config", cfgPath)
+	if c.bed != nil {
+		c.cmd = c.bed.Command(context.Background(), bin, "--config", cfgPath)
+	} else {
+		c.cmd = exec.Command(bin, "--config", cfgPath)
+	}
 	c.cmd.Env = append(os.Environ(), "PATH="+path)
 	c.cmd.Stdout, c.cmd.Stderr = c.logFile, c.logFile
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -226,10 +243,21 @@ func (c *Containerd) launch(ctx context.Context, bin, cfgPath, path string) erro
 	return nil
 }
 
+// pid is containerd's process: the one started, or in a systemd bed the
+// one nsenter started.
+func (c *Containerd) pid() int {
+	if c.bed != nil {
+		if child := childOf(c.cmd.Process.Pid); child != 0 {
+			return child
+		}
+	}
+	return c.cmd.Process.Pid
+}
+
 // Crash kills containerd with SIGKILL, as a crash would: its shims and
 // their containers keep running.
 func (c *Containerd) Crash() error {
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := syscall.Kill(c.pid(), syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing containerd: %w", err)
 	}
 	_ = c.cmd.Wait() // killed: its exit status says nothing
@@ -341,7 +369,7 @@ func (c *Containerd) Stop() error {
 		c.conn.Close()
 	}
 	if c.cmd != nil && c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM) // fails only when it has already exited
+		_ = syscall.Kill(c.pid(), syscall.SIGTERM) // fails only when it has already exited
 		done := make(chan struct{})
 		go func() {
 			_ = c.cmd.Wait() // stopped by us: its exit status says nothing
@@ -350,7 +378,8 @@ func (c *Containerd) Stop() error {
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			_ = c.cmd.Process.Kill() // fails only when it has already exited
+			_ = syscall.Kill(c.pid(), syscall.SIGKILL) // fails only when it has already exited
+			_ = c.cmd.Process.Kill()
 			<-done
 		}
 	}

@@ -102,6 +102,14 @@ type NodeletOptions struct {
 	Address string
 	// RuntimeEndpoint overrides the containerd's socket (a CRIProxy's).
 	RuntimeEndpoint string
+	// Systemd runs nodelet inside a systemd bed (give it that bed's
+	// containerd).
+	Systemd *Systemd
+	// Config, when set, is the whole KubeletConfiguration instead of the
+	// generated one (ExtraConfig is still appended); /healthz is then
+	// asked at HealthzURL.
+	Config     string
+	HealthzURL string
 }
 
 // Failpoint makes nodelet act at the named point of pkg/failpoint
@@ -178,6 +186,9 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 		endpoint = opts.RuntimeEndpoint
 	}
 	cfg := n.kubeletConfig(endpoint, opts.Address, opts.CgroupRoot) + "healthzPort: 0\nfailCgroupV1: false\n" + opts.ExtraConfig
+	if opts.Config != "" {
+		cfg = opts.Config + opts.ExtraConfig
+	}
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +241,11 @@ func (n *Nodelet) Start() {
 		n.t.Fatal(err)
 	}
 	args := append([]string{"--config", n.Config, "--root-dir", n.RootDir, "--hostname-override", n.NodeName, "-v", "4"}, n.opts.Args...)
-	n.cmd = exec.Command(bin, args...)
+	if n.opts.Systemd != nil {
+		n.cmd = n.opts.Systemd.Command(context.Background(), bin, args...)
+	} else {
+		n.cmd = exec.Command(bin, args...)
+	}
 	n.cmd.Env = append(os.Environ(), "NODELET_FAILPOINTS_DIR="+n.failpoints())
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -289,14 +304,25 @@ func (n *Nodelet) PID() int {
 	if n.Exited() {
 		return 0
 	}
+	return n.pid()
+}
+
+// pid is nodelet's process: the one started, or in a systemd bed the one
+// nsenter started.
+func (n *Nodelet) pid() int {
+	if n.opts.Systemd != nil {
+		if child := childOf(n.cmd.Process.Pid); child != 0 {
+			return child
+		}
+	}
 	return n.cmd.Process.Pid
 }
 
 // AddArgs adds command-line flags for the next Start.
 func (n *Nodelet) AddArgs(args ...string) { n.opts.Args = append(n.opts.Args, args...) }
 
-// Stop ends nodelet with SIGTERM: pods keep running, unless a shutdown
-// grace period is configured (then they are stopped first).
+// Stop ends nodelet with SIGTERM: pods keep running (a node shutdown
+// comes from logind, not from a signal).
 func (n *Nodelet) Stop() { n.signal(syscall.SIGTERM) }
 
 // Kill ends nodelet with SIGKILL, as a crash would.
@@ -306,12 +332,13 @@ func (n *Nodelet) signal(sig syscall.Signal) {
 	if n.cmd == nil || n.cmd.Process == nil || n.peekDone() {
 		return
 	}
-	_ = n.cmd.Process.Signal(sig) // fails only when it has already exited
+	_ = syscall.Kill(n.pid(), sig) // fails only when it has already exited
 	var err error
 	select {
 	case err = <-n.done:
 	case <-time.After(20 * time.Second):
-		_ = n.cmd.Process.Kill() // fails only when it has already exited
+		_ = syscall.Kill(n.pid(), syscall.SIGKILL) // fails only when it has already exited
+		_ = n.cmd.Process.Kill()
 		err = <-n.done
 	}
 	n.done <- err // kept for whoever asks how it ended
@@ -319,7 +346,11 @@ func (n *Nodelet) signal(sig syscall.Signal) {
 
 // Healthz queries /healthz.
 func (n *Nodelet) Healthz() error {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.Port))
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", n.Port)
+	if n.opts.HealthzURL != "" {
+		url = n.opts.HealthzURL
+	}
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}

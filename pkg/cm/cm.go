@@ -17,12 +17,12 @@ package cm
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
+	"path"
 	"syscall"
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/systemd"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -43,9 +43,11 @@ const (
 
 // Manager manages the QoS and pod cgroups.
 type Manager struct {
-	root string // cgroupRoot, e.g. "/"
-	h    hierarchy
-	o    Options
+	// root is cgroupRoot as a cgroup name's leading components.
+	root  []string
+	names naming
+	h     hierarchy
+	o     Options
 }
 
 // Options configure a Manager.
@@ -57,6 +59,9 @@ type Options struct {
 	// NoCPUQuota (cpuCFSQuota: false) leaves CPU limits unenforced: pod
 	// cgroups get no CFS quota.
 	NoCPUQuota bool
+	// Systemd (cgroupDriver: systemd) makes the cgroups systemd slices,
+	// named and created as the kubelet's systemd driver does.
+	Systemd bool
 }
 
 // hierarchy is one cgroup version's files. Cgroups are named relative to
@@ -96,50 +101,74 @@ func CheckVersion(failV1 bool) error {
 }
 
 // New finds the cgroup hierarchy: cgroup v2 when /sys/fs/cgroup is the
-// unified hierarchy, cgroup v1 otherwise.
+// unified hierarchy, cgroup v1 otherwise; with the systemd driver, its
+// cgroups are slices systemd creates.
 func New(o Options) (*Manager, error) {
+	var h hierarchy
 	if cgroups.IsCgroup2UnifiedMode() {
-		return newManager(unified{mount: unifiedMountpoint, dirs: kernel{}}, o), nil
+		h = unified{mount: unifiedMountpoint, dirs: kernel{}}
+	} else {
+		v1h, err := newV1Hierarchy()
+		if err != nil {
+			return nil, err
+		}
+		h = v1h
 	}
-	h, err := newV1Hierarchy()
+	if o.Systemd {
+		if !systemd.IsRunningSystemd() {
+			return nil, errors.New("cgroupDriver is systemd, but systemd is not running (no /run/systemd/system)")
+		}
+		h = newSystemdHierarchy(h)
+	}
+	return newManager(h, o)
+}
+
+func newManager(h hierarchy, o Options) (*Manager, error) {
+	m := &Manager{h: h, o: o, names: cgroupfsNames{}}
+	if o.Systemd {
+		m.names = systemdNames{}
+	}
+	root, err := m.names.parseRoot(o.CgroupRoot)
 	if err != nil {
 		return nil, err
 	}
-	return newManager(h, o), nil
-}
-
-func newManager(h hierarchy, o Options) *Manager {
-	if o.CgroupRoot == "" {
-		o.CgroupRoot = "/"
-	}
-	return &Manager{root: filepath.Clean("/" + o.CgroupRoot), h: h, o: o}
+	m.root = root
+	return m, nil
 }
 
 // Version is the cgroup version in use, 1 or 2.
 func (m *Manager) Version() int { return m.h.version() }
 
+// cgroup is the path (relative to the hierarchy root) of the cgroup named
+// by cgroupRoot and parts.
+func (m *Manager) cgroup(parts ...string) string {
+	return m.names.path(append(append([]string{}, m.root...), parts...))
+}
+
 // QoSCgroup is the cgroup (relative to the hierarchy root) pods of a QoS
 // class go under.
-func (m *Manager) QoSCgroup(qos v1.PodQOSClass) string {
+func (m *Manager) QoSCgroup(qos v1.PodQOSClass) string { return m.cgroup(qosParts(qos)...) }
+
+func qosParts(qos v1.PodQOSClass) []string {
 	switch qos {
 	case v1.PodQOSBurstable:
-		return filepath.Join(m.root, kubepods, burstable)
+		return []string{kubepods, burstable}
 	case v1.PodQOSBestEffort:
-		return filepath.Join(m.root, kubepods, besteffort)
+		return []string{kubepods, besteffort}
 	default:
-		return filepath.Join(m.root, kubepods)
+		return []string{kubepods}
 	}
 }
 
 // PodCgroup is a pod's cgroup: the CRI cgroup parent of its sandbox and
 // containers.
 func (m *Manager) PodCgroup(pod *v1.Pod) string {
-	return filepath.Join(m.QoSCgroup(podutil.QOSClass(pod)), podPrefix+string(pod.UID))
+	return m.cgroup(append(qosParts(podutil.QOSClass(pod)), podPrefix+string(pod.UID))...)
 }
 
 // Setup creates the QoS cgroups and limits /kubepods to what pods may use.
 func (m *Manager) Setup(allocatable v1.ResourceList) error {
-	top := filepath.Join(m.root, kubepods)
+	top := m.cgroup(kubepods)
 	for _, cg := range []string{top, m.QoSCgroup(v1.PodQOSBurstable), m.QoSCgroup(v1.PodQOSBestEffort)} {
 		if err := m.h.create(cg); err != nil {
 			return err
@@ -221,8 +250,8 @@ func (m *Manager) PodCgroups() (map[types.UID]string, error) {
 			return nil, err
 		}
 		for _, name := range names {
-			if strings.HasPrefix(name, podPrefix) {
-				out[types.UID(strings.TrimPrefix(name, podPrefix))] = filepath.Join(dir, name)
+			if uid, ok := m.names.podUID(name); ok {
+				out[uid] = path.Join(dir, name)
 			}
 		}
 	}
@@ -248,7 +277,7 @@ func (m *Manager) Destroy(cgroup string) error {
 
 // RemoveRoot removes everything nodelet created under cgroupRoot; only for
 // a cgroupRoot of nodelet's own (tests).
-func (m *Manager) RemoveRoot() error { return m.h.remove(m.root) }
+func (m *Manager) RemoveRoot() error { return m.h.remove(m.names.path(m.root)) }
 
 func milliToShares(milli int64) uint64 {
 	if s := milli * 1024 / 1000; s >= minShares {

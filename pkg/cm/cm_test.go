@@ -74,7 +74,8 @@ func TestPodCgroups(t *testing.T) {
 	if err := m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}); err != nil {
 		t.Fatal(err)
 	}
-	top := filepath.Join(m.root, kubepods)
+	root := fmt.Sprintf("/nodelet-unit-%d", os.Getpid())
+	top := root + "/kubepods"
 	if got := read(t, m, "cpu", top, "cpu.shares"); got != "2048" {
 		t.Errorf("kubepods cpu.shares %s", got)
 	}
@@ -96,10 +97,10 @@ func TestPodCgroups(t *testing.T) {
 			t.Fatalf("%s missing after creation", p.UID)
 		}
 	}
-	if got := m.PodCgroup(guaranteed); got != filepath.Join(m.root, "kubepods", "podg") {
+	if got := m.PodCgroup(guaranteed); got != root+"/kubepods/podg" {
 		t.Errorf("guaranteed pod cgroup %s", got)
 	}
-	if got := m.PodCgroup(burst); got != filepath.Join(m.root, "kubepods", "burstable", "podb") {
+	if got := m.PodCgroup(burst); got != root+"/kubepods/burstable/podb" {
 		t.Errorf("burstable pod cgroup %s", got)
 	}
 	g := m.PodCgroup(guaranteed)

@@ -89,7 +89,9 @@ func newFakeV2(t *testing.T, pidsLimit int64) (*Manager, string) {
 	for f, v := range map[string]string{"cgroup.controllers": "cpuset cpu io memory hugetlb pids rdma misc", "cgroup.subtree_control": "", "cgroup.procs": "1"} {
 		testutil.Must(t, os.WriteFile(filepath.Join(root, f), []byte(v), 0o644))
 	}
-	return newManager(unified{mount: root, dirs: fakeKernel{t}}, Options{PodPidsLimit: pidsLimit}), root
+	m, err := newManager(unified{mount: root, dirs: fakeKernel{t}}, Options{PodPidsLimit: pidsLimit})
+	testutil.Must(t, err)
+	return m, root
 }
 
 func readFile(t *testing.T, root, cgroup, file string) string {
@@ -151,7 +153,8 @@ func TestV2PodCgroupLimits(t *testing.T) {
 		}
 	}
 	// cpuCFSQuota: false leaves the limit unenforced.
-	noQuota := newManager(m.h, Options{NoCPUQuota: true})
+	noQuota, err := newManager(m.h, Options{NoCPUQuota: true})
+	testutil.Must(t, err)
 	other := podWith("q", rr("cpu=500m", "cpu=500m"))
 	testutil.Must(t, noQuota.EnsureExists(other))
 	if got := readFile(t, root, noQuota.PodCgroup(other), "cpu.max"); got != "max 100000" {

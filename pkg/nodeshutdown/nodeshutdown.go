@@ -4,22 +4,28 @@
 // group within its share of the shutdown grace period. The stopped pods
 // end Failed, with upstream's reason and a DisruptionTarget condition.
 //
-// Upstream learns of a shutdown from logind's inhibitor lock. Nodes
-// without systemd have none, so nodelet takes the signal it is given
-// (SIGTERM to itself, when a shutdown grace period is configured).
+// As the kubelet does, nodelet learns of a shutdown from systemd-logind:
+// it holds a delay inhibitor lock, so logind waits (up to
+// InhibitDelayMaxSec, which nodelet raises to the grace period) before
+// shutting down, and announces the shutdown with PrepareForShutdown.
+// Signals only stop nodelet; pods keep running. Without logind there is
+// no graceful shutdown: nodelet says so and keeps trying to reach it.
 //
-// The state only moves forward:
+// The states, per connection to logind:
 //
-//	running ──signal──▶ shutting down ──last group stopped──▶ done
+//	           ┌─────────── PrepareForShutdown(false): lock taken again ───────────┐
+//	           ▼                                                                    │
+//	running (lock held) ──PrepareForShutdown(true)──▶ shutting down ──groups stopped─▶ shut down (lock released)
 //
-// While shutting down, Err reports it (the node's Ready condition) and
-// Admit refuses every pod.
+// While shutting down or shut down, Err reports it (the node's Ready
+// condition) and Admit refuses every pod. A lost connection is made
+// again; the state stays.
 package nodeshutdown
 
 import (
 	"context"
 	"errors"
-	"os"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -101,8 +107,8 @@ type Options struct {
 	Groups []Group
 	// State is set as the shutdown begins.
 	State *State
-	// Signal announces the shutdown.
-	Signal <-chan os.Signal
+	// Logind announces the shutdown and waits for nodelet.
+	Logind Logind
 	Pods   ActivePods
 	Killer Killer
 	// OnStart runs as the shutdown begins, once the node is marked as
@@ -115,6 +121,29 @@ type Options struct {
 	NodeName string
 	Recorder record.EventRecorder
 	Clock    clock.Clock
+	// RetryPeriod is how long nodelet waits before reaching logind again
+	// (default 30 s).
+	RetryPeriod time.Duration
+}
+
+// Logind is systemd-logind, as nodeshutdown talks to it.
+type Logind interface {
+	Connect(ctx context.Context) (Session, error)
+}
+
+// Session is one connection to logind.
+type Session interface {
+	// InhibitDelayMax is how long logind waits for a delay lock.
+	InhibitDelayMax() (time.Duration, error)
+	// RaiseInhibitDelayMax configures logind to wait at least d, and
+	// has it read its configuration again.
+	RaiseInhibitDelayMax(d time.Duration) error
+	// Inhibit takes a delay lock on shutdown; release gives it back.
+	Inhibit() (release func() error, err error)
+	// Shutdowns delivers PrepareForShutdown: true as a shutdown begins,
+	// false when one is called off. It closes when the connection ends.
+	Shutdowns() <-chan bool
+	Close() error
 }
 
 // minDoneTime is the least time OnDone gets, however long the pods took.
@@ -140,26 +169,135 @@ func (s *State) Admit(*v1.Pod) (ok bool, reason, message string) {
 	return true, "", ""
 }
 
-// Manager waits for the shutdown signal, then shuts the node down.
+// Manager waits for logind to announce a shutdown, then shuts the node
+// down.
 type Manager struct{ o Options }
 
 // New returns a manager; nothing happens before Run.
-func New(o Options) *Manager { return &Manager{o: o} }
-
-// Run waits for the signal, then shuts the node down and returns: the
-// caller stops nodelet. It returns early, with the pods as they are, if
-// ctx ends.
-func (m *Manager) Run(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-		return
-	case sig := <-m.o.Signal:
-		klog.InfoS("Shutdown signal received: stopping every pod by priority", "signal", sig, "groups", m.o.Groups)
+func New(o Options) *Manager {
+	if o.RetryPeriod <= 0 {
+		o.RetryPeriod = 30 * time.Second
 	}
+	return &Manager{o: o}
+}
+
+// Run talks to logind until ctx ends, reconnecting when the connection is
+// lost. It never stops nodelet: after a shutdown the node stays NotReady
+// until the system stops nodelet, or the shutdown is called off.
+func (m *Manager) Run(ctx context.Context) {
+	quiet := false
+	for {
+		err := m.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if !quiet {
+			klog.ErrorS(err, "No graceful node shutdown while systemd-logind cannot be used; trying again", "retryPeriod", m.o.RetryPeriod)
+		} else {
+			klog.V(2).InfoS("systemd-logind still cannot be used", "err", err)
+		}
+		quiet = true
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.o.Clock.After(m.o.RetryPeriod):
+		}
+	}
+}
+
+// session takes the delay lock on one connection and follows logind's
+// announcements until ctx ends (nil) or the connection fails.
+func (m *Manager) session(ctx context.Context) error {
+	s, err := m.o.Logind.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connecting to systemd-logind: %w", err)
+	}
+	defer s.Close()
+	if err := m.ensureDelay(s); err != nil {
+		return err
+	}
+	var release func() error
+	defer func() {
+		if release != nil {
+			_ = release() // the connection goes, and the lock with it
+		}
+	}()
+	if !m.o.State.shuttingDown.Load() {
+		if release, err = s.Inhibit(); err != nil {
+			return fmt.Errorf("taking logind's delay lock on shutdown: %w", err)
+		}
+		klog.InfoS("Graceful node shutdown armed: holding logind's delay lock", "gracePeriod", m.total())
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case down, ok := <-s.Shutdowns():
+			if !ok {
+				return errors.New("the connection to systemd-logind ended")
+			}
+			switch {
+			case down && !m.o.State.shuttingDown.Load():
+				m.shutdown(ctx)
+				if release != nil {
+					err = release()
+					release = nil
+				}
+				klog.InfoS("Released logind's delay lock: the shutdown goes on", "err", err)
+			case !down && m.o.State.shuttingDown.Load():
+				if release, err = m.cancelled(s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// ensureDelay makes logind wait at least the whole grace period for the
+// lock, as the kubelet does: its default (5 s) is raised with a drop-in.
+func (m *Manager) ensureDelay(s Session) error {
+	want := m.total()
+	got, err := s.InhibitDelayMax()
+	if err != nil || got >= want {
+		return err
+	}
+	klog.InfoS("Raising logind's InhibitDelayMaxSec to the shutdown grace period", "from", got, "to", want)
+	if err := s.RaiseInhibitDelayMax(want); err != nil {
+		return err
+	}
+	// logind reads its configuration again after the call returns.
+	for range 20 {
+		if got, err = s.InhibitDelayMax(); err != nil || got >= want {
+			return err
+		}
+		<-m.o.Clock.After(100 * time.Millisecond)
+	}
+	return fmt.Errorf("logind's InhibitDelayMaxSec is %v after raising it to the shutdown grace period %v", got, want)
+}
+
+// cancelled takes the node back when a shutdown is called off: Ready
+// again, pods admitted, the lock held again.
+func (m *Manager) cancelled(s Session) (func() error, error) {
+	m.o.State.shuttingDown.Store(false)
+	klog.InfoS("The node shutdown was called off")
+	m.o.Recorder.Event(m.nodeRef(), v1.EventTypeNormal, eventReason, "Shutdown manager detected shutdown cancellation")
+	release, err := s.Inhibit()
+	if err != nil {
+		return nil, fmt.Errorf("taking logind's delay lock again: %w", err)
+	}
+	return release, nil
+}
+
+func (m *Manager) nodeRef() *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Node", Name: m.o.NodeName, UID: types.UID(m.o.NodeName), APIVersion: "v1"}
+}
+
+// shutdown stops every pod by priority group, then runs OnDone.
+func (m *Manager) shutdown(ctx context.Context) {
+	klog.InfoS("Node shutdown announced: stopping every pod by priority", "groups", m.o.Groups)
 	start := m.o.Clock.Now()
 	m.o.State.shuttingDown.Store(true)
-	node := &v1.ObjectReference{Kind: "Node", Name: m.o.NodeName, UID: types.UID(m.o.NodeName), APIVersion: "v1"}
-	m.o.Recorder.Event(node, v1.EventTypeNormal, eventReason, "Shutdown manager detected shutdown event")
+	m.o.Recorder.Event(m.nodeRef(), v1.EventTypeNormal, eventReason, "Shutdown manager detected shutdown event")
 	for _, hook := range m.o.OnStart {
 		hook(ctx)
 	}

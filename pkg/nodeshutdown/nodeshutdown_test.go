@@ -3,11 +3,11 @@ package nodeshutdown
 import (
 	"context"
 	"fmt"
-	"os"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,25 +105,81 @@ type pods []*v1.Pod
 
 func (p pods) ActivePods() []*v1.Pod { return p }
 
+// fakeLogind hands out sessions the test drives; Connect fails while
+// down is set.
+type fakeLogind struct {
+	mu       sync.Mutex
+	down     bool
+	delay    time.Duration
+	sessions chan *fakeSession
+}
+
+func (l *fakeLogind) Connect(context.Context) (Session, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down {
+		return nil, errors.New("no such file or directory")
+	}
+	s := &fakeSession{logind: l, shutdowns: make(chan bool, 2)}
+	l.sessions <- s
+	return s, nil
+}
+
+// fakeSession counts the locks held and the delays asked for.
+type fakeSession struct {
+	logind    *fakeLogind
+	locks     atomic.Int32
+	raised    atomic.Int64
+	shutdowns chan bool
+}
+
+func (s *fakeSession) InhibitDelayMax() (time.Duration, error) {
+	s.logind.mu.Lock()
+	defer s.logind.mu.Unlock()
+	return s.logind.delay, nil
+}
+
+func (s *fakeSession) RaiseInhibitDelayMax(d time.Duration) error {
+	s.logind.mu.Lock()
+	defer s.logind.mu.Unlock()
+	s.raised.Store(int64(d))
+	s.logind.delay = d
+	return nil
+}
+
+func (s *fakeSession) Inhibit() (func() error, error) {
+	s.locks.Add(1)
+	var once sync.Once
+	return func() error { once.Do(func() { s.locks.Add(-1) }); return nil }, nil
+}
+
+func (s *fakeSession) Shutdowns() <-chan bool { return s.shutdowns }
+func (s *fakeSession) Close() error           { return nil }
+
 type fixture struct {
 	m        *Manager
 	state    *State
 	killer   *fakeKiller
 	clock    *testingclock.FakeClock
 	recorder *record.FakeRecorder
-	signal   chan os.Signal
+	logind   *fakeLogind
+	session  *fakeSession
 	hooks    chan string
 	result   chan struct{}
+	cancel   context.CancelFunc
 }
 
+// start runs a manager whose logind waits 5 s for a lock, and waits until
+// it holds its lock.
 func start(t *testing.T, groups []Group, active pods) *fixture {
 	f := &fixture{
 		killer: &fakeKiller{done: map[string]chan struct{}{}, status: map[string]func(*v1.PodStatus){}},
 		clock:  testingclock.NewFakeClock(time.Unix(1000, 0)), recorder: record.NewFakeRecorder(10),
-		signal: make(chan os.Signal, 1), hooks: make(chan string, 4), result: make(chan struct{}), state: &State{},
+		logind: &fakeLogind{delay: 5 * time.Second, sessions: make(chan *fakeSession, 4)},
+		hooks:  make(chan string, 4), result: make(chan struct{}), state: &State{},
 	}
 	f.m = New(Options{
-		Groups: groups, State: f.state, Signal: f.signal, Pods: active, Killer: f.killer, NodeName: "node1", Recorder: f.recorder, Clock: f.clock,
+		Groups: groups, State: f.state, Logind: f.logind, Pods: active, Killer: f.killer, NodeName: "node1", Recorder: f.recorder, Clock: f.clock,
 		OnStart: []func(context.Context){func(context.Context) { f.hooks <- "start" }},
 		OnDone: []func(context.Context){func(ctx context.Context) {
 			dl, _ := ctx.Deadline()
@@ -131,8 +187,11 @@ func start(t *testing.T, groups []Group, active pods) *fixture {
 		}},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
 	t.Cleanup(cancel)
 	go func() { f.m.Run(ctx); close(f.result) }()
+	f.session = <-f.logind.sessions
+	testutil.WaitFor(t, "the delay lock", func() bool { return f.session.locks.Load() == 1 })
 	return f
 }
 
@@ -149,7 +208,7 @@ func TestShutdownStopsGroupsInOrder(t *testing.T) {
 	if ok, _, _ := f.state.Admit(pod("new", 0, 1)); !ok {
 		t.Fatal("refused a pod before the signal")
 	}
-	f.signal <- syscall.SIGTERM
+	f.session.shutdowns <- true
 	if h := <-f.hooks; h != "start" {
 		t.Fatalf("hook %q", h)
 	}
@@ -178,24 +237,29 @@ func TestShutdownStopsGroupsInOrder(t *testing.T) {
 	if h := <-f.hooks; h != "done, 16s left" {
 		t.Fatalf("hook %q", h)
 	}
-	<-f.result
+	testutil.WaitFor(t, "the lock released", func() bool { return f.session.locks.Load() == 0 })
 	if got := strings.Join(f.killer.killed(), " "); got != "batch/5 dns/10 web/20" {
 		t.Fatalf("killed %s", got)
 	}
+	// nodelet goes on, NotReady, until the system stops it.
+	if f.state.Err() != ErrShuttingDown {
+		t.Fatal("ready again after the shutdown")
+	}
+	f.cancel()
+	<-f.result
 }
 
 // A regular group whose pods do not stop is waited for its whole period
 // only; the status of a pod stopped says why, in upstream's words.
 func TestShutdownStatus(t *testing.T) {
 	f := start(t, []Group{{Priority: 0, Period: 3 * time.Second}}, pods{pod("web", 0, 30)})
-	f.signal <- syscall.SIGTERM
+	f.session.shutdowns <- true
 	<-f.hooks
 	testutil.WaitFor(t, "the group's timer", f.clock.HasWaiters)
 	f.clock.Step(3 * time.Second)
 	if h := <-f.hooks; h != "done, 2s left" {
 		t.Fatalf("hook %q: OnDone gets at least minDoneTime", h)
 	}
-	<-f.result
 	s := v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse}}}
 	f.killer.status["web"](&s)
 	want := v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, ObservedGeneration: 3, Reason: v1.PodReasonTerminationByKubelet, Message: Message}
@@ -210,16 +274,67 @@ func TestShutdownStatus(t *testing.T) {
 	}
 }
 
-// Ending before the signal stops nothing.
-func TestNoSignalNoShutdown(t *testing.T) {
-	killer := &fakeKiller{done: map[string]chan struct{}{}, status: map[string]func(*v1.PodStatus){}}
-	state := &State{}
-	m := New(Options{Groups: []Group{{Period: time.Second}}, State: state, Signal: make(chan os.Signal), Pods: pods{pod("web", 0, 30)}, Killer: killer,
-		Recorder: record.NewFakeRecorder(1), Clock: testingclock.NewFakeClock(time.Now())})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	m.Run(ctx)
-	if state.Err() != nil || len(killer.killed()) != 0 {
-		t.Fatalf("Err %v, killed %v", state.Err(), killer.killed())
+// Ending before an announcement stops nothing, and gives the lock back.
+func TestNoAnnouncementNoShutdown(t *testing.T) {
+	f := start(t, []Group{{Period: time.Second}}, pods{pod("web", 0, 30)})
+	f.cancel()
+	<-f.result
+	if f.state.Err() != nil || len(f.killer.killed()) != 0 || f.session.locks.Load() != 0 {
+		t.Fatalf("Err %v, killed %v, locks %d", f.state.Err(), f.killer.killed(), f.session.locks.Load())
 	}
+}
+
+// logind's default delay (5 s) is raised to the whole grace period
+// before the lock is taken.
+func TestInhibitDelayRaised(t *testing.T) {
+	f := start(t, []Group{{Priority: 0, Period: 20 * time.Second}, {Priority: 1000, Period: 10 * time.Second}}, nil)
+	if got := time.Duration(f.session.raised.Load()); got != 30*time.Second {
+		t.Fatalf("raised to %v, want the grace period 30s", got)
+	}
+}
+
+// A shutdown called off gives the node back: Ready, admitting pods, the
+// lock held again.
+func TestShutdownCalledOff(t *testing.T) {
+	f := start(t, []Group{{Priority: 0, Period: time.Second}}, nil)
+	f.session.shutdowns <- true
+	<-f.hooks
+	<-f.hooks
+	testutil.WaitFor(t, "the lock released", func() bool { return f.session.locks.Load() == 0 })
+	f.session.shutdowns <- false
+	testutil.WaitFor(t, "the lock taken again", func() bool { return f.session.locks.Load() == 1 })
+	if f.state.Err() != nil {
+		t.Fatalf("still shutting down: %v", f.state.Err())
+	}
+	<-f.recorder.Events
+	if e := <-f.recorder.Events; e != "Normal NodeShutdown Shutdown manager detected shutdown cancellation" {
+		t.Fatalf("event %q", e)
+	}
+}
+
+// Without logind there is no graceful shutdown, and nodelet keeps
+// trying: once logind answers the lock is taken; a connection lost is
+// made again.
+func TestLogindUnreachableThenBack(t *testing.T) {
+	l := &fakeLogind{down: true, delay: time.Minute, sessions: make(chan *fakeSession, 4)}
+	clk := testingclock.NewFakeClock(time.Now())
+	m := New(Options{Groups: []Group{{Period: time.Second}}, State: &State{}, Logind: l, Pods: pods{}, Killer: &fakeKiller{},
+		Recorder: record.NewFakeRecorder(4), Clock: clk, RetryPeriod: 10 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	testutil.WaitFor(t, "the retry wait", clk.HasWaiters)
+	l.mu.Lock()
+	l.down = false
+	l.mu.Unlock()
+	clk.Step(10 * time.Second)
+	s := <-l.sessions
+	testutil.WaitFor(t, "the lock", func() bool { return s.locks.Load() == 1 })
+	close(s.shutdowns) // the connection ends
+	testutil.WaitFor(t, "the retry wait", clk.HasWaiters)
+	clk.Step(10 * time.Second)
+	s2 := <-l.sessions
+	testutil.WaitFor(t, "the lock on the new connection", func() bool { return s2.locks.Load() == 1 })
+	cancel()
+	<-done
 }

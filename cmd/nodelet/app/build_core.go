@@ -1,12 +1,9 @@
 package app
 
 import (
-	"context"
 	"net/http"
-	"os"
 	"time"
 
-	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/health"
@@ -109,21 +106,13 @@ type apiPods struct {
 // period, the graceful node shutdown (NotReady, then the pods stopped by
 // priority and their statuses written), after which nodelet stops; without
 // one, nodelet stops at once and its pods keep running.
-func buildShutdown(b *base, core *coreParts, reporter *reporterParts, term <-chan os.Signal) []component {
+func buildShutdown(b *base, core *coreParts, reporter *reporterParts) []component {
 	groups := nodeshutdown.Groups(b.c)
 	if len(groups) == 0 {
-		return []component{{"termination signal", func(ctx context.Context) error {
-			select {
-			case <-ctx.Done():
-				return nil
-			case sig := <-term:
-				klog.InfoS("Termination signal: stopping nodelet, pods keep running", "signal", sig)
-				return errStop
-			}
-		}}}
+		return nil
 	}
 	o := nodeshutdown.Options{
-		Groups: groups, State: b.shutdown, Signal: term, Pods: core.kubelet, Killer: core.kubelet,
+		Groups: groups, State: b.shutdown, Logind: nodeshutdown.SystemLogind{}, Pods: core.kubelet, Killer: core.kubelet,
 		NodeName: b.nodeName, Recorder: b.recorder, Clock: b.clock,
 	}
 	if reporter.syncStatus != nil {
@@ -132,12 +121,5 @@ func buildShutdown(b *base, core *coreParts, reporter *reporterParts, term <-cha
 	if core.statusSyncer != nil {
 		o.OnDone = append(o.OnDone, core.statusSyncer.Flush)
 	}
-	m := nodeshutdown.New(o)
-	return []component{{"node shutdown", func(ctx context.Context) error {
-		m.Run(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errStop // the node is shut down: nodelet stops
-	}}}
+	return []component{runs("node shutdown", nodeshutdown.New(o).Run)}
 }

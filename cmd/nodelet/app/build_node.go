@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -8,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -59,7 +62,11 @@ func (n *nodeParts) memoryCapacity() int64 {
 }
 
 func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error) {
-	node, cgroups, err := setUpNode(b.o, b.nodeName, b.hostIPs)
+	driver, err := cgroupDriver(rt, b.c.CgroupDriver)
+	if err != nil {
+		return nil, err
+	}
+	node, cgroups, err := setUpNode(b.o, b.nodeName, b.hostIPs, driver)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +130,7 @@ func pressureMonitor(c *kubeletv1beta1.KubeletConfiguration, p *stats.Provider, 
 // minus systemReserved, kubeReserved and hard eviction thresholds) and,
 // with cgroupsPerQOS, sets up the QoS cgroups, limited to capacity minus
 // the reservations.
-func setUpNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, nodeCgroups, error) {
+func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*v1.Node, nodeCgroups, error) {
 	c := &o.Config
 	m, err := nodestatus.Measure(o.RootDir)
 	if err != nil {
@@ -152,13 +159,45 @@ func setUpNode(o *Options, nodeName string, hostIPs []string) (*v1.Node, nodeCgr
 		NodeName: nodeName, RootDir: o.RootDir, MaxPods: maxPods, Reserved: reserved,
 		Labels: o.NodeLabels, HostIPs: hostIPs,
 	}, m)
-	cgroups, err := setUpCgroups(c, enforced)
+	cgroups, err := setUpCgroups(c, enforced, driver)
 	return node, cgroups, err
+}
+
+// cgroupDriver is the cgroup driver the runtime reports (CRI
+// RuntimeConfig), which wins over the configuration as upstream's does:
+// the two must agree, and the runtime cannot change its mind. A runtime
+// that does not report one (containerd 1.x) leaves the configuration's.
+func cgroupDriver(rt *runtimeConn, configured string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	resp, err := rt.runtime.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
+	if status.Code(err) == codes.Unimplemented {
+		klog.InfoS("The runtime does not report its cgroup driver (CRI RuntimeConfig); using cgroupDriver from the configuration", "cgroupDriver", configured)
+		return configured, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("asking the runtime for its cgroup driver: %w", err)
+	}
+	var reported string
+	switch d := resp.GetLinux().GetCgroupDriver(); {
+	case resp.GetLinux() == nil:
+		return configured, nil
+	case d == runtimeapi.CgroupDriver_SYSTEMD:
+		reported = "systemd"
+	case d == runtimeapi.CgroupDriver_CGROUPFS:
+		reported = "cgroupfs"
+	default:
+		return "", fmt.Errorf("the runtime reports an unknown cgroup driver %d", d)
+	}
+	if reported != configured {
+		klog.InfoS("Using the cgroup driver the runtime reports, not the configuration's", "runtime", reported, "cgroupDriver", configured)
+	}
+	return reported, nil
 }
 
 // setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off. A
 // cgroup v1 host is refused first if failCgroupV1 says so.
-func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList) (nodeCgroups, error) {
+func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList, driver string) (nodeCgroups, error) {
 	if err := cm.CheckVersion(*c.FailCgroupV1); err != nil {
 		return nil, err
 	}
@@ -169,14 +208,15 @@ func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceLi
 	if c.PodPidsLimit != nil {
 		pidsLimit = *c.PodPidsLimit
 	}
-	cgroups, err := cm.New(cm.Options{CgroupRoot: c.CgroupRoot, PodPidsLimit: pidsLimit, NoCPUQuota: !*c.CPUCFSQuota})
+	cgroups, err := cm.New(cm.Options{CgroupRoot: c.CgroupRoot, PodPidsLimit: pidsLimit, NoCPUQuota: !*c.CPUCFSQuota, Systemd: driver == "systemd"})
 	if err != nil {
 		return nil, fmt.Errorf("cgroups: %w", err)
 	}
 	if err := cgroups.Setup(enforced); err != nil {
 		return nil, fmt.Errorf("setting up the QoS cgroups: %w", err)
 	}
-	klog.InfoS("QoS cgroups ready", "cgroupVersion", cgroups.Version(), "cgroupRoot", c.CgroupRoot)
+	klog.InfoS("QoS cgroups ready", "cgroupVersion", cgroups.Version(), "cgroupDriver", driver, "cgroupRoot", c.CgroupRoot,
+		"kubepods", cgroups.QoSCgroup(v1.PodQOSGuaranteed))
 	return cgroups, nil
 }
 

@@ -92,12 +92,12 @@ const (
 	timelineKeepFinished = 100
 )
 
-// Run builds nodelet from its options and runs it until ctx ends or term
-// delivers. Each subsystem's builder returns finished components; one
-// group runs them all, and the first to fail stops the others. Stopping
-// leaves every pod running (only deleting a pod stops it), unless a
-// shutdown grace period is configured: then term shuts the node down.
-func Run(ctx context.Context, o *Options, term <-chan os.Signal) error {
+// Run builds nodelet from its options and runs it until ctx ends. Each
+// subsystem's builder returns finished components; one group runs them
+// all, and the first to fail stops the others. Stopping leaves every pod
+// running: only deleting a pod, or a node shutdown announced by
+// systemd-logind (with a shutdown grace period), stops pods.
+func Run(ctx context.Context, o *Options) error {
 	b, stopEvents, err := newBase(ctx, o)
 	if err != nil {
 		return err
@@ -121,7 +121,7 @@ func Run(ctx context.Context, o *Options, term <-chan os.Signal) error {
 	if err != nil {
 		return err
 	}
-	shutdown := buildShutdown(b, core, reporter, term)
+	shutdown := buildShutdown(b, core, reporter)
 	eviction, err := buildEviction(b, runtime, node, core)
 	if err != nil {
 		return err

@@ -32,13 +32,9 @@ func concat(lists ...[]component) []component {
 // errExitedEarly is a component returning while nodelet still runs.
 var errExitedEarly = errors.New("exited while nodelet was running")
 
-// errStop is a component asking nodelet to stop, as it was told to (a
-// termination signal, a node shutdown carried out): not a failure.
-var errStop = errors.New("stop requested")
-
 // supervise runs every component until ctx ends or one of them stops
-// early, which stops the others and is returned (nil for errStop); it
-// returns only when all of them have.
+// early, which stops the others and is returned; it returns only when all
+// of them have.
 func supervise(ctx context.Context, components []component) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range components {
@@ -47,10 +43,6 @@ func supervise(ctx context.Context, components []component) error {
 			if gctx.Err() != nil {
 				return nil // stopping: whatever it says is not a failure
 			}
-			if errors.Is(err, errStop) {
-				klog.InfoS("Stopping nodelet", "component", c.name)
-				return err
-			}
 			if err == nil {
 				err = errExitedEarly
 			}
@@ -58,8 +50,5 @@ func supervise(ctx context.Context, components []component) error {
 			return fmt.Errorf("%s: %w", c.name, err)
 		})
 	}
-	if err := g.Wait(); !errors.Is(err, errStop) {
-		return err
-	}
-	return nil
+	return g.Wait()
 }

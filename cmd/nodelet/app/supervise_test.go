@@ -65,16 +65,3 @@ func TestSuperviseShutdownIsNotAFailure(t *testing.T) {
 		t.Fatal("supervise returned before the slow component finished")
 	}
 }
-
-// TestSuperviseStopRequested: a component asking nodelet to stop (a
-// termination signal) stops the others, and is not a failure.
-func TestSuperviseStopRequested(t *testing.T) {
-	var stopped atomic.Int32
-	err := supervise(context.Background(), []component{
-		{"a", func(ctx context.Context) error { <-ctx.Done(); stopped.Add(1); return ctx.Err() }},
-		{"signal", func(context.Context) error { return errStop }},
-	})
-	if err != nil || stopped.Load() != 1 {
-		t.Fatalf("supervise returned %v with %d of 1 components stopped", err, stopped.Load())
-	}
-}
