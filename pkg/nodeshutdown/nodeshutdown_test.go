@@ -2,8 +2,8 @@ package nodeshutdown
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"

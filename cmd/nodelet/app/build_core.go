@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kubelet"
