@@ -58,6 +58,9 @@ type Containerd struct {
 	logFile *os.File
 	// bed, when set, is the systemd bed containerd runs in.
 	bed *Systemd
+	// gone is set once the bed it ran in has shut down: there is nothing
+	// left to stop or remove.
+	gone bool
 	// releaseSubnet gives the pod subnet back at Stop.
 	releaseSubnet func()
 	cniBinDir     string
@@ -254,6 +257,13 @@ func (c *Containerd) pid() int {
 	return c.cmd.Process.Pid
 }
 
+// WentDown records that the systemd bed containerd ran in shut down (a
+// node shutdown test), and with it containerd and every pod.
+func (c *Containerd) WentDown() {
+	c.gone = true
+	_ = c.cmd.Wait() // killed with the bed: its exit status says nothing
+}
+
 // Crash kills containerd with SIGKILL, as a crash would: its shims and
 // their containers keep running.
 func (c *Containerd) Crash() error {
@@ -322,6 +332,9 @@ func (c *Containerd) Containers(ctx context.Context) ([]*runtimeapi.Container, e
 // runtime is still finishing for a nodelet that just exited can fail
 // transiently, so it tries again until nothing is left.
 func (c *Containerd) RemoveAll(ctx context.Context) error {
+	if c.gone {
+		return nil
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := c.removeAllOnce(ctx)
@@ -368,7 +381,7 @@ func (c *Containerd) Stop() error {
 	if c.conn != nil {
 		c.conn.Close()
 	}
-	if c.cmd != nil && c.cmd.Process != nil {
+	if c.cmd != nil && c.cmd.Process != nil && !c.gone {
 		_ = syscall.Kill(c.pid(), syscall.SIGTERM) // fails only when it has already exited
 		done := make(chan struct{})
 		go func() {

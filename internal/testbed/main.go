@@ -63,6 +63,10 @@ func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cle
 	os.Exit(code)
 }
 
+// RemoveBuilt removes the binaries built for the tests (for a TestMain
+// that does not use Main).
+func RemoveBuilt() { removeBinaries() }
+
 // RemoveDir removes a test directory at teardown, where nothing can fail
 // any more: a directory left behind is reported, not ignored.
 func RemoveDir(dir string) {

@@ -213,6 +213,8 @@ func (s *Systemd) writeScripts(mounts []cgroupMount, procs, masks []string) erro
 	// PrivateTmp would leave systemd-private-* directories in the shared
 	// /tmp when the bed is killed.
 	init.WriteString("mkdir -p /etc/systemd/system/service.d\nprintf '[Service]\\nPrivateTmp=no\\n' > /etc/systemd/system/service.d/10-nodelet-test.conf\n")
+	// systemd logs to /dev/console: the bed's is its log file.
+	fmt.Fprintf(&init, "mount --bind %s /dev/console\n", filepath.Join(s.Dir, "systemd.log"))
 	init.WriteString("export container=nodelet-test\nexec /lib/systemd/systemd --unit=nodelet-test.target --log-target=console --log-level=info </dev/null\n")
 	if err := os.WriteFile(filepath.Join(s.Dir, "boot.sh"), []byte(boot.String()), 0o755); err != nil {
 		return err
@@ -263,11 +265,47 @@ func childOf(pid int) int {
 // Log is where systemd's log goes (the bed's journal has the units').
 func (s *Systemd) Log() string { return filepath.Join(s.Dir, "systemd.log") }
 
+// LogTail is the last lines of systemd's log.
+func (s *Systemd) LogTail(lines int) string {
+	b, _ := os.ReadFile(s.Log())
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-lines):], "\n")
+}
+
 // Command runs a program inside the bed (its mount, PID and cgroup
-// namespaces). nsenter forks the program: signal it with ChildPID, not
-// the nsenter process.
+// namespaces) through nsexec, which forwards termination signals to it
+// and exits as it did; SIGKILL stays with nsexec (kill the program itself,
+// its only child, to crash it).
 func (s *Systemd) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(s.PID), "-m", "-p", "-C", "--", name}, args...)...)
+	nsexec, err := nsexecBinary()
+	if err != nil {
+		// The command fails to start, saying why.
+		return exec.CommandContext(ctx, "/nonexistent/nsexec: "+err.Error())
+	}
+	return exec.CommandContext(ctx, nsexec, append([]string{strconv.Itoa(s.PID), name}, args...)...)
+}
+
+// nsexecBinary builds nsexec (C: it must enter a mount namespace, which a
+// Go program's threads cannot) once per test process.
+func nsexecBinary() (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	const key = "nsexec"
+	if b, ok := built[key]; ok {
+		return b.path, b.err
+	}
+	b := builtBinary{}
+	if dir, err := os.MkdirTemp("", "nsexec-bin-"); err != nil {
+		b.err = err
+	} else {
+		b.path = filepath.Join(dir, "nsexec")
+		src := filepath.Join(RepoRoot(), "internal", "testbed", "nsexec", "nsexec.c")
+		if out, err := exec.Command("gcc", "-O2", "-Wall", "-o", b.path, src).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building nsexec: %v: %s", err, out)
+		}
+	}
+	built[key] = b
+	return b.path, b.err
 }
 
 // Systemctl runs systemctl in the bed.

@@ -110,7 +110,12 @@ type Options struct {
 	// Logind announces the shutdown and waits for nodelet.
 	Logind Logind
 	Pods   ActivePods
-	Killer Killer
+	// PodsKnown says whether every pod source has delivered and its pods
+	// were admitted: a shutdown announced sooner (nodelet just started)
+	// waits for that, up to podsKnownWait, so no pod escapes its group.
+	// nil: always.
+	PodsKnown func() bool
+	Killer    Killer
 	// OnStart runs as the shutdown begins, once the node is marked as
 	// shutting down (to publish NotReady at once); OnDone after the last
 	// group, with the time left of the whole grace period, and at least
@@ -148,6 +153,10 @@ type Session interface {
 
 // minDoneTime is the least time OnDone gets, however long the pods took.
 const minDoneTime = 2 * time.Second
+
+// podsKnownWait bounds how long a shutdown waits for the pod sources (an
+// API server that does not answer never delivers).
+const podsKnownWait = 5 * time.Second
 
 // State is whether the node is shutting down: the node's Ready condition
 // and admission read it, the Manager sets it.
@@ -296,6 +305,7 @@ func (m *Manager) nodeRef() *v1.ObjectReference {
 func (m *Manager) shutdown(ctx context.Context) {
 	klog.InfoS("Node shutdown announced: stopping every pod by priority", "groups", m.o.Groups)
 	start := m.o.Clock.Now()
+	m.waitForPods(ctx)
 	m.o.State.shuttingDown.Store(true)
 	m.o.Recorder.Event(m.nodeRef(), v1.EventTypeNormal, eventReason, "Shutdown manager detected shutdown event")
 	for _, hook := range m.o.OnStart {
@@ -314,6 +324,24 @@ func (m *Manager) shutdown(ctx context.Context) {
 		hook(doneCtx)
 	}
 	klog.InfoS("Node shutdown complete", "took", m.o.Clock.Since(start))
+}
+
+// waitForPods waits, briefly, until the pods nodelet runs are all known:
+// before that, a pod not yet admitted would be refused as the node shuts
+// down and stopped at once, outside its group.
+func (m *Manager) waitForPods(ctx context.Context) {
+	if m.o.PodsKnown == nil || m.o.PodsKnown() {
+		return
+	}
+	klog.InfoS("Waiting for the pod sources before stopping pods", "atMost", podsKnownWait)
+	deadline := m.o.Clock.Now().Add(podsKnownWait)
+	for !m.o.PodsKnown() && m.o.Clock.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.o.Clock.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (m *Manager) total() time.Duration {

@@ -338,3 +338,51 @@ func TestLogindUnreachableThenBack(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// livePods is an ActivePods whose list the test sets.
+type livePods struct {
+	mu   sync.Mutex
+	pods []*v1.Pod
+}
+
+func (l *livePods) ActivePods() []*v1.Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.pods)
+}
+
+// A shutdown announced before the pod sources delivered (nodelet just
+// restarted) waits for them, so each pod is stopped in its group rather
+// than refused and stopped outside it; the node is not yet marked as
+// shutting down meanwhile.
+func TestShutdownWaitsForThePods(t *testing.T) {
+	var known atomic.Bool
+	live := &livePods{}
+	killer := &fakeKiller{done: map[string]chan struct{}{}, status: map[string]func(*v1.PodStatus){}}
+	l := &fakeLogind{delay: time.Minute, sessions: make(chan *fakeSession, 1)}
+	clk := testingclock.NewFakeClock(time.Now())
+	state := &State{}
+	m := New(Options{Groups: []Group{{Period: 10 * time.Second}}, State: state, Logind: l, Pods: live, Killer: killer,
+		PodsKnown: known.Load, Recorder: record.NewFakeRecorder(4), Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx)
+	s := <-l.sessions
+	testutil.WaitFor(t, "the lock", func() bool { return s.locks.Load() == 1 })
+	s.shutdowns <- true
+	testutil.WaitFor(t, "the wait for the sources", clk.HasWaiters)
+	clk.Step(time.Second)
+	testutil.WaitFor(t, "the wait for the sources", clk.HasWaiters)
+	if state.Err() != nil || len(killer.killed()) != 0 {
+		t.Fatalf("before the pods were known: Err %v, killed %v", state.Err(), killer.killed())
+	}
+	live.mu.Lock()
+	live.pods = []*v1.Pod{pod("web", 0, 30)}
+	live.mu.Unlock()
+	known.Store(true)
+	clk.Step(time.Second)
+	testutil.WaitFor(t, "the pod stopped in its group", func() bool { return len(killer.killed()) == 1 })
+	if state.Err() != ErrShuttingDown {
+		t.Fatal("not shutting down")
+	}
+}

@@ -33,6 +33,9 @@ type coreParts struct {
 	workers *podworkers.PodWorkers
 	// statusSyncer writes the pods' statuses to the API; nil standalone.
 	statusSyncer *status.APISyncer
+	// sourcesReady says whether every pod source has delivered and its
+	// pods were admitted.
+	sourcesReady func() bool
 	components   []component
 }
 
@@ -49,6 +52,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	})
 	podConfig := config.New(b.recorder, b.clock, config.WithSteps(b.timelines), config.WithJournal(b.journal))
 	sources := podSources(b, podConfig)
+	ready := config.NewSourcesReady(podConfig.Sources)
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
 		AllowedUnsafeSysctls: b.c.AllowedUnsafeSysctls, DeadContainersKept: b.o.DeadContainersKept,
@@ -56,10 +60,10 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Allocations: b.allocations, Decisions: b.journal,
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
-		Sources: config.NewSourcesReady(podConfig.Sources), Updates: podConfig.Updates(), Health: health,
+		Sources: ready, Updates: podConfig.Updates(), Health: health,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes, Mirrors: cl.mirrors, Volumes: runtime.volumes,
 	})
-	parts := &coreParts{kubelet: core, workers: workers,
+	parts := &coreParts{kubelet: core, workers: workers, sourcesReady: ready.AllReady,
 		components: concat(sources, journalComponents(b, podConfig), []component{{"sync loop", core.Run}})}
 	if b.client != nil {
 		parts.statusSyncer = status.NewAPISyncer(status.APISyncerOptions{
@@ -101,17 +105,17 @@ type apiPods struct {
 	*podworkers.PodWorkers
 }
 
-// buildShutdown is what a termination signal does: with a shutdown grace
-// period, the graceful node shutdown (NotReady, then the pods stopped by
-// priority and their statuses written), after which nodelet stops; without
-// one, nodelet stops at once and its pods keep running.
+// buildShutdown is the graceful node shutdown, with a shutdown grace
+// period: when systemd-logind announces a shutdown, the node goes
+// NotReady, then the pods are stopped by priority and their statuses
+// written, before logind goes on.
 func buildShutdown(b *base, core *coreParts, reporter *reporterParts) []component {
 	groups := nodeshutdown.Groups(b.c)
 	if len(groups) == 0 {
 		return nil
 	}
 	o := nodeshutdown.Options{
-		Groups: groups, State: b.shutdown, Logind: nodeshutdown.SystemLogind{}, Pods: core.kubelet, Killer: core.kubelet,
+		Groups: groups, State: b.shutdown, Logind: nodeshutdown.SystemLogind{}, Pods: core.kubelet, Killer: core.kubelet, PodsKnown: core.sourcesReady,
 		NodeName: b.nodeName, Recorder: b.recorder, Clock: b.clock,
 	}
 	if reporter.syncStatus != nil {

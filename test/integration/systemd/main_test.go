@@ -58,5 +58,6 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	testbed.RemoveBuilt()
 	os.Exit(code)
 }
