@@ -46,6 +46,15 @@ type Cluster struct {
 	etcdURL string
 	peerURL string
 	procs   map[string]*process
+	opts    ClusterOptions
+}
+
+// ClusterOptions tune a test control plane.
+type ClusterOptions struct {
+	// SigningDuration is how long the certificates the controller manager
+	// issues through the CSR API last (--cluster-signing-duration); 0 is
+	// its default, a year.
+	SigningDuration time.Duration
 }
 
 type process struct {
@@ -71,6 +80,11 @@ func ClusterBinaries() (string, error) {
 // and waits until the API server is ready and the default service
 // account exists.
 func StartCluster(ctx context.Context, dir string) (*Cluster, error) {
+	return StartClusterWith(ctx, dir, ClusterOptions{})
+}
+
+// StartClusterWith starts a control plane with options.
+func StartClusterWith(ctx context.Context, dir string, opts ClusterOptions) (*Cluster, error) {
 	bin, err := ClusterBinaries()
 	if err != nil {
 		return nil, err
@@ -78,7 +92,7 @@ func StartCluster(ctx context.Context, dir string) (*Cluster, error) {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		return nil, fmt.Errorf("etcd not found: run hack/setup.sh --cluster first")
 	}
-	c := &Cluster{Dir: dir, BinDir: bin, procs: map[string]*process{}}
+	c := &Cluster{Dir: dir, BinDir: bin, procs: map[string]*process{}, opts: opts}
 	if err := c.start(ctx); err != nil {
 		c.Stop()
 		return nil, err
@@ -120,11 +134,16 @@ func (c *Cluster) start(ctx context.Context) error {
 	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if err := c.spawn("kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"),
-		"--kubeconfig", admin, "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[3]),
+	// As kubeadm runs it: signing and approving nodes' CSRs, and the
+	// bootstrap token controllers.
+	cm := []string{"--kubeconfig", admin, "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[3]),
 		"--service-account-private-key-file", c.path("pki/sa.key"), "--root-ca-file", c.path("pki/ca.crt"),
 		"--use-service-account-credentials", "--cluster-signing-cert-file", c.path("pki/ca.crt"),
-		"--cluster-signing-key-file", c.path("pki/ca.key"), "--controllers", "*"); err != nil {
+		"--cluster-signing-key-file", c.path("pki/ca.key"), "--controllers", "*,bootstrapsigner,tokencleaner"}
+	if c.opts.SigningDuration > 0 {
+		cm = append(cm, "--cluster-signing-duration", c.opts.SigningDuration.String())
+	}
+	if err := c.spawn("kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"), cm...); err != nil {
 		return err
 	}
 	if err := c.spawn("kube-scheduler", filepath.Join(c.BinDir, "kube-scheduler"),
@@ -164,8 +183,8 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	}
 	if err := c.spawn("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"),
 		"--etcd-servers", c.etcdURL, "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(c.APIPort),
-		"--advertise-address", hostIP(), "--cert-dir", c.path("pki/serving"),
-		"--client-ca-file", c.path("pki/ca.crt"),
+		"--advertise-address", hostIP(), "--tls-cert-file", c.path("pki/apiserver.crt"), "--tls-private-key-file", c.path("pki/apiserver.key"),
+		"--client-ca-file", c.path("pki/ca.crt"), "--enable-bootstrap-token-auth",
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", c.path("pki/sa.key"), "--service-account-signing-key-file", c.path("pki/sa.key"),
@@ -358,6 +377,13 @@ func (c *Cluster) makePKI() error {
 		return err
 	}
 	files["pki/apiserver-kubelet-client.crt"], files["pki/apiserver-kubelet-client.key"] = crt, k
+	// The API server's serving certificate, from the cluster CA, so a
+	// bootstrap kubeconfig can trust it as kubeadm's does.
+	if crt, k, err = c.signServing("kube-apiserver", []string{"localhost", "kubernetes", "kubernetes.default"},
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(hostIP())}); err != nil {
+		return err
+	}
+	files["pki/apiserver.crt"], files["pki/apiserver.key"] = crt, k
 	for name, data := range files {
 		if err := os.WriteFile(c.path(name), data, 0o600); err != nil {
 			return err
@@ -366,25 +392,34 @@ func (c *Cluster) makePKI() error {
 	return nil
 }
 
-func (c *Cluster) sign(cn string, orgs []string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
+// signServing issues a serving certificate from the cluster CA.
+func (c *Cluster) signServing(cn string, dns []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
+	return c.issue(&x509.Certificate{Subject: pkix.Name{CommonName: cn}, DNSNames: dns, IPAddresses: ips,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+}
+
+// issue signs tmpl (its serial filled in) for a new key with the CA.
+func (c *Cluster) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, nil, err
 	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, big.NewInt(1<<62)); err != nil {
 		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.ca, &key.PublicKey, c.caKey)
 	if err != nil {
 		return nil, nil, err
 	}
 	return pemBlock("CERTIFICATE", der), pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)), nil
+}
+
+func (c *Cluster) sign(cn string, orgs []string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
+	return c.issue(&x509.Certificate{
+		Subject: pkix.Name{CommonName: cn, Organization: orgs}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	})
 }
 
 func pemBlock(typ string, der []byte) []byte {

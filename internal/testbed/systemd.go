@@ -24,9 +24,10 @@ import (
 // is tested against the real thing, never a fake.
 //
 // It shares the host's network and filesystems, with care:
-//   - /etc, /var/lib and /var/log are overlays whose writes stay in the
-//     bed's directory (kubeadm's /etc/kubernetes, the kubelet's
-//     /var/lib/kubelet, logind's drop-ins);
+//   - /etc, /var/lib, /var/log, /usr/bin and /usr/lib/systemd/system
+//     are overlays whose writes stay in the bed's directory (kubeadm's
+//     /etc/kubernetes, the kubelet's /var/lib/kubelet, logind's drop-ins,
+//     a package's binary and units);
 //   - /run is its own tmpfs; /tmp is shared, so test directories are seen
 //     inside;
 //   - every unit the host's targets pull in (tmpfiles, which would empty
@@ -199,7 +200,7 @@ func (s *Systemd) writeScripts(mounts []cgroupMount, procs, masks []string) erro
 		fmt.Fprintf(&init, "mkdir -p %[1]s\nmount -t %[2]s -o %[3]s %[2]s %[1]s\n", m.dir, m.fstype, m.options)
 	}
 	init.WriteString("mount -t tmpfs -o mode=755 run /run\nmkdir -p /run/lock\n")
-	for _, d := range []string{"etc", "var/lib", "var/log"} {
+	for _, d := range []string{"etc", "var/lib", "var/log", "usr/bin", "usr/lib/systemd/system"} {
 		up, work := filepath.Join(s.Dir, "overlay", d, "upper"), filepath.Join(s.Dir, "overlay", d, "work")
 		fmt.Fprintf(&init, "mkdir -p %[2]s %[3]s\nmount -t overlay overlay -o lowerdir=/%[1]s,upperdir=%[2]s,workdir=%[3]s /%[1]s\n", d, up, work)
 	}
@@ -315,6 +316,45 @@ func (s *Systemd) Systemctl(ctx context.Context, args ...string) (string, error)
 		return string(out), fmt.Errorf("systemctl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
+}
+
+// Install copies a file of the host (under the shared /tmp, say) to dst
+// inside the bed, making its directories, with mode.
+func (s *Systemd) Install(ctx context.Context, src, dst string, mode os.FileMode) error {
+	out, err := s.Command(ctx, "install", "-D", "-m", fmt.Sprintf("%o", mode), src, dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("installing %s as %s: %w: %s", src, dst, err, out)
+	}
+	return nil
+}
+
+// InstallData writes data to dst inside the bed, through a file in dir.
+func (s *Systemd) InstallData(ctx context.Context, dir string, data []byte, dst string, mode os.FileMode) error {
+	f, err := os.CreateTemp(dir, "install-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	return s.Install(ctx, f.Name(), dst, mode)
+}
+
+// ReadFile reads a file inside the bed.
+func (s *Systemd) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	return s.Command(ctx, "cat", path).Output()
+}
+
+// Journal is a unit's journal in the bed.
+func (s *Systemd) Journal(ctx context.Context, unit string) string {
+	out, err := s.Command(ctx, "journalctl", "-u", unit, "--no-pager", "-o", "cat").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("journalctl -u %s: %v: %s", unit, err, out)
+	}
+	return string(out)
 }
 
 // Running reports whether systemd still runs (a poweroff ends it).

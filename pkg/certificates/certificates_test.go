@@ -468,3 +468,24 @@ func must2[A, B any](a A, b B, err error) func(t *testing.T) (A, B) {
 		return a, b
 	}
 }
+
+// TestRotationStartsWithoutACertificate: a node bootstrapping with
+// rotation starts before its certificate exists: the kubeconfig points
+// at a store that is still empty, and the API clients are built anyway
+// (their requests are anonymous until the certificate is issued).
+func TestRotationStartsWithoutACertificate(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig, boot := filepath.Join(dir, "kubelet.conf"), filepath.Join(dir, "bootstrap.conf")
+	writeKubeconfigFile(t, boot, "https://127.0.0.1:1", nil, nil)
+	c, err := NewClient(context.Background(), ClientOptions{Kubeconfig: kubeconfig, BootstrapKubeconfig: boot, CertDir: filepath.Join(dir, "pki"),
+		NodeName: "n1", Rotate: true, Recorder: record.NewFakeRecorder(1), Clock: testingclock.NewFakeClock(time.Now())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.manager.Current() != nil {
+		t.Fatal("a certificate out of nowhere")
+	}
+	if _, err := rest.HTTPClientFor(c.Config()); err != nil {
+		t.Fatalf("API clients cannot be built before the certificate exists: %v", err)
+	}
+}

@@ -160,7 +160,9 @@ func (c *Client) startRotation(cfgs clientConfigs) error {
 // presents the manager's current certificate at every handshake and
 // dials through d, whose connections are closed when it changes.
 func rotatingConfig(cfg *rest.Config, m certificate.Manager, d *connrotation.Dialer) (*rest.Config, error) {
-	tlsConfig, err := rest.TLSConfigFor(cfg)
+	// Without its credentials: the certificate files may not exist yet.
+	out := rest.AnonymousClientConfig(cfg)
+	tlsConfig, err := rest.TLSConfigFor(out)
 	if err != nil {
 		return nil, fmt.Errorf("TLS configuration for the API server: %w", err)
 	}
@@ -174,7 +176,6 @@ func rotatingConfig(cfg *rest.Config, m certificate.Manager, d *connrotation.Dia
 		}
 		return &tls.Certificate{}, nil // none yet: the server sees an anonymous client
 	}
-	out := rest.AnonymousClientConfig(cfg)
 	out.Transport = utilnet.SetTransportDefaults(&http.Transport{
 		Proxy: http.ProxyFromEnvironment, TLSHandshakeTimeout: 10 * time.Second,
 		TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 25, DialContext: d.DialContext,

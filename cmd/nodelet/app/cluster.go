@@ -91,7 +91,7 @@ func buildClusterClients(b *base) *clusterClients {
 		Timeout: b.c.RuntimeRequestTimeout.Duration, Clock: b.clock})
 	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journaledClaims{api, b.journal},
 		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api,
-		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}}}
+		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run}}}
 }
 
 // reporterParts is the Node as the API server has it: registered,
