@@ -40,7 +40,7 @@ var bootstrapRoles = map[string]string{
 // writes to /etc/kubernetes/bootstrap-kubelet.conf: the API server with
 // the cluster CA, and a new bootstrap token in kubeadm's group.
 func (c *Cluster) BootstrapKubeconfig(ctx context.Context, file string) (string, error) {
-	if err := c.bootstrapRBAC(ctx); err != nil {
+	if err := c.AllowNodeCSRs(ctx); err != nil {
 		return "", err
 	}
 	idBytes, secretBytes := make([]byte, 3), make([]byte, 8)
@@ -86,7 +86,9 @@ current-context: tls-bootstrap-token-user@kubernetes
 	return p, os.WriteFile(p, []byte(cfg), 0o600)
 }
 
-func (c *Cluster) bootstrapRBAC(ctx context.Context) error {
+// AllowNodeCSRs makes the bindings kubeadm makes for TLS bootstrapping and
+// client certificate rotation (idempotent).
+func (c *Cluster) AllowNodeCSRs(ctx context.Context) error {
 	for name, subject := range bootstrapBindings {
 		b := &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name},

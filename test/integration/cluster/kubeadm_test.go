@@ -194,12 +194,17 @@ func clientCSRs(t *testing.T, name string) []certificatesv1.CertificateSigningRe
 
 // csrFor reports whether a CSR asks for node name's identity.
 func csrFor(c certificatesv1.CertificateSigningRequest, name string) bool {
+	req, err := csrRequest(c)
+	return err == nil && req.Subject.CommonName == "system:node:"+name
+}
+
+// csrRequest is a CSR's certificate request.
+func csrRequest(c certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, error) {
 	block, _ := pem.Decode(c.Spec.Request)
 	if block == nil {
-		return false
+		return nil, fmt.Errorf("no PEM request")
 	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
-	return err == nil && req.Subject.CommonName == "system:node:"+name
+	return x509.ParseCertificateRequest(block.Bytes)
 }
 
 // approved reports whether a CSR was approved and its certificate issued.

@@ -121,15 +121,47 @@ func TestNodeRegistersReady(t *testing.T) {
 	waitNodeReady(t, n.NodeName, 10*time.Second)
 }
 
-// A graceful node shutdown shows in the API: the node NotReady because it
-// is shutting down, and its pods terminal with upstream's reason and a
-// DisruptionTarget condition, all written before nodelet exits. As
-// upstream, a pod whose containers all exit 0 on SIGTERM is Succeeded;
-// one that fails is Failed.
+// A graceful node shutdown, announced by systemd-logind (the node runs in
+// a systemd bed, powered off through logind), shows in the API: the node
+// NotReady because it is shutting down, and its pods terminal with
+// upstream's reason and a DisruptionTarget condition, all written before
+// the system went down. As upstream, a pod whose containers all exit 0 on
+// SIGTERM is Succeeded; one that fails is Failed.
 func TestGracefulShutdownInTheAPI(t *testing.T) {
 	ns := namespace(t)
-	n := startNode(t, "node-shutdown", cd, "shutdownGracePeriod: 6s\nshutdownGracePeriodCriticalPods: 2s\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bed, err := testbed.StartSystemd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bed.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	runtime, err := testbed.StartContainerdWith(ctx, 8, testbed.ContainerdOptions{Systemd: bed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := runtime.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	kubeconfig, err := cl.NodeKubeconfig("node-shutdown")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Client.CoreV1().Nodes().Delete(context.Background(), "node-shutdown", metav1.DeleteOptions{})
+	})
+	n := testbed.StartNodelet(t, runtime, testbed.NodeletOptions{NodeName: "node-shutdown", Kubeconfig: kubeconfig, Systemd: bed, CgroupRoot: "/",
+		Address: "0.0.0.0", ExtraConfig: fmt.Sprintf("cgroupDriver: systemd\nshutdownGracePeriod: 6s\nshutdownGracePeriodCriticalPods: 2s\nauthentication:\n  x509:\n    clientCAFile: %s\n", cl.CAFile())})
 	waitNodeReady(t, n.NodeName, time.Minute)
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		return strings.Contains(n.Log(), "Graceful node shutdown armed"), "no delay lock taken"
+	})
 	for name, code := range map[string]int{"fails": 1, "clean": 0} {
 		pod := busyboxPod(name, n.NodeName, "sh", "-c", fmt.Sprintf("trap 'exit %d' TERM; sleep 3600 & wait", code))
 		pod.Spec.TerminationGracePeriodSeconds = new(int64(30))
@@ -139,11 +171,15 @@ func TestGracefulShutdownInTheAPI(t *testing.T) {
 		waitPod(t, time.Minute, ns, name, running)
 	}
 
-	n.Stop()
-	if err := n.ExitError(); err != nil {
-		t.Fatalf("nodelet exited with %v", err)
+	if out, err := bed.Command(ctx, "busctl", "call", "org.freedesktop.login1", "/org/freedesktop/login1",
+		"org.freedesktop.login1.Manager", "PowerOff", "b", "false").CombinedOutput(); err != nil {
+		t.Fatalf("PowerOff: %v: %s", err, out)
 	}
-	// Already written: nodelet is gone, nobody else writes these.
+	if err := bed.Wait(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	runtime.WentDown()
+	// Already written: the node is down, nobody else writes these.
 	const msg = "Pod was terminated in response to imminent node shutdown."
 	for name, phase := range map[string]v1.PodPhase{"fails": v1.PodFailed, "clean": v1.PodSucceeded} {
 		p, err := cl.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
