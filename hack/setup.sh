@@ -5,8 +5,9 @@
 #
 # Usage: sudo hack/setup.sh [--cluster]
 #   --cluster also installs etcd and builds the upstream control plane,
-#   kubectl and kubelet (about 20 minutes cold on 2 cores, cached after):
-#   cluster mode and the tests need them, the standalone demo does not.
+#   kubectl, kubeadm, the kubelet, containerd 2.x and metrics-server
+#   (about 20 minutes cold on 2 cores, cached after): cluster mode and the
+#   tests need them, the standalone demo does not.
 set -euo pipefail
 CLUSTER=0
 for arg in "$@"; do
@@ -116,6 +117,8 @@ log "building the upstream control plane (about 20 minutes the first time; cache
 K8S_BIN=$(bash "$ROOT/hack/cluster/build.sh")
 log "building containerd 2.x for the second runtime the tests use (a few minutes the first time; cached after)"
 log "containerd 2.x in $(bash "$ROOT/hack/containerd/build.sh")"
+log "building metrics-server for the kubectl top test (a few minutes the first time; cached after)"
+log "metrics-server: $(bash "$ROOT/hack/metrics-server/build.sh")"
 ln -sf "$K8S_BIN/kubectl" /usr/local/bin/kubectl
 log "control plane binaries in $K8S_BIN"
 log "done"

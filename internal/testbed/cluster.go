@@ -185,6 +185,10 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		"--etcd-servers", c.etcdURL, "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(c.APIPort),
 		"--advertise-address", hostIP(), "--tls-cert-file", c.path("pki/apiserver.crt"), "--tls-private-key-file", c.path("pki/apiserver.key"),
 		"--client-ca-file", c.path("pki/ca.crt"), "--enable-bootstrap-token-auth",
+		"--requestheader-client-ca-file", c.path("pki/front-proxy-ca.crt"), "--requestheader-allowed-names", "front-proxy-client",
+		"--requestheader-extra-headers-prefix", "X-Remote-Extra-", "--requestheader-group-headers", "X-Remote-Group",
+		"--requestheader-username-headers", "X-Remote-User", "--enable-aggregator-routing",
+		"--proxy-client-cert-file", c.path("pki/front-proxy-client.crt"), "--proxy-client-key-file", c.path("pki/front-proxy-client.key"),
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", c.path("pki/sa.key"), "--service-account-signing-key-file", c.path("pki/sa.key"),
@@ -242,7 +246,7 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 // Stop stops every process, in reverse start order, and removes the
 // directory's data.
 func (c *Cluster) Stop() {
-	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"metrics-server", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		c.stopProc(name)
 	}
 }
@@ -346,31 +350,33 @@ current-context: nodelet
 // makePKI creates the cluster CA, the service-account signing key and the
 // API server's client certificate for talking to kubelets.
 func (c *Cluster) makePKI() error {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
+	var caPEM, keyPEM []byte
+	var err error
+	if c.ca, c.caKey, caPEM, keyPEM, err = newCA("nodelet-test-ca"); err != nil {
 		return err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodelet-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	if c.ca, err = x509.ParseCertificate(der); err != nil {
-		return err
-	}
-	c.caKey = key
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
 	}
 	files := map[string][]byte{
-		"pki/ca.crt": pemBlock("CERTIFICATE", der),
-		"pki/ca.key": pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)),
+		"pki/ca.crt": caPEM,
+		"pki/ca.key": keyPEM,
 		"pki/sa.key": pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)),
+	}
+	// The aggregation layer's front proxy: its own CA, and the client
+	// certificate the API server proxies to extension servers
+	// (metrics-server) with, as kubeadm sets them up.
+	proxyCA, proxyKey, proxyCAPEM, _, err := newCA("front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	files["pki/front-proxy-ca.crt"] = proxyCAPEM
+	if files["pki/front-proxy-client.crt"], files["pki/front-proxy-client.key"], err = issueWith(proxyCA, proxyKey, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "front-proxy-client"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return err
 	}
 	crt, k, err := c.sign("kube-apiserver-kubelet-client", []string{"system:masters"}, x509.ExtKeyUsageClientAuth)
 	if err != nil {
@@ -401,6 +407,10 @@ func (c *Cluster) signServing(cn string, dns []string, ips []net.IP) (certPEM, k
 
 // issue signs tmpl (its serial filled in) for a new key with the CA.
 func (c *Cluster) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
+	return issueWith(c.ca, c.caKey, tmpl)
+}
+
+func issueWith(ca *x509.Certificate, caKey *rsa.PrivateKey, tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, nil, err
@@ -408,11 +418,33 @@ func (c *Cluster) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err err
 	if tmpl.SerialNumber, err = rand.Int(rand.Reader, big.NewInt(1<<62)); err != nil {
 		return nil, nil, err
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.ca, &key.PublicKey, c.caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		return nil, nil, err
 	}
 	return pemBlock("CERTIFICATE", der), pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)), nil
+}
+
+// newCA makes a self-signed CA.
+func newCA(cn string) (*x509.Certificate, *rsa.PrivateKey, []byte, []byte, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return cert, key, pemBlock("CERTIFICATE", der), pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)), nil
 }
 
 func (c *Cluster) sign(cn string, orgs []string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
