@@ -6,7 +6,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 go build -o _output/nodelet ./cmd/nodelet
 empty=$(mktemp -d)
-./_output/nodelet --pod-manifest-path="$empty" --root-dir=/var/lib/nodelet --read-only-port=0 >_output/clean-pods.log 2>&1 &
+source hack/lib.sh
+# shellcheck disable=SC2046 # one word or none
+./_output/nodelet --pod-manifest-path="$empty" --root-dir=/var/lib/nodelet --read-only-port=0 $(nodelet_host_flags) >_output/clean-pods.log 2>&1 &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rmdir "$empty"' EXIT
 for _ in $(seq 120); do

@@ -11,19 +11,25 @@ go build -o _output/nodelet ./cmd/nodelet
 go build -o _output/podtable ./hack/podtable
 
 MANIFESTS=${MANIFESTS:-$ROOT/examples}
-# Like the upstream kubelet, nodelet refuses a cgroup v1 host unless told
-# otherwise; the demo says so and goes on.
-EXTRA=()
-if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
-	echo "run-demo: this host uses cgroup v1; running nodelet with --fail-cgroupv1=false"
-	EXTRA+=(--fail-cgroupv1=false)
-fi
+source hack/lib.sh
+# shellcheck disable=SC2207 # one word or none
+EXTRA=($(nodelet_host_flags))
+[ ${#EXTRA[@]} = 0 ] || echo "run-demo: this host uses cgroup v1; running nodelet with ${EXTRA[*]}"
 PORT=${PORT:-10255}
 echo "run-demo: starting nodelet on the manifests in $MANIFESTS (log: _output/nodelet.log)"
 ./_output/nodelet --pod-manifest-path="$MANIFESTS" --root-dir=/var/lib/nodelet --read-only-port="$PORT" -v=2 "${EXTRA[@]}" \
 	>_output/nodelet.log 2>&1 &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid; echo "run-demo: nodelet stopped; the pods keep running"' EXIT INT TERM
+# Ctrl-C reaches nodelet too; either way, once it has stopped cleanly the
+# demo ends cleanly (make would report an error otherwise).
+stop() {
+	kill -TERM $pid 2>/dev/null || true
+	status=0
+	wait $pid || status=$?
+	echo "run-demo: nodelet stopped (status $status); the pods keep running"
+	exit $status
+}
+trap stop INT TERM
 ./_output/podtable -url "http://127.0.0.1:$PORT/pods" -wait 60s || true
 cat <<MSG
 

@@ -83,7 +83,8 @@ done 2>/dev/null || true
 running() { ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1; }
 if running && [ $changed = 1 ]; then
 	log "restarting containerd for the new configuration"
-	pkill -x containerd || true
+	# Only the node's own: the tests run private containerds beside it.
+	pkill -f "^containerd --config /etc/containerd/config.toml" || true
 	for _ in $(seq 50); do running || break; sleep 0.1; done
 fi
 if ! running; then

@@ -477,6 +477,9 @@ func freePorts(n int) ([]int, error) {
 	return out, nil
 }
 
+// HostIP is the machine's primary address.
+func HostIP() string { return hostIP() }
+
 // hostIP is the machine's primary address, which the API server
 // advertises (it refuses loopback addresses for its endpoints).
 func hostIP() string {

@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 // startNode runs a nodelet registered as node name on runtime c; when
 // the test ends the nodelet stops and its Node object is deleted, so the
 // scheduler never picks a node of an earlier test.
-func startNode(t *testing.T, name string, c *testbed.Containerd, extraConfig string) *testbed.Nodelet {
+func startNode(t *testing.T, name string, c *testbed.Containerd, extraConfig string, args ...string) *testbed.Nodelet {
 	t.Helper()
 	kubeconfig, err := cl.NodeKubeconfig(name)
 	if err != nil {
@@ -64,7 +64,7 @@ func startNode(t *testing.T, name string, c *testbed.Containerd, extraConfig str
 	extraConfig = fmt.Sprintf("authentication:\n  x509:\n    clientCAFile: %s\n%s", cl.CAFile(), extraConfig)
 	return testbed.StartNodelet(t, c, testbed.NodeletOptions{
 		NodeName: name, Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/" + name,
-		ExtraConfig: extraConfig, Address: "0.0.0.0",
+		ExtraConfig: extraConfig, Address: "0.0.0.0", Args: args,
 	})
 }
 

@@ -207,3 +207,42 @@ func TestGracefulShutdownInTheAPI(t *testing.T) {
 		t.Errorf("Ready condition %+v", c)
 	}
 }
+
+// TestExternalCloudProvider: with --cloud-provider=external the node
+// registers tainted uninitialized, with --node-ip handed to the cloud
+// controller in its annotation; addresses a cloud controller sets stay
+// through nodelet's status writes.
+func TestExternalCloudProvider(t *testing.T) {
+	ctx := context.Background()
+	ip := testbed.HostIP()
+	n := startNode(t, "node-cloud", cd, "nodeStatusReportFrequency: 2s\nnodeStatusUpdateFrequency: 1s\n", "--cloud-provider=external", "--node-ip="+ip)
+	node := waitNodeReady(t, n.NodeName, time.Minute)
+	tainted := false
+	for _, taint := range node.Spec.Taints {
+		tainted = tainted || (taint.Key == "node.cloudprovider.kubernetes.io/uninitialized" && taint.Value == "true" && taint.Effect == v1.TaintEffectNoSchedule)
+	}
+	if !tainted || node.Annotations["alpha.kubernetes.io/provided-node-ip"] != ip {
+		t.Fatalf("registered with taints %v and annotations %v", node.Spec.Taints, node.Annotations)
+	}
+	// The cloud controller initializes the node.
+	node.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}, {Type: v1.NodeInternalDNS, Address: "ip-10-0-0-7.cloud.internal"}}
+	if _, err := cl.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	set := time.Now()
+	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
+		node, err := cl.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := nodeCondition(node, v1.NodeReady)
+		return ready != nil && ready.LastHeartbeatTime.Time.After(set.Add(3*time.Second)), "no status write since the addresses were set"
+	})
+	node, err := cl.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Status.Addresses) != 2 || node.Status.Addresses[1].Address != "ip-10-0-0-7.cloud.internal" {
+		t.Fatalf("nodelet overwrote the cloud controller's addresses: %v", node.Status.Addresses)
+	}
+}
