@@ -151,7 +151,7 @@ var configFields = map[string]field{
 	"logging":                                   honour("format (text or json), verbosity, vmodule and flush frequency, through component-base's logging"),
 	"enableSystemLogHandler":                    ign("true", "/logs/ is not served"),
 	"enableSystemLogQuery":                      ign("", "/logs/ is not served"),
-	"shutdownGracePeriod":                       honour("graceful node shutdown on SIGTERM (no logind here): NotReady, new pods refused, pods stopped by priority, nodelet exits"),
+	"shutdownGracePeriod":                       honour("graceful node shutdown announced by systemd-logind (a delay inhibitor lock; InhibitDelayMaxSec raised to it): NotReady, new pods refused, pods stopped by priority; SIGTERM only stops nodelet"),
 	"shutdownGracePeriodCriticalPods":           honour("the part of shutdownGracePeriod for critical pods, stopped after the others"),
 	"shutdownGracePeriodByPodPriority":          honour("shutdown groups by pod priority, lowest stopped first, each within its period"),
 	"crashLoopBackOff":                          refuse("", "the crash-loop back-off is upstream's default, 10s to 5m"),
