@@ -198,3 +198,38 @@ func parseRequest(t *testing.T, c certificatesv1.CertificateSigningRequest) *x50
 	}
 	return req
 }
+
+// TestBootstrapWithoutRotation: without rotateCertificates, a node with a
+// bootstrap kubeconfig waits at start for its client certificate, then
+// runs with the kubeconfig it wrote; a restart reuses that certificate.
+func TestBootstrapWithoutRotation(t *testing.T) {
+	const name = "node-bootstrap"
+	dir := t.TempDir()
+	boot, err := cl.BootstrapKubeconfig(context.Background(), "bootstrap-"+name+".conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubelet.conf")
+	t.Cleanup(func() {
+		if err := cl.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting node %s: %v", name, err)
+		}
+	})
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{NodeName: name, Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/" + name,
+		Address: "0.0.0.0", Args: []string{"--bootstrap-kubeconfig", boot, "--cert-dir", filepath.Join(dir, "pki")},
+		ExtraConfig: fmt.Sprintf("authentication:\n  x509:\n    clientCAFile: %s\n", cl.CAFile())})
+	waitNodeReady(t, name, time.Minute)
+	if csrs := clientCSRs(t, name); len(csrs) != 1 || !approved(csrs[0]) {
+		t.Fatalf("want one approved bootstrap request, got %+v", csrs)
+	}
+	written, err := os.ReadFile(kubeconfig)
+	if err != nil || !strings.Contains(string(written), filepath.Join(dir, "pki", "kubelet-client-current.pem")) {
+		t.Fatalf("kubeconfig (%v):\n%s", err, written)
+	}
+	n.Stop()
+	n.Start()
+	waitNodeReady(t, name, time.Minute)
+	if csrs := clientCSRs(t, name); len(csrs) != 1 {
+		t.Fatalf("the restart asked for another certificate: %d requests", len(csrs))
+	}
+}

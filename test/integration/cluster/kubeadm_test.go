@@ -295,9 +295,10 @@ func TestKubeadmJoin(t *testing.T) {
 
 // TestKubeletToNodeletOnAKubeadmNode: a kubeadm node joined and run by the
 // upstream kubelet (its package's unit and kubeadm's drop-in) moves to
-// nodelet by swapping the services: its configuration, kubeconfig and
-// certificates stay where they are, no pod restarts, no new certificate
-// is asked for, and kubectl logs still works.
+// nodelet, its configuration, kubeconfig and certificates where they are,
+// first by replacing the kubelet's binary and restarting the service, then
+// by swapping the services: no pod restarts, no new certificate is asked
+// for, and kubectl logs still works.
 func TestKubeletToNodeletOnAKubeadmNode(t *testing.T) {
 	ns := namespace(t)
 	const name = "kubeadm-swap"
@@ -309,28 +310,44 @@ func TestKubeletToNodeletOnAKubeadmNode(t *testing.T) {
 	pod := runLoggingPod(t, ns, name, "survivor")
 	before := containerIDs(t, k.cd)
 	csrsBefore := len(clientCSRs(t, name))
+	moved := func(how string) {
+		t.Helper()
+		testbed.Eventually(t, time.Minute, func() (bool, string) {
+			n, err := cl.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+			return err == nil && strings.HasSuffix(n.Status.NodeInfo.KubeletVersion, "-nodelet"), "the node is not reported by nodelet yet"
+		})
+		waitNodeReady(t, name, time.Minute)
+		p := waitPod(t, time.Minute, ns, "survivor", running)
+		if p.Status.ContainerStatuses[0].RestartCount != 0 || p.UID != pod.UID {
+			t.Fatalf("%s: the pod restarted: %+v", how, p.Status.ContainerStatuses)
+		}
+		if after := containerIDs(t, k.cd); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("%s: the containers changed: %v, then %v", how, before, after)
+		}
+		if n := len(clientCSRs(t, name)); n != csrsBefore {
+			t.Fatalf("%s: nodelet asked for a new client certificate (%d requests, %d before): the kubelet's must be reused", how, n, csrsBefore)
+		}
+		testbed.Eventually(t, time.Minute, func() (bool, string) {
+			out, err := cl.Kubectl(context.Background(), "logs", "-n", ns, "survivor")
+			return err == nil && strings.Contains(out, "hello from survivor"), fmt.Sprintf("%s: kubectl logs: %v %s", how, err, out)
+		})
+	}
 
+	// The binary replaced, the kubelet's unit and drop-in unchanged.
+	bin, err := testbed.NodeletBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.bed.Install(context.Background(), bin, "/usr/bin/kubelet", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k.systemctl("restart", "kubelet")
+	moved("the kubelet's binary replaced")
+
+	// nodelet's own unit.
 	k.installNodelet()
 	k.systemctl("daemon-reload")
 	k.systemctl("disable", "--now", "kubelet")
 	k.systemctl("enable", "--now", "nodelet")
-	testbed.Eventually(t, time.Minute, func() (bool, string) {
-		n, err := cl.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		return err == nil && strings.HasSuffix(n.Status.NodeInfo.KubeletVersion, "-nodelet"), "the node is not reported by nodelet yet"
-	})
-	waitNodeReady(t, name, time.Minute)
-	p := waitPod(t, time.Minute, ns, "survivor", running)
-	if p.Status.ContainerStatuses[0].RestartCount != 0 || p.UID != pod.UID {
-		t.Fatalf("the pod restarted: %+v", p.Status.ContainerStatuses)
-	}
-	if after := containerIDs(t, k.cd); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Fatalf("the move changed the containers: %v, then %v", before, after)
-	}
-	if n := len(clientCSRs(t, name)); n != csrsBefore {
-		t.Fatalf("nodelet asked for a new client certificate (%d requests, %d before): the kubelet's must be reused", n, csrsBefore)
-	}
-	testbed.Eventually(t, time.Minute, func() (bool, string) {
-		out, err := cl.Kubectl(context.Background(), "logs", "-n", ns, "survivor")
-		return err == nil && strings.Contains(out, "hello from survivor"), fmt.Sprintf("kubectl logs: %v %s", err, out)
-	})
+	moved("the services swapped")
 }
