@@ -542,3 +542,10 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string))
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// MarksLog reads the words a test's pods appended to dir/log (a hostPath
+// their containers share with the test), in order.
+func MarksLog(dir string) []string {
+	b, _ := os.ReadFile(filepath.Join(dir, "log"))
+	return strings.Fields(string(b))
+}

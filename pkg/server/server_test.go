@@ -2,18 +2,13 @@ package server
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +22,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
@@ -288,7 +284,7 @@ func TestTLSConfigReadsItsSourcesAtEachHandshake(t *testing.T) {
 	if _, _, err := get(nil); err == nil {
 		t.Fatal("a handshake without a serving certificate succeeded")
 	}
-	first, second := testCert(t, "first", nil), testCert(t, "second", nil)
+	first, second := testutil.NewCert(t, "first", nil).TLS, testutil.NewCert(t, "second", nil).TLS
 	cert.Store(first)
 	if _, peer, err := get(nil); err != nil || peer.Subject.CommonName != "first" {
 		t.Fatalf("first certificate: %v %v", peer, err)
@@ -297,8 +293,8 @@ func TestTLSConfigReadsItsSourcesAtEachHandshake(t *testing.T) {
 	if _, peer, err := get(nil); err != nil || peer.Subject.CommonName != "second" {
 		t.Fatalf("after the swap: %v %v", peer, err)
 	}
-	ca := testCert(t, "ca", nil)
-	client := testCert(t, "system:node:x", ca)
+	caCert := testutil.NewCert(t, "ca", nil)
+	ca, client := caCert.TLS, testutil.NewCert(t, "system:node:x", caCert).TLS
 	if user, _, err := get(client); err != nil || user != "" {
 		t.Fatalf("without client CAs a client certificate must not verify: %q %v", user, err)
 	}
@@ -308,34 +304,6 @@ func TestTLSConfigReadsItsSourcesAtEachHandshake(t *testing.T) {
 	if user, _, err := get(client); err != nil || user != "system:node:x" {
 		t.Fatalf("with the CA added: %q %v", user, err)
 	}
-}
-
-// testCert makes a certificate for cn, signed by parent (self-signed
-// when nil, and then a CA).
-func testCert(t *testing.T, cn string, parent *tls.Certificate) *tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign}
-	signer, signerKey := tmpl, any(key)
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-	} else {
-		signer, signerKey = parent.Leaf, parent.PrivateKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
 
 // FuzzContainerLogsQuery sends arbitrary query strings to containerLogs:

@@ -381,12 +381,6 @@ func TestCrashLoopBackOffGrows(t *testing.T) {
 	}
 }
 
-// marksLog reads the lines the pod's containers appended to a shared file.
-func marksLog(dir string) []string {
-	b, _ := os.ReadFile(filepath.Join(dir, "log"))
-	return strings.Fields(string(b))
-}
-
 // nth is the index of the n-th (from 1) occurrence of v in s, or -1.
 func nth(s []string, v string, n int) int {
 	for i, x := range s {
@@ -429,10 +423,10 @@ spec:
     hostPath: {path: %[2]s, type: DirectoryOrCreate}
 `, testbed.BusyboxImage, marks))
 	testbed.Eventually(t, time.Minute, func() (bool, string) {
-		l := marksLog(marks)
+		l := testbed.MarksLog(marks)
 		return nth(l, "app", 2) >= 0 && nth(l, "side", 3) >= 0, fmt.Sprintf("log %v", l)
 	})
-	l := marksLog(marks)
+	l := testbed.MarksLog(marks)
 	if nth(l, "app", 2) > nth(l, "side", 3) {
 		t.Fatalf("the app was restarted only after the sidecar's back-off: %v", l)
 	}
@@ -475,10 +469,10 @@ spec:
 	n.RemoveManifest("ordered.yaml")
 	want := []string{"main-term", "second-prestop", "second-term", "first-prestop", "first-term"}
 	testbed.Eventually(t, time.Minute, func() (bool, string) {
-		l := marksLog(marks)
+		l := testbed.MarksLog(marks)
 		return len(l) >= len(want), fmt.Sprintf("log %v", l)
 	})
-	if l := marksLog(marks); strings.Join(l, " ") != strings.Join(want, " ") {
+	if l := testbed.MarksLog(marks); strings.Join(l, " ") != strings.Join(want, " ") {
 		t.Fatalf("stopped in the order %v, want %v", l, want)
 	}
 }

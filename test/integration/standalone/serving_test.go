@@ -3,17 +3,9 @@
 package standalone
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,34 +17,6 @@ import (
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
-// pemPair makes a key and a certificate for cn signed by parent (itself,
-// and then a CA, when parent is nil), as PEM, and the parsed pair.
-func pemPair(t *testing.T, cn string, parent *tls.Certificate) (certPEM, keyPEM []byte, pair *tls.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	testutil.Must(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	signer, signerKey := tmpl, any(key)
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-	} else {
-		signer, signerKey = parent.Leaf, parent.PrivateKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	testutil.Must(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	testutil.Must(t, err)
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	p, err := tls.X509KeyPair(certPEM, keyPEM)
-	testutil.Must(t, err)
-	p.Leaf, err = x509.ParseCertificate(der)
-	testutil.Must(t, err)
-	return certPEM, keyPEM, &p
-}
-
 // TestServingFilesReloaded: a serving certificate and a client CA file
 // replaced on disk take effect without a restart, as the kubelet reloads
 // them: the next handshake presents the new certificate, and a client
@@ -61,11 +25,10 @@ func TestServingFilesReloaded(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
 	write := func(path string, data []byte) { testutil.Must(t, os.WriteFile(path, data, 0o600)) }
-	c1, k1, _ := pemPair(t, "serving-one", nil)
-	write(certFile, c1)
-	write(keyFile, k1)
-	oldCA, _, _ := pemPair(t, "old-ca", nil)
-	write(caFile, oldCA)
+	one := testutil.NewCert(t, "serving-one", nil)
+	write(certFile, one.CertPEM)
+	write(keyFile, one.KeyPEM)
+	write(caFile, testutil.NewCert(t, "old-ca", nil).CertPEM)
 	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{ExtraConfig: fmt.Sprintf(`tlsCertFile: %s
 tlsPrivateKeyFile: %s
 authentication:
@@ -84,11 +47,9 @@ authorization: {mode: AlwaysAllow}
 	if cn := served(); cn != "serving-one" {
 		t.Fatalf("served %q", cn)
 	}
-	newCAPEM, _, newCA := pemPair(t, "new-ca", nil)
-	clientPEM, clientKey, _ := pemPair(t, "admin", newCA)
-	client, err := tls.X509KeyPair(clientPEM, clientKey)
-	testutil.Must(t, err)
-	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{client}}}
+	newCA := testutil.NewCert(t, "new-ca", nil)
+	client := testutil.NewCert(t, "admin", newCA)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{*client.TLS}}}
 	defer tr.CloseIdleConnections()
 	status := func() int {
 		tr.CloseIdleConnections() // a new handshake each time
@@ -103,10 +64,10 @@ authorization: {mode: AlwaysAllow}
 		t.Fatalf("a client the configured CA did not sign got %d", s)
 	}
 
-	c2, k2, _ := pemPair(t, "serving-two", nil)
-	write(keyFile, k2)
-	write(certFile, c2)
-	write(caFile, newCAPEM)
+	two := testutil.NewCert(t, "serving-two", nil)
+	write(keyFile, two.KeyPEM)
+	write(certFile, two.CertPEM)
+	write(caFile, newCA.CertPEM)
 	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
 		cn := served()
 		return cn == "serving-two", "still serving " + cn

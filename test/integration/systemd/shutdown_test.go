@@ -5,8 +5,6 @@ package systemd
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,11 +33,6 @@ spec:
   - name: marks
     hostPath: {path: %[5]s, type: DirectoryOrCreate}
 `, name, priority, testbed.BusyboxImage, onTerm, marks)
-}
-
-func marksLog(dir string) []string {
-	b, _ := os.ReadFile(filepath.Join(dir, "log"))
-	return strings.Fields(string(b))
 }
 
 // TestLogindShutdown: with a shutdown grace period, nodelet takes logind's
@@ -90,7 +83,7 @@ func TestLogindShutdown(t *testing.T) {
 	n.WriteManifest("regular.yaml", shutdownPod("regular", "0", "sleep 2", marks))
 	n.WriteManifest("critical.yaml", shutdownPod("critical", "2000001000", "true", marks))
 	testbed.Eventually(t, podTimeout, func() (bool, string) {
-		return len(marksLog(marks)) == 2, fmt.Sprintf("log %v", marksLog(marks))
+		return len(testbed.MarksLog(marks)) == 2, fmt.Sprintf("log %v", testbed.MarksLog(marks))
 	})
 	before := map[string]string{"regular": n.RunningContainer("regular", "main").Id, "critical": n.RunningContainer("critical", "main").Id}
 
@@ -115,7 +108,7 @@ func TestLogindShutdown(t *testing.T) {
 			t.Fatalf("%s's container changed across the restart of nodelet: %v", name, c)
 		}
 	}
-	if got := marksLog(marks); len(got) != 2 {
+	if got := testbed.MarksLog(marks); len(got) != 2 {
 		t.Fatalf("a container was stopped or started again across the restart: %v", got)
 	}
 
@@ -131,7 +124,7 @@ func TestLogindShutdown(t *testing.T) {
 	took := time.Since(start)
 	runtime.WentDown()
 	want := []string{"regular-term", "critical-term"}
-	if l := marksLog(marks)[2:]; strings.Join(l, " ") != strings.Join(want, " ") {
+	if l := testbed.MarksLog(marks)[2:]; strings.Join(l, " ") != strings.Join(want, " ") {
 		t.Fatalf("stopped in the order %v, want %v (nodelet's staged stop, not the system's final kill)", l, want)
 	}
 	log := n.Log()
