@@ -635,6 +635,7 @@ func (kl *Kubelet) restartUnknown(all []*v1.Pod, working map[types.UID]podworker
 			continue
 		}
 		klog.V(3).InfoS("Pod will be restarted because it is in the desired set and not known to the pod workers", "pod", klog.KObj(p), "podUID", p.UID)
+		kl.status.Reopen(p)
 		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: p, MirrorPod: kl.pods.mirrorPodOf(p), UpdateType: podworkers.UpdateCreate, StartTime: start})
 		working[p.UID] = podworkers.PodWorkerSync{State: podworkers.SyncPod}
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
 )
@@ -813,5 +814,35 @@ func TestRestoredUpdatesDoNotMakeTheSourceReady(t *testing.T) {
 	f.kl.syncLoopIteration(ctx, f.updates, nil, nil, nil, nil)
 	if !f.kl.sources.AllReady() {
 		t.Fatal("the source's own report did not make it ready")
+	}
+}
+
+// TestRestartedPodStatusStartsAfresh: a static pod run again under the
+// same UID (its manifest moved out and back while it terminated) gets a
+// status that follows its new run: the finished record of the old one
+// no longer refuses every update.
+func TestRestartedPodStatusStartsAfresh(t *testing.T) {
+	f := newCore(t, 10)
+	pod := apiPod("static", "static", now)
+	pod.Annotations = map[string]string{podutil.ConfigSourceAnnotationKey: podutil.FileSource, podutil.ConfigHashAnnotationKey: "h"}
+	f.kl.pods.addOrUpdate(pod)
+	f.status.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "c", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}})
+	f.status.TerminatePod(pod)
+	finished, _ := f.status.GetPodStatus(pod.UID)
+	if finished.ContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("TerminatePod left %+v", finished.ContainerStatuses[0].State)
+	}
+	// The workers forgot the old run; the pod is desired: it starts again.
+	if err := f.kl.HandlePodCleanups(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.workers.take(); strings.Join(got, ";") != "create static" {
+		t.Fatalf("workers got %v", got)
+	}
+	running := v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "c", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}}
+	f.status.SetPodStatus(pod, running)
+	got, _ := f.status.GetPodStatus(pod.UID)
+	if got.ContainerStatuses[0].State.Running == nil {
+		t.Fatalf("the new run's status was refused: %+v", got.ContainerStatuses[0].State)
 	}
 }

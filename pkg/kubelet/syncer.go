@@ -35,6 +35,7 @@ type statusStore interface {
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
 	TerminatePod(pod *v1.Pod)
 	RemoveOrphanedStatuses(keep map[types.UID]bool)
+	Reopen(pod *v1.Pod)
 }
 
 // podCgroups is the container manager as the sync scripts use it.

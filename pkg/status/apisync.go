@@ -290,11 +290,16 @@ func (s *APISyncer) syncPod(ctx context.Context, p pending, deletable bool) (boo
 	s.mu.Lock()
 	write := s.synced[p.uid] != p.version || s.target[p.uid] != obj.UID
 	s.mu.Unlock()
+	held := s.holdTerminalPhase(obj, &p)
 	if write || !apiequality.Semantic.DeepEqual(obj.Status, mergeStatus(obj.Status, p.status)) {
 		if err := s.patch(ctx, obj, p); err != nil {
 			s.mark(func() { s.reread[p.uid] = true })
 			return false, err
 		}
+	}
+	if held {
+		// Written but for the phase: not done until the containers are.
+		return false, nil
 	}
 	s.mark(func() { s.synced[p.uid], s.target[p.uid] = p.version, obj.UID })
 	if !deletable {
@@ -308,6 +313,22 @@ func (s *APISyncer) syncPod(ctx context.Context, p pending, deletable bool) (boo
 	klog.V(2).InfoS("Pod fully terminated and removed from the API", "pod", klog.KObj(obj), "podUID", p.uid)
 	s.mark(func() { s.deleted[p.uid] = true })
 	return true, nil
+}
+
+// holdTerminalPhase keeps the API's phase, reason and message in p while
+// the pod's containers could still run (a pod evicted, past its deadline
+// or stopped at node shutdown, whose containers are being stopped): a
+// controller that sees a terminal phase creates a replacement, and two
+// copies would run at once. The rest of the status is written, and the
+// phase follows once the containers are gone, as upstream's status
+// manager holds it. It reports whether it held the phase back.
+func (s *APISyncer) holdTerminalPhase(obj *v1.Pod, p *pending) bool {
+	if podutil.IsTerminal(obj.Status.Phase) || !podutil.IsTerminal(p.status.Phase) || !s.pods.CouldHaveRunningContainers(p.uid) {
+		return false
+	}
+	klog.V(3).InfoS("Holding the terminal phase back while the pod's containers may run", "pod", klog.KObj(obj), "podUID", p.uid, "phase", p.status.Phase)
+	p.status.Phase, p.status.Reason, p.status.Message = obj.Status.Phase, obj.Status.Reason, obj.Status.Message
+	return true
 }
 
 func (s *APISyncer) mark(fn func()) {

@@ -356,3 +356,33 @@ func TestWritesAreTimelineSteps(t *testing.T) {
 		t.Fatalf("steps %q", got)
 	}
 }
+
+// TestSyncerHoldsTheTerminalPhaseWhileContainersMayRun: a pod decided
+// Failed (past its deadline, evicted) whose containers are still being
+// stopped is written with everything but the terminal phase, which the
+// API gets only once the containers are gone; the rest of the status
+// (here, Ready false) goes at once.
+func TestSyncerHoldsTheTerminalPhaseWhileContainersMayRun(t *testing.T) {
+	pod := testPod("a")
+	pod.Status.Phase = v1.PodRunning
+	s, m, client, pods := newSyncer(t, pod)
+	pods.running[pod.UID] = true
+	failed := ready(v1.ConditionFalse)
+	failed.Phase, failed.Reason, failed.Message = v1.PodFailed, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+	m.SetPodStatus(pod, failed)
+	ctx := context.Background()
+	if retry := s.SyncBatch(ctx); !retry {
+		t.Fatal("a held status was taken as written")
+	}
+	got := apiPod(t, client, "a")
+	if got.Status.Phase != v1.PodRunning || got.Status.Reason != "" || len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Status != v1.ConditionFalse {
+		t.Fatalf("while the containers may run: phase %s reason %q conditions %+v", got.Status.Phase, got.Status.Reason, got.Status.Conditions)
+	}
+	pods.running[pod.UID] = false
+	if retry := s.SyncBatch(ctx); retry {
+		t.Fatal("nothing left to write, yet a retry")
+	}
+	if got := apiPod(t, client, "a"); got.Status.Phase != v1.PodFailed || got.Status.Reason != "DeadlineExceeded" {
+		t.Fatalf("once the containers are gone: phase %s reason %q", got.Status.Phase, got.Status.Reason)
+	}
+}

@@ -163,6 +163,22 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, status v1.PodStatus) {
 	m.update(pod, *status.DeepCopy(), false)
 }
 
+// Reopen starts a pod's status afresh when the pod runs again under the
+// same UID (a static pod whose manifest came back while or just after it
+// terminated): its finished record would otherwise refuse every update,
+// and its start time is the new run's. Nothing is written until the next
+// status; the version goes on from the old one.
+func (m *Manager) Reopen(pod *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.statuses[pod.UID]
+	if !ok || !old.finished {
+		return
+	}
+	klog.V(3).InfoS("Starting the status of a pod run again under its UID afresh", "pod", klog.KObj(pod), "podUID", pod.UID)
+	m.statuses[pod.UID] = &versioned{name: old.name, namespace: old.namespace, mirrorOf: old.mirrorOf, version: old.version, seq: old.seq}
+}
+
 // TerminatePod marks the end of a pod's life: every container that is not
 // known to have terminated is recorded as terminated with an unknown
 // status, and a pod that did not reach a terminal phase is marked Failed
