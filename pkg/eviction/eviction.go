@@ -57,9 +57,9 @@ const hardGracePeriod = 1
 // Pods are the pods eviction may choose from, and how it stops one.
 type Pods interface {
 	ActivePods() []*v1.Pod
-	// KillPod stops the pod with the grace period, then sets its final
-	// status with status.
-	KillPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{}
+	// EvictPod stops the pod with the grace period, then sets its final
+	// status with status; the pod's content goes once it stopped.
+	EvictPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{}
 }
 
 // Stats measures the node and its pods.
@@ -241,7 +241,7 @@ func (m *Manager) evict(ctx context.Context, th threshold, readings map[string]n
 		msg := message(th, readings[th.signal], pod, usage[pod.UID])
 		klog.InfoS("Eviction manager: evicting pod", "pod", klog.KObj(pod), "podUID", pod.UID, "signal", th.signal, "gracePeriod", grace, "message", msg)
 		m.o.Recorder.Event(pod, v1.EventTypeWarning, Reason, msg)
-		m.o.Pods.KillPod(pod, grace, evicted(pod, msg))
+		m.o.Pods.EvictPod(pod, grace, evicted(pod, msg))
 		m.waitForCleanup(ctx, pod)
 		return pod, nil
 	}

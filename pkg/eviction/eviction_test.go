@@ -50,7 +50,7 @@ type fakePods struct {
 
 func (f *fakePods) ActivePods() []*v1.Pod { return append([]*v1.Pod(nil), f.pods...) }
 
-func (f *fakePods) KillPod(pod *v1.Pod, grace int64, status func(*v1.PodStatus)) <-chan struct{} {
+func (f *fakePods) EvictPod(pod *v1.Pod, grace int64, status func(*v1.PodStatus)) <-chan struct{} {
 	k := kill{pod: pod.Name, grace: grace}
 	status(&k.status)
 	f.kills = append(f.kills, k)

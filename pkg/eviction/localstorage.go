@@ -32,7 +32,7 @@ func (m *Manager) localStorage(ctx context.Context, summary *statsapi.Summary) [
 		if msg := overLocalLimit(pod, ps); msg != "" {
 			klog.InfoS("Eviction manager: pod over its local storage limit", "pod", klog.KObj(pod), "podUID", pod.UID, "message", msg)
 			m.o.Recorder.Event(pod, v1.EventTypeWarning, Reason, msg)
-			m.o.Pods.KillPod(pod, hardGracePeriod, evicted(pod, msg))
+			m.o.Pods.EvictPod(pod, hardGracePeriod, evicted(pod, msg))
 			out = append(out, pod)
 		}
 	}

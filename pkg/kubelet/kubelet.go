@@ -536,12 +536,24 @@ func (kl *Kubelet) ActivePods() []*v1.Pod { return kl.activePods(kl.pods.pods())
 // within gracePeriod seconds; status amends its final status. The channel
 // closes once its containers are stopped.
 func (kl *Kubelet) KillPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{} {
+	return kl.kill(pod, gracePeriod, status, false)
+}
+
+// EvictPod is KillPod for an eviction: the pod workers count the pod as
+// evicted, so its content (sandbox, writable layers, logs, volumes) is
+// removed as soon as it stopped, not when its API object goes: the space
+// the eviction was for is freed.
+func (kl *Kubelet) EvictPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{} {
+	return kl.kill(pod, gracePeriod, status, true)
+}
+
+func (kl *Kubelet) kill(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus), evict bool) <-chan struct{} {
 	done := make(chan struct{})
 	pod, mirror, _ := kl.pods.podAndMirror(pod)
 	kl.workers.UpdatePod(podworkers.UpdatePodOptions{
 		Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateKill, StartTime: kl.clock.Now(),
 		KillPodOptions: &podworkers.KillPodOptions{
-			CompletedCh: done, PodStatusFunc: status, PodTerminationGracePeriodSecondsOverride: &gracePeriod,
+			CompletedCh: done, PodStatusFunc: status, PodTerminationGracePeriodSecondsOverride: &gracePeriod, Evict: evict,
 		},
 	})
 	return done

@@ -679,7 +679,7 @@ func TestKillPodKeepsThePodDesired(t *testing.T) {
 		t.Fatalf("workers got %q", u)
 	}
 	k := got.KillPodOptions
-	if k == nil || *k.PodTerminationGracePeriodSecondsOverride != 7 || k.CompletedCh == nil || k.PodStatusFunc == nil {
+	if k == nil || *k.PodTerminationGracePeriodSecondsOverride != 7 || k.CompletedCh == nil || k.PodStatusFunc == nil || k.Evict {
 		t.Fatalf("kill options %+v", k)
 	}
 	var s v1.PodStatus
@@ -844,5 +844,19 @@ func TestRestartedPodStatusStartsAfresh(t *testing.T) {
 	got, _ := f.status.GetPodStatus(pod.UID)
 	if got.ContainerStatuses[0].State.Running == nil {
 		t.Fatalf("the new run's status was refused: %+v", got.ContainerStatuses[0].State)
+	}
+}
+
+// TestEvictPodIsAnEviction: an eviction's kill tells the workers so, and
+// the pod's content goes as soon as it stopped (seed 003's
+// ShouldPodContentBeRemoved: evicted, or deleted and terminated).
+func TestEvictPodIsAnEviction(t *testing.T) {
+	f := newCore(t, 10)
+	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("a", "first", now)})
+	var got podworkers.UpdatePodOptions
+	f.workers.hook = func(o podworkers.UpdatePodOptions) { got = o }
+	f.kl.EvictPod(f.kl.ActivePods()[0], 0, func(*v1.PodStatus) {})
+	if k := got.KillPodOptions; got.UpdateType != podworkers.UpdateKill || k == nil || !k.Evict || *k.PodTerminationGracePeriodSecondsOverride != 0 {
+		t.Fatalf("eviction's update %v, kill options %+v", got.UpdateType, k)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
@@ -165,6 +167,37 @@ func TestLocalStorageLimitsEvict(t *testing.T) {
 		}
 		waitEvents(t, ns, name, "Evicted")
 	}
+	// The eviction freed the space it was for: the evicted pod's sandbox,
+	// containers (their writable layers) and logs are gone, while its
+	// API object, Failed, stays (seed 003: an evicted pod's content may
+	// be removed at once).
+	evicted, err := cl.Client.CoreV1().Pods(ns).Get(ctx, "layerfill", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := filepath.Join(n.LogsDir, fmt.Sprintf("%s_%s_%s", ns, "layerfill", evicted.UID))
+	testbed.Eventually(t, time.Minute, func() (bool, string) {
+		var left []string
+		for _, c := range runtimeContainersOf(t, cd, evicted.UID) {
+			left = append(left, "container "+c)
+		}
+		sbs, err := cd.Sandboxes(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, sb := range sbs {
+			if sb.Metadata.Uid == string(evicted.UID) {
+				left = append(left, "sandbox "+sb.Id)
+			}
+		}
+		if _, err := os.Stat(logs); err == nil {
+			left = append(left, "logs "+logs)
+		}
+		return len(left) == 0, fmt.Sprintf("left of the evicted pod: %v", left)
+	})
+	if _, err := cl.Client.CoreV1().Pods(ns).Get(ctx, "layerfill", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the evicted pod's API object: %v", err)
+	}
 	offset := len(n.Log())
 	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
 		return strings.Contains(n.Log()[offset:], `"Eviction manager: measured the node"`), "no measure since the evictions"
@@ -239,4 +272,20 @@ func TestDiskPressureReclaimsImagesFirst(t *testing.T) {
 	if hasImage(testbed.GRPCHealthImage) {
 		t.Fatal("the unused image is still there")
 	}
+}
+
+// runtimeContainersOf lists the IDs of the runtime's containers of a pod.
+func runtimeContainersOf(t *testing.T, c *testbed.Containerd, uid types.UID) []string {
+	t.Helper()
+	cs, err := c.Containers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ctr := range cs {
+		if ctr.Labels["io.kubernetes.pod.uid"] == string(uid) {
+			out = append(out, ctr.Id)
+		}
+	}
+	return out
 }
