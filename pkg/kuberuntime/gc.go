@@ -157,25 +157,29 @@ func (g *ContainerGC) pruneOldSandboxes(ctx context.Context, p *container.Pod) e
 	return errors.Join(errs...)
 }
 
+// removeContainer removes a container and its log files in a background
+// slot of the start gate.
+func (g *ContainerGC) removeContainer(ctx context.Context, id string) error {
+	return g.gated(ctx, func(ctx context.Context) error { return removeContainer(ctx, g.runtime, id) })
+}
+
 // removeContainer removes a container and its log files, rotated ones
 // included: the runtime does not own them.
-func (g *ContainerGC) removeContainer(ctx context.Context, id string) error {
-	return g.gated(ctx, func(ctx context.Context) error {
-		st, err := g.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-		if _, err := g.runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !crierr.IsNotFound(err) {
-			return fmt.Errorf("removing container %s: %w", id, err)
+func removeContainer(ctx context.Context, runtime RuntimeService, id string) error {
+	st, err := runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if _, err := runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !crierr.IsNotFound(err) {
+		return fmt.Errorf("removing container %s: %w", id, err)
+	}
+	if path := st.GetStatus().GetLogPath(); err == nil && path != "" {
+		rmErr := os.Remove(path)
+		if os.IsNotExist(rmErr) {
+			rmErr = nil
 		}
-		if path := st.GetStatus().GetLogPath(); err == nil && path != "" {
-			rmErr := os.Remove(path)
-			if os.IsNotExist(rmErr) {
-				rmErr = nil
-			}
-			if err := errors.Join(logs.RemoveRotated(path), rmErr); err != nil {
-				return fmt.Errorf("removing the logs of container %s: %w", id, err)
-			}
+		if err := errors.Join(logs.RemoveRotated(path), rmErr); err != nil {
+			return fmt.Errorf("removing the logs of container %s: %w", id, err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 func (g *ContainerGC) removeSandbox(ctx context.Context, id string) error {

@@ -582,3 +582,39 @@ func TestStepsAreReported(t *testing.T) {
 		t.Fatalf("no image size in %s", got)
 	}
 }
+
+func TestSandboxChangePurgesInitContainers(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").init("i1").pod
+	f.sync(t, pod)
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+	oldInit := f.rt.ContainerIDs("i1", &running)[0]
+	f.rt.Exit(oldInit, 0)
+	f.sync(t, pod)
+	st, err := f.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: oldInit})
+	testutil.Must(t, err)
+	logPath := st.GetStatus().GetLogPath()
+	testutil.Must(t, os.MkdirAll(filepath.Dir(logPath), 0o755))
+	testutil.Must(t, os.WriteFile(logPath, []byte("init ran\n"), 0o644))
+
+	// The pause container dies: the sandbox is replaced.
+	sandboxes := f.status(t, pod).SandboxStatuses
+	f.rt.SetSandboxState(sandboxes[0].ID, false)
+	f.rt.ResetCalls()
+	f.sync(t, pod)
+
+	got := calls(f.rt, "RemoveContainer", "RunPodSandbox", "StartContainer")
+	if strings.Join(got, ",") != "RemoveContainer i1,RunPodSandbox p,StartContainer i1" {
+		t.Fatalf("calls %v: want the old init container removed before the new sandbox, then init run again", got)
+	}
+	if ids := f.rt.ContainerIDs("i1", nil); len(ids) != 1 || ids[0] == oldInit {
+		t.Fatalf("i1 instances %v: want only the new one", ids)
+	}
+	if _, err := os.Stat(logPath); !os.IsNotExist(err) {
+		t.Fatalf("old init container's log: %v, want it removed", err)
+	}
+	// The app container waits for init in the new sandbox.
+	if s := f.status(t, pod); len(s.RunningContainers()) != 1 || s.RunningContainers()[0].Name != "i1" {
+		t.Fatalf("running %v: want only the new init container", s.RunningContainers())
+	}
+}

@@ -52,6 +52,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 			// The pod is done: nothing starts in it again.
 			return result
 		}
+		m.purgeInitContainers(ctx, pod, status)
 	} else {
 		// Step 3.
 		for id, k := range actions.ContainersToKill {
@@ -171,6 +172,31 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 // recently: the delay starts at 10 s, doubles per restart up to 5 min, and
 // is forgotten once the container ran for 10 min. It returns how long the
 // back-off has left.
+// purgeInitContainers removes every instance of the pod's init containers
+// before its sandbox is created again (seed 000 step 2): they ran in the old
+// sandbox, and left in place they would read as Completed, so the pod would
+// count as initialized and its app containers start before init ran in the
+// new sandbox. A failed removal is logged and the rest go on: the init
+// containers run again either way.
+func (m *Manager) purgeInitContainers(ctx context.Context, pod *v1.Pod, status *container.PodStatus) {
+	names := make(map[string]bool, len(pod.Spec.InitContainers))
+	for _, c := range pod.Spec.InitContainers {
+		names[c.Name] = true
+	}
+	for _, cs := range status.ContainerStatuses {
+		if !names[cs.Name] {
+			continue
+		}
+		klog.V(4).InfoS("Removing init container before the sandbox is re-created", "pod", klog.KObj(pod), "podUID", pod.UID, "container", cs.Name, "containerID", cs.ID)
+		cctx, cancel := m.call(ctx)
+		err := removeContainer(cctx, m.runtime, cs.ID.ID)
+		cancel()
+		if err != nil {
+			klog.ErrorS(err, "Failed to remove init container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", cs.Name)
+		}
+	}
+}
+
 func (m *Manager) crashLoopBackOff(pod *v1.Pod, c *v1.Container, status *container.PodStatus) (string, time.Duration, error) {
 	last := status.FindContainerStatusByName(c.Name)
 	if last == nil || last.State != container.StateExited {
