@@ -192,20 +192,14 @@ func (m *Manager) TerminatePod(pod *v1.Pod) {
 	} else {
 		status = *pod.Status.DeepCopy()
 	}
-	markUnknownTerminated := func(cs []v1.ContainerStatus) {
-		for i := range cs {
-			if cs[i].State.Terminated != nil {
-				continue
-			}
-			cs[i].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
-				Reason:   "ContainerStatusUnknown",
-				Message:  "The container could not be located when the pod was terminated",
-				ExitCode: 137,
-			}}
-			cs[i].Ready = false
-		}
+	// A container with no state left is reported failed, as nothing
+	// tells whether it succeeded: the app containers once the pod has
+	// initialized (before that they never ran), and the init containers
+	// that tried to start (all but the trailing ones still waiting).
+	if podInitialized(pod, &status) {
+		markUnknownTerminated(status.ContainerStatuses)
 	}
-	markUnknownTerminated(status.ContainerStatuses)
+	markUnknownTerminated(initializedContainers(status.InitContainerStatuses))
 	if !podutil.IsStatic(pod) {
 		switch status.Phase {
 		case v1.PodSucceeded, v1.PodFailed:
@@ -215,6 +209,65 @@ func (m *Manager) TerminatePod(pod *v1.Pod) {
 		}
 	}
 	m.update(pod, status, true)
+}
+
+func markUnknownTerminated(cs []v1.ContainerStatus) {
+	for i := range cs {
+		if cs[i].State.Terminated != nil {
+			continue
+		}
+		cs[i].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+			Reason:   "ContainerStatusUnknown",
+			Message:  "The container could not be located when the pod was terminated",
+			ExitCode: 137,
+		}}
+		cs[i].Ready = false
+	}
+}
+
+// podInitialized tells from a status whether the pod ever got past its
+// init containers: it has none, an app container left Waiting or ended
+// once, or the last init container completed (a sidecar: runs and has
+// started). Upstream reads the pod object's status; the newest status
+// known is read here, which is the same or more recent.
+func podInitialized(pod *v1.Pod, status *v1.PodStatus) bool {
+	if len(pod.Spec.InitContainers) == 0 {
+		return true
+	}
+	for _, cs := range status.ContainerStatuses {
+		if cs.LastTerminationState.Terminated != nil || cs.State.Waiting == nil {
+			return true
+		}
+	}
+	n := len(status.InitContainerStatuses)
+	if n == 0 {
+		return false
+	}
+	last := status.InitContainerStatuses[n-1]
+	if n > len(pod.Spec.InitContainers) || pod.Spec.InitContainers[n-1].Name != last.Name {
+		klog.V(4).InfoS("Pod status does not match its spec's init containers", "pod", klog.KObj(pod), "podUID", pod.UID, "container", last.Name)
+		return false
+	}
+	if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[n-1]) {
+		return last.State.Running != nil && last.Started != nil && *last.Started
+	}
+	completed := func(t *v1.ContainerStateTerminated) bool { return t != nil && t.Reason == "Completed" }
+	return completed(last.State.Terminated) || completed(last.LastTerminationState.Terminated)
+}
+
+// initializedContainers is every init container status but the trailing
+// ones that never left Waiting: those never tried to start. The first is
+// always included.
+func initializedContainers(cs []v1.ContainerStatus) []v1.ContainerStatus {
+	for i := len(cs) - 1; i >= 0; i-- {
+		if cs[i].State.Waiting == nil || cs[i].LastTerminationState.Terminated != nil {
+			return cs[:i+1]
+		}
+	}
+	if len(cs) > 0 {
+		return cs[:1]
+	}
+	return nil
 }
 
 // update stores a status under the lock, keeping its invariants.

@@ -116,6 +116,58 @@ func TestTerminatePod(t *testing.T) {
 	}
 }
 
+func TestTerminatePodDuringInit(t *testing.T) {
+	waiting := func(reason string) v1.ContainerState {
+		return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}}
+	}
+	completed := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{Reason: "Completed"}}
+	running := v1.ContainerState{Running: &v1.ContainerStateRunning{}}
+	always := v1.ContainerRestartPolicyAlways
+	for _, tc := range []struct {
+		name string
+		// init is the init containers' states; sidecar makes the last one
+		// a restartable init container.
+		init    []v1.ContainerState
+		sidecar bool
+		// want137 names the containers marked ContainerStatusUnknown/137.
+		want137 string
+	}{
+		{"killed in the first init container", []v1.ContainerState{running, waiting("PodInitializing")}, false, "i0"},
+		{"killed before any init container started", []v1.ContainerState{waiting("PodInitializing"), waiting("PodInitializing")}, false, "i0"},
+		{"killed in the second init container", []v1.ContainerState{completed, running}, false, "i1"},
+		{"initialized", []v1.ContainerState{completed, completed}, false, "app"},
+		{"sidecar not yet started", []v1.ContainerState{completed, running}, true, "i1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
+			pod := testPod("a")
+			pod.Spec.InitContainers = []v1.Container{{Name: "i0"}, {Name: "i1"}}
+			if tc.sidecar {
+				pod.Spec.InitContainers[1].RestartPolicy = &always
+			}
+			st := v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{Name: "app", State: waiting("PodInitializing")}}}
+			for i, s := range tc.init {
+				st.InitContainerStatuses = append(st.InitContainerStatuses, v1.ContainerStatus{Name: pod.Spec.InitContainers[i].Name, State: s})
+			}
+			m.SetPodStatus(pod, st)
+			m.TerminatePod(pod)
+			s, _ := m.GetPodStatus("a")
+			var got []string
+			for _, cs := range append(s.InitContainerStatuses, s.ContainerStatuses...) {
+				if t := cs.State.Terminated; t != nil && t.ExitCode == 137 && t.Reason == "ContainerStatusUnknown" {
+					got = append(got, cs.Name)
+				}
+			}
+			if strings.Join(got, ",") != tc.want137 {
+				t.Fatalf("marked 137: %v, want %s", got, tc.want137)
+			}
+			if s.Phase != v1.PodFailed {
+				t.Fatalf("phase %s", s.Phase)
+			}
+		})
+	}
+}
+
 func TestRemoveOrphanedStatuses(t *testing.T) {
 	m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
 	m.SetPodStatus(testPod("a"), v1.PodStatus{})
