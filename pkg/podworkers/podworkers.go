@@ -72,6 +72,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -114,6 +115,9 @@ type Options struct {
 	Executor Executor
 	// Jitter randomises a delay; nil means uniform jitter up to the factor.
 	Jitter func(d time.Duration, factor float64) time.Duration
+	// Recorder receives the FailedSync event of a pod whose runtime
+	// status could not be read; nil records nothing.
+	Recorder record.EventRecorder
 }
 
 // PodWorkers is the set of per-pod workers and the source of truth for
@@ -127,6 +131,7 @@ type PodWorkers struct {
 	backOffPeriod  time.Duration
 	exec           Executor
 	jitter         func(time.Duration, float64) time.Duration
+	recorder       record.EventRecorder
 
 	mu sync.Mutex
 	// podsSynced is set by the first SyncKnownPods: from then on a pod the
@@ -148,6 +153,9 @@ func New(o Options) *PodWorkers {
 	if o.Jitter == nil {
 		o.Jitter = jitter
 	}
+	if o.Recorder == nil {
+		o.Recorder = &record.FakeRecorder{}
+	}
 	return &PodWorkers{
 		syncer:         o.Syncer,
 		status:         o.Status,
@@ -157,6 +165,7 @@ func New(o Options) *PodWorkers {
 		backOffPeriod:  o.BackOffPeriod,
 		exec:           o.Executor,
 		jitter:         o.Jitter,
+		recorder:       o.Recorder,
 		statuses:       map[types.UID]*podSyncStatus{},
 		active:         map[types.UID]bool{},
 		staticPods:     newStaticPods(),
@@ -547,6 +556,11 @@ func (p *PodWorkers) processWork(ctx context.Context, uid types.UID, w work, las
 			// a status newer than it, read on demand if the cache is older.
 			status, err = p.status.GetNewerThan(ctx, uid, w.options.Pod.Name, w.options.Pod.Namespace, lastSyncTime)
 			if err != nil {
+				if ctx.Err() == nil {
+					// Seed 000: the one event the workers raise themselves;
+					// every other is the syncer's.
+					p.recorder.Eventf(podutil.PodRef(w.options.Pod), v1.EventTypeWarning, "FailedSync", "error determining status: %v", err)
+				}
 				return err
 			}
 		}
@@ -787,7 +801,8 @@ func (p *PodWorkers) requeueLastPodUpdate(uid types.UID, status *podSyncStatus) 
 }
 
 // completeWork schedules the pod's next sync: at once after a phase
-// transition, when its back-off ends if it is waiting for one, after the
+// transition, when its back-off ends if it is waiting for one (at most a
+// resync interval away), after the
 // resync interval on success, soon when the network is not ready, after a
 // back-off on other errors.
 func (p *PodWorkers) completeWork(uid types.UID, phaseTransition bool, syncErr error) {
@@ -796,7 +811,9 @@ func (p *PodWorkers) completeWork(uid types.UID, phaseTransition bool, syncErr e
 	case phaseTransition:
 		p.workQueue.Enqueue(uid, 0)
 	case errors.As(syncErr, &retry):
-		p.workQueue.Enqueue(uid, retry.Delay)
+		// As upstream v1.37 does (seed 003 predates it and waited for the
+		// resync): the back-off's end, never later than a resync.
+		p.workQueue.Enqueue(uid, p.jitter(min(max(retry.Delay, 0), p.resyncInterval), backOffJitterFactor))
 	case syncErr == nil:
 		p.workQueue.Enqueue(uid, p.jitter(p.resyncInterval, resyncJitterFactor))
 	case errors.Is(syncErr, ErrNetworkNotReady):

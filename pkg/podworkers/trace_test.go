@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -58,7 +59,8 @@ func newHarness() *harness {
 		ResyncInterval: time.Minute, BackOffPeriod: 10 * time.Second,
 		Executor: func(f func()) { h.queue = append(h.queue, f) },
 		// No randomness: traces must be exact.
-		Jitter: func(d time.Duration, _ float64) time.Duration { return d },
+		Jitter:   func(d time.Duration, _ float64) time.Duration { return d },
+		Recorder: h,
 	})
 	return h
 }
@@ -377,7 +379,23 @@ func (h *harness) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, s *contain
 // The harness is also the status source: statuses are always fresh.
 
 func (h *harness) GetNewerThan(ctx context.Context, uid types.UID, name, ns string, min time.Time) (*container.PodStatus, error) {
+	if err, ok := h.fail["GetNewerThan "+string(uid)]; ok {
+		delete(h.fail, "GetNewerThan "+string(uid))
+		h.trace = append(h.trace, fmt.Sprintf("  GetNewerThan %s failed: %v", uid, err))
+		return nil, err
+	}
 	return h.Get(uid)
+}
+
+// Eventf records an event in the trace.
+func (h *harness) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...interface{}) {
+	h.trace = append(h.trace, fmt.Sprintf("  event %s %s: %s", eventtype, reason, fmt.Sprintf(messageFmt, args...)))
+}
+func (h *harness) Event(obj runtime.Object, eventtype, reason, message string) {
+	h.Eventf(obj, eventtype, reason, "%s", message)
+}
+func (h *harness) AnnotatedEventf(obj runtime.Object, _ map[string]string, eventtype, reason, messageFmt string, args ...interface{}) {
+	h.Eventf(obj, eventtype, reason, messageFmt, args...)
 }
 
 func (h *harness) Get(uid types.UID) (*container.PodStatus, error) {

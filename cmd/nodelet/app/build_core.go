@@ -48,7 +48,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	})
 	workers := podworkers.New(podworkers.Options{
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
-		Clock: b.clock, ResyncInterval: b.c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod,
+		Clock: b.clock, ResyncInterval: b.c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
 	})
 	podConfig := config.New(b.recorder, b.clock, config.WithSteps(b.timelines), config.WithJournal(b.journal))
 	sources := podSources(b, podConfig)
