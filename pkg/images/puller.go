@@ -65,7 +65,8 @@ type CredentialPlugins interface {
 
 // Puller makes sure a container's image is present, honouring the pull
 // policy, the pod's pull secrets and the node's credentials, and backing
-// off per image after failed pulls. Concurrent requests for the same
+// off per pod and image after failed pulls (one pod's bad credentials or
+// typo does not hold back another pod pulling the same image). Concurrent requests for the same
 // image share one pull.
 type Puller struct {
 	images     ImageService
@@ -82,8 +83,8 @@ type Puller struct {
 
 	mu       sync.Mutex
 	inflight map[string]*pull
-	// failed is when each image's last pull failed, for the time its
-	// back-off has left.
+	// failed is when each back-off key's last pull failed, for the time
+	// its back-off has left.
 	failed map[string]time.Time
 }
 
@@ -130,7 +131,21 @@ func (p *Puller) nodeCredentials(ctx context.Context, ref *v1.ObjectReference, i
 }
 
 // ForgetBackOffs drops back-offs that have run out.
-func (p *Puller) ForgetBackOffs() { p.backOff.GC() }
+// ForgetBackOffs drops back-offs that ended long ago.
+func (p *Puller) ForgetBackOffs() {
+	p.backOff.GC()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, at := range p.failed {
+		if p.clock.Since(at) > 2*imageBackOffMax {
+			delete(p.failed, key)
+		}
+	}
+}
+
+// backOffKey is what a pull back-off is kept under: the pod and the
+// image, as upstream keys it.
+func backOffKey(uid types.UID, image string) string { return string(uid) + "_" + image }
 
 // EnsureImage returns the image reference to create the container from,
 // or one of the container package's image errors with a message for the
@@ -167,7 +182,7 @@ func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 		}
 	}
 
-	backOffKey := image
+	backOffKey := backOffKey(pod.UID, image)
 	if p.backOff.IsInBackOffSinceUpdate(backOffKey, p.clock.Now()) {
 		msg := fmt.Sprintf("Back-off pulling image %q", image)
 		p.recorder.Event(ref, v1.EventTypeNormal, "BackOff", msg)
@@ -186,7 +201,7 @@ func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 	if err != nil {
 		p.backOff.Next(backOffKey, p.clock.Now())
 		p.mu.Lock()
-		p.failed[image] = p.clock.Now()
+		p.failed[backOffKey] = p.clock.Now()
 		p.mu.Unlock()
 		msg := fmt.Sprintf("Failed to pull image %q: %s", image, crierr.Message(err))
 		p.recorder.Event(ref, v1.EventTypeWarning, "Failed", msg)
@@ -289,15 +304,16 @@ func (p *Puller) pullOnce(ctx context.Context, image string, auths []*runtimeapi
 	return "", lastErr
 }
 
-// BackOffLeft is how long an image's pull back-off has left.
-func (p *Puller) BackOffLeft(image string) time.Duration {
+// BackOffLeft is how long a pod's pull back-off for an image has left.
+func (p *Puller) BackOffLeft(uid types.UID, image string) time.Duration {
+	key := backOffKey(uid, image)
 	p.mu.Lock()
-	failed, ok := p.failed[image]
+	failed, ok := p.failed[key]
 	p.mu.Unlock()
 	if !ok {
 		return 0
 	}
-	if left := p.backOff.Get(image) - p.clock.Since(failed); left > 0 {
+	if left := p.backOff.Get(key) - p.clock.Since(failed); left > 0 {
 		return left
 	}
 	return 0

@@ -302,12 +302,35 @@ func TestImagePullBackOff(t *testing.T) {
 		t.Fatalf("second: %v", err)
 	}
 	f.clock.Step(4 * time.Second)
-	if left := f.p.BackOffLeft(c.Image); left != 6*time.Second {
+	if left := f.p.BackOffLeft(pod.UID, c.Image); left != 6*time.Second {
 		t.Fatalf("back-off left %v, want 6s", left)
 	}
-	f.clock.Step(-4 * time.Second)
-	f.clock.Step(11 * time.Second)
+
+	// Another pod pulling the same image is not held back by the first
+	// pod's back-off: it pulls at once.
+	other := testPod()
+	other.Name, other.UID = "b", "b"
+	oc := &other.Spec.Containers[0]
+	oc.Image, oc.ImagePullPolicy = c.Image, c.ImagePullPolicy
+	f.rt.ResetCalls()
+	if _, _, err := f.p.EnsureImage(ctx, other, oc, nil, nil); err != nil {
+		t.Fatalf("another pod: %v, want a pull of its own", err)
+	}
+	if n := len(pulls(f.rt)); n != 1 {
+		t.Fatalf("another pod made %d pulls, want 1", n)
+	}
+	if left := f.p.BackOffLeft(other.UID, c.Image); left != 0 {
+		t.Fatalf("another pod's back-off %v", left)
+	}
+
+	f.clock.Step(7 * time.Second)
 	if _, _, err := f.p.EnsureImage(ctx, pod, c, nil, nil); err != nil {
 		t.Fatalf("after the back-off: %v", err)
+	}
+	// Back-offs that ended long ago are forgotten.
+	f.clock.Step(2*imageBackOffMax + time.Second)
+	f.p.ForgetBackOffs()
+	if n := len(f.p.failed); n != 0 {
+		t.Fatalf("%d back-offs kept", n)
 	}
 }

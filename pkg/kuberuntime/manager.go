@@ -115,7 +115,7 @@ func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(
 // imagePuller makes sure a container's image is present (images.Puller).
 type imagePuller interface {
 	EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig) (ref, msg string, err error)
-	BackOffLeft(image string) time.Duration
+	BackOffLeft(uid types.UID, image string) time.Duration
 	Image(ctx context.Context, ref string) *runtimeapi.Image
 	ForgetBackOffs()
 }

@@ -130,7 +130,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 			}
 			r.Fail(err, msg)
 			if errors.Is(err, container.ErrImagePullBackOff) {
-				r.RetryAfter = m.images.BackOffLeft(c.Image)
+				r.RetryAfter = m.images.BackOffLeft(pod.UID, c.Image)
 			}
 			klog.ErrorS(err, "Failed to start container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "kind", kind, "message", msg)
 			return err
