@@ -622,6 +622,19 @@ func TestDeadlineMakesThePodDue(t *testing.T) {
 	if due := f.kl.podsToSync(); len(due) != 1 || due[0].UID != "a" {
 		t.Fatalf("due at the deadline: %v", due)
 	}
+
+	// A deadline added by an update counts from the pod's start too.
+	b := apiPod("b", "b", now)
+	f.status.SetPodStatus(b, v1.PodStatus{Phase: v1.PodRunning, StartTime: &metav1.Time{Time: now}})
+	if due := f.kl.podsToSync(); len(due) != 1 {
+		t.Fatalf("due before b has a deadline: %v", due)
+	}
+	five := int64(5)
+	b.Spec.ActiveDeadlineSeconds = &five
+	f.kl.HandlePodUpdates([]*v1.Pod{b})
+	if due := f.kl.podsToSync(); len(due) != 2 {
+		t.Fatalf("due once b's deadline, added by an update, passed: %v", due)
+	}
 }
 
 // Reconcile: a readiness-gate pod is synced only when its Ready condition

@@ -182,7 +182,8 @@ func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain")
-	if f, ok := w.(http.Flusher); ok && opts.Follow {
+	f, ok := w.(http.Flusher)
+	if ok && opts.Follow {
 		// A following stream of a quiet container must not hold its
 		// headers (and an API server's WebSocket upgrade) until the first
 		// line. Only then: committing 200 early would hide a missing
@@ -190,9 +191,31 @@ func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		f.Flush()
 	}
-	err = s.runtime.ContainerLogs(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("container"), opts, w)
+	out := io.Writer(w)
+	if ok {
+		// Each write goes out at once, as the kubelet sends logs. Over
+		// HTTP/1.1, a log sent whole with a Content-Length reaches a Go
+		// reader as its last bytes and io.EOF in one read, which the API
+		// server's WebSocket copy of pods/log drops.
+		out = flushWriter{w: w, f: f}
+	}
+	err = s.runtime.ContainerLogs(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("container"), opts, out)
 	writeError(w, err)
 }
+
+// flushWriter flushes every write.
+type flushWriter struct {
+	w io.Writer
+	f http.Flusher
+}
+
+func (fw flushWriter) Write(p []byte) (int, error) {
+	n, err := fw.w.Write(p)
+	fw.f.Flush()
+	return n, err
+}
+
+func (fw flushWriter) Flush() { fw.f.Flush() }
 
 // logsOverWebSocket serves a container's log to a WebSocket client, in
 // binary frames (binary.k8s.io, or no subprotocol) or base64 text frames
@@ -341,7 +364,13 @@ func TLSConfig(o TLSOptions) *tls.Config {
 	if minVersion == 0 {
 		minVersion = tls.VersionTLS12
 	}
-	base := &tls.Config{MinVersion: minVersion, CipherSuites: o.CipherSuites}
+	// HTTP/2 as the kubelet serves it: the API server reads pods/log
+	// over it, and its WebSocket copy of a log relies on a body's last
+	// bytes coming before its end, which an HTTP/1.1 body with a length
+	// does not give. Upgrades (exec, attach, port-forward, WebSockets)
+	// negotiate http/1.1, as their clients ask for it.
+	nextProtos := []string{"h2", "http/1.1"}
+	base := &tls.Config{MinVersion: minVersion, CipherSuites: o.CipherSuites, NextProtos: nextProtos}
 	base.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		if cert := o.Certificate(); cert != nil {
 			return cert, nil
@@ -350,6 +379,7 @@ func TLSConfig(o TLSOptions) *tls.Config {
 	}
 	return &tls.Config{
 		MinVersion: minVersion,
+		NextProtos: nextProtos,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			cfg := base.Clone()
 			if o.ClientCAs != nil {

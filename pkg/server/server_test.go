@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -249,6 +250,59 @@ func TestContainerLogsOverWebSocket(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "ns/p/c: hello\n" {
 		t.Errorf("plain GET: %q", body)
+	}
+}
+
+// TestLogsReachTheAPIServersWebSocket: the API server serves pods/log to
+// a WebSocket client by reading nodelet's plain log response and copying
+// it into frames (wsstream, as its StreamObject does). A log sent whole
+// over HTTP/1.1 with a Content-Length reached that copy as its bytes and
+// io.EOF in one read, and the copy dropped them: the client got nothing.
+// The kubelet API speaks HTTP/2, as the kubelet does.
+func TestLogsReachTheAPIServersWebSocket(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cert := testutil.NewCert(t, "node", nil).TLS
+	h := NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "container is alive\n"}})
+	l, err := Listen("127.0.0.1:0", h, TLSConfig(TLSOptions{Certificate: func() *tls.Certificate { return cert }}))
+	testutil.Must(t, err)
+	go l.Run(ctx) //nolint:errcheck // ends with the test
+	node := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}}
+
+	var proto atomic.Value
+	apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, err := node.Get("https://" + l.Addr().String() + "/containerLogs/ns/p/c")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		proto.Store(resp.Proto)
+		if err := wsstream.NewReader(resp.Body, true, wsstream.NewDefaultReaderProtocols()).Copy(w, r); err != nil {
+			t.Errorf("copy: %v", err)
+		}
+	}))
+	defer apiserver.Close()
+
+	cfg, err := websocket.NewConfig("ws"+strings.TrimPrefix(apiserver.URL, "http")+"/log", apiserver.URL)
+	testutil.Must(t, err)
+	cfg.Protocol = []string{"binary.k8s.io"}
+	conn, err := websocket.DialConfig(cfg)
+	testutil.Must(t, err)
+	defer conn.Close()
+	var got []byte
+	for {
+		var frame []byte
+		if err := websocket.Message.Receive(conn, &frame); err != nil {
+			break // the stream ends with the log
+		}
+		got = append(got, frame...)
+	}
+	if string(got) != "ns/p/c: container is alive\n" {
+		t.Fatalf("the WebSocket client got %q (node answered over %v)", got, proto.Load())
+	}
+	if p := proto.Load(); p != "HTTP/2.0" {
+		t.Errorf("the node answered over %v, want HTTP/2.0", p)
 	}
 }
 

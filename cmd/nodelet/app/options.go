@@ -106,6 +106,7 @@ type flagValues struct {
 	nodeIP             string
 	cloudProvider      string
 	credentialConfig   string
+	clientCAFile       string
 	logging            logsapi.LoggingConfiguration
 }
 
@@ -207,6 +208,7 @@ func addConfigFlags(fs *pflag.FlagSet, f *flagValues) {
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS domain, searched by ClusterFirst pods (clusterDomain)")
 	fs.StringVar(&f.resolvConf, "resolv-conf", "", "resolver file that dnsPolicy Default pods get, \"\" for none (resolvConf)")
 	fs.BoolVar(&f.failCgroupV1, "fail-cgroupv1", true, "refuse to start on a cgroup v1 host (failCgroupV1)")
+	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA bundle that signs the client certificates the kubelet API accepts, the API server's among them (authentication.x509.clientCAFile)")
 	for name, def := range map[string]string{
 		"container-runtime-endpoint": DefaultRuntimeEndpoint, "read-only-port": "0",
 		"port": fmt.Sprint(DefaultPort), "max-pods": fmt.Sprint(DefaultMaxPods), "sync-frequency": "1m0s",
@@ -251,6 +253,7 @@ func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
 	set("cluster-domain", func() { c.ClusterDomain = f.clusterDomain })
 	set("resolv-conf", func() { c.ResolverConfig = &f.resolvConf })
 	set("fail-cgroupv1", func() { c.FailCgroupV1 = &f.failCgroupV1 })
+	set("client-ca-file", func() { c.Authentication.X509.ClientCAFile = f.clientCAFile })
 	set("v", func() { c.Logging.Verbosity = f.logging.Verbosity })
 	set("vmodule", func() { c.Logging.VModule = f.logging.VModule })
 	set("logging-format", func() { c.Logging.Format = f.logging.Format })

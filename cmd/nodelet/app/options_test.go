@@ -57,9 +57,9 @@ func TestJoinFlags(t *testing.T) {
 		taints[1].Key != "gpu" || taints[1].Effect != "NoExecute" {
 		t.Fatalf("taints %+v", taints)
 	}
-	o, err = Parse([]string{"--cert-dir=/certs", "--kubeconfig=/k"})
-	if err != nil || o.CertDir != "/certs" {
-		t.Fatalf("--cert-dir: %v %+v", err, o)
+	o, err = Parse([]string{"--cert-dir=/certs", "--kubeconfig=/k", "--client-ca-file=/etc/kubernetes/pki/ca.crt"})
+	if err != nil || o.CertDir != "/certs" || o.Config.Authentication.X509.ClientCAFile != "/etc/kubernetes/pki/ca.crt" {
+		t.Fatalf("--cert-dir, --client-ca-file: %v %+v", err, o)
 	}
 }
 

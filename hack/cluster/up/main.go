@@ -76,7 +76,9 @@ func run(dataDir, rootDir, manifests string) error {
 		return err
 	}
 	defer logf.Close()
-	args := []string{"--kubeconfig", kubeconfig, "--pod-manifest-path", manifests, "--root-dir", rootDir, "--hostname-override", nodeName, "-v=2"}
+	// The API server's client certificate (kubectl logs, exec, port-forward
+	// go through it) is signed by the cluster CA.
+	args := []string{"--kubeconfig", kubeconfig, "--client-ca-file", cl.CAFile(), "--pod-manifest-path", manifests, "--root-dir", rootDir, "--hostname-override", nodeName, "-v=2"}
 	if !cgroups.IsCgroup2UnifiedMode() {
 		fmt.Println("cluster-up: this host uses cgroup v1; running nodelet with --fail-cgroupv1=false")
 		args = append(args, "--fail-cgroupv1=false")

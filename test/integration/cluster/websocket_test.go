@@ -24,10 +24,7 @@ import (
 // and from the node proxy to nodelet's containerLogs (nodelet frames it),
 // in base64 and binary frames. Exec, attach and port-forward over
 // WebSockets are what kubectl uses: TestKubectlLogsExecAttachPortForward
-// covers them. (pods/log over a WebSocket without follow comes back empty
-// from the v1.37 API server, whose request to the node is the same plain
-// GET that kubectl logs makes and nodelet answers; so does a following
-// one on a finished container.)
+// covers them.
 func TestLogsOverWebSockets(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -49,6 +46,8 @@ func TestLogsOverWebSockets(t *testing.T) {
 	}
 	host := strings.TrimPrefix(cfg.Host, "https://")
 	paths := map[string]string{
+		// As the e2e framework's conformance spec opens it.
+		"pods/log":              fmt.Sprintf("/api/v1/namespaces/%s/pods/chatty/log?container=main", ns),
 		"pods/log, following":   fmt.Sprintf("/api/v1/namespaces/%s/pods/chatty/log?follow=true", ns),
 		"node proxy":            fmt.Sprintf("/api/v1/nodes/%s/proxy/containerLogs/%s/chatty/main", n.NodeName, ns),
 		"node proxy, following": fmt.Sprintf("/api/v1/nodes/%s/proxy/containerLogs/%s/chatty/main?follow=true", n.NodeName, ns),
