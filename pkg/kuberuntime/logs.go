@@ -38,7 +38,7 @@ func readTail(path string, max int64) (string, error) {
 
 // tailLogMessage returns the last lines of a CRI-format log file
 // ("<time> <stream> <P|F> <text>"), joined back into the container's own
-// output.
+// output, a last line without a newline included.
 func tailLogMessage(path string, lines int, max int64) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -67,6 +67,14 @@ func tailLogMessage(path string, lines int, max int64) (string, error) {
 	msg := strings.Join(tail, "\n")
 	if len(tail) > 0 {
 		msg += "\n"
+	}
+	if partial.Len() > 0 {
+		// The container's last output had no newline (echo -n): the
+		// runtime wrote it as a partial line, and it is the message's end.
+		if len(tail) == lines {
+			msg = msg[len(tail[0])+1:]
+		}
+		msg += partial.String()
 	}
 	if int64(len(msg)) > max {
 		msg = msg[int64(len(msg))-max:]

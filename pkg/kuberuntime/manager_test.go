@@ -348,6 +348,16 @@ func TestTailLogMessage(t *testing.T) {
 	if got != "three\n" {
 		t.Fatalf("byte limit: got %q", got)
 	}
+
+	// echo -n DONE; false: the last output, with no newline, is a
+	// partial line, and the message's end.
+	partial := filepath.Join(t.TempDir(), "0.log")
+	testutil.Must(t, os.WriteFile(partial, []byte(log+"2026-01-01T00:00:03Z stdout P DONE\n"), 0o644))
+	for lines, want := range map[int]string{80: "one\ntwo\nthree\nDONE", 2: "three\nDONE", 1: "DONE"} {
+		if got, err := tailLogMessage(partial, lines, 1024); err != nil || got != want {
+			t.Errorf("%d lines, with a partial last one: got %q, %v; want %q", lines, got, err, want)
+		}
+	}
 }
 
 func TestDefaultPullPolicyUsedForInvalidImage(t *testing.T) {
