@@ -2,7 +2,6 @@ package containeropts
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/subpath"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 
@@ -323,7 +323,7 @@ func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env
 		return nil, fmt.Errorf("volumeDevices (raw block volumes, here %q) are not supported yet", c.VolumeDevices[0].Name)
 	}
 	var out []*runtimeapi.Mount
-	for _, m := range c.VolumeMounts {
+	for i, m := range c.VolumeMounts {
 		if img := podutil.ImageVolume(pod, m.Name); img != nil {
 			// The runtime mounts the image, read-only; the runtime manager
 			// pulls it and puts the pulled reference in.
@@ -347,15 +347,11 @@ func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env
 			sub = kuberuntime.Expand(m.SubPathExpr, kuberuntime.EnvMapping(env))
 		}
 		if sub != "" {
-			if filepath.IsAbs(sub) || filepath.Clean(sub) == ".." || strings.HasPrefix(filepath.Clean(sub), "../") {
-				return nil, fmt.Errorf("volume mount %q: subPath %q must be a relative path inside the volume", m.Name, sub)
+			target := o.dirs.VolumeSubpath(pod.UID, m.Name, c.Name, i)
+			if err := subpath.Mount(host, sub, target); err != nil {
+				return nil, fmt.Errorf("volume mount %q at %s: %w", m.Name, m.MountPath, err)
 			}
-			host = filepath.Join(host, sub)
-			if _, err := os.Lstat(host); errors.Is(err, os.ErrNotExist) {
-				if err := os.MkdirAll(host, 0o750); err != nil {
-					return nil, fmt.Errorf("volume mount %q: creating subPath: %w", m.Name, err)
-				}
-			}
+			host = target
 		}
 		out = append(out, &runtimeapi.Mount{
 			ContainerPath: m.MountPath, HostPath: host, Readonly: m.ReadOnly || volume.ReadOnly(pod, m.Name),

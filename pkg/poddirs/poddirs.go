@@ -4,6 +4,7 @@
 //
 //	<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>
 //	<root>/pods/<uid>/containers/<name>
+//	<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>
 //	<root>/pods/<uid>/etc-hosts
 package poddirs
 
@@ -12,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -76,4 +78,15 @@ func LogDirUID(name string) (types.UID, bool) {
 		return "", false
 	}
 	return types.UID(name[i+1:]), true
+}
+
+// VolumeSubpaths holds the bind mounts of a pod's subPath mounts.
+func (r Root) VolumeSubpaths(uid types.UID) string {
+	return filepath.Join(r.Pod(uid), "volume-subpaths")
+}
+
+// VolumeSubpath is where the subPath of a container's mount (by its index
+// in volumeMounts) is bind-mounted, as upstream lays it out.
+func (r Root) VolumeSubpath(uid types.UID, volume, container string, index int) string {
+	return filepath.Join(r.VolumeSubpaths(uid), volume, container, strconv.Itoa(index))
 }

@@ -147,35 +147,42 @@ func (denyAll) Authorize(context.Context, User, string, string) (bool, string, e
 	return false, "webhook authorization needs an API server", nil
 }
 
-// attributes maps a request to the verb and node subresource it is
-// authorized as, as upstream maps them.
-func attributes(r *http.Request) (verb, subresource string) {
-	switch r.Method {
-	case http.MethodPost:
-		verb = "create"
-	case http.MethodPut:
-		verb = "update"
-	case http.MethodPatch:
-		verb = "patch"
-	case http.MethodDelete:
-		verb = "delete"
-	default:
-		verb = "get"
+// attributes maps a request to the verb and the node subresources it is
+// authorized as, as upstream (v1.37, fine-grained authorization GA) maps
+// them: the specific subresource first, then what covered it before
+// (proxy), so an identity granted either is allowed. A method upstream
+// does not name gets no verb, which no policy grants.
+func attributes(r *http.Request) (verb string, subresources []string) {
+	verb = map[string]string{
+		http.MethodGet: "get", http.MethodPost: "create", http.MethodPut: "update",
+		http.MethodPatch: "patch", http.MethodDelete: "delete",
+	}[r.Method]
+	path := r.URL.Path
+	for _, fine := range []struct{ prefix, sub string }{
+		{"/allocatedPods", "pods"}, {"/pods", "pods"}, {"/healthz", "healthz"},
+		{"/configz", "configz"}, {"/runningpods/", "pods"},
+	} {
+		if isSubpath(path, fine.prefix) {
+			subresources = append(subresources, fine.sub)
+			break
+		}
 	}
-	first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
-	switch first {
-	case "stats":
-		subresource = "stats"
-	case "metrics":
-		subresource = "metrics"
-	case "logs":
-		subresource = "log"
-	case "spec":
-		subresource = "spec"
-	default:
-		subresource = "proxy"
+	for _, coarse := range []struct{ prefix, sub string }{
+		{"/stats/", "stats"}, {"/metrics", "metrics"}, {"/logs/", "log"}, {"/checkpoint/", "checkpoint"},
+		{"/statusz", "statusz"}, {"/flagz", "configz"},
+	} {
+		if isSubpath(path, coarse.prefix) {
+			return verb, append(subresources, coarse.sub)
+		}
 	}
-	return verb, subresource
+	return verb, append(subresources, "proxy")
+}
+
+// isSubpath is path itself or below it: /metrics covers /metrics/resource
+// but not /metricsfoo.
+func isSubpath(path, prefix string) bool {
+	prefix = strings.TrimSuffix(prefix, "/")
+	return path == prefix || (strings.HasPrefix(path, prefix) && path[len(prefix)] == '/')
 }
 
 // WithAuth wraps h with authentication (client certificate, then bearer
@@ -218,20 +225,34 @@ func WithAuth(h http.Handler, o AuthOptions) http.Handler {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		verb, sub := attributes(r)
-		allowed, reason, err := authz.Authorize(r.Context(), user, verb, sub)
+		verb, subs := attributes(r)
+		allowed, reason, err := authorizeAny(r.Context(), authz, user, verb, subs)
 		if err != nil {
-			klog.ErrorS(err, "Authorization error", "user", user.Name, "verb", verb, "resource", "nodes", "subresource", sub)
-			http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=nodes, subresource=%s)", user.Name, verb, sub), http.StatusInternalServerError)
+			klog.ErrorS(err, "Authorization error", "user", user.Name, "verb", verb, "resource", "nodes", "subresources", subs)
+			http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", user.Name, verb, subs), http.StatusInternalServerError)
 			return
 		}
 		if !allowed {
-			klog.V(2).InfoS("Forbidden", "user", user.Name, "verb", verb, "subresource", sub, "reason", reason)
-			http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=%s)", user.Name, verb, sub), http.StatusForbidden)
+			klog.V(2).InfoS("Forbidden", "user", user.Name, "verb", verb, "subresources", subs, "reason", reason)
+			http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", user.Name, verb, subs), http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// authorizeAny allows the request if the user may act on any of the
+// subresources, asked in order.
+func authorizeAny(ctx context.Context, authz Authorizer, u User, verb string, subs []string) (bool, string, error) {
+	var reasons []string
+	for _, sub := range subs {
+		allowed, reason, err := authz.Authorize(ctx, u, verb, sub)
+		if err != nil || allowed {
+			return allowed, reason, err
+		}
+		reasons = append(reasons, reason)
+	}
+	return false, strings.Join(reasons, "; "), nil
 }
 
 // answersKept bounds each cache of answers: the least recently used go

@@ -126,3 +126,68 @@ func TestAnswersAreBounded(t *testing.T) {
 		t.Error("an answer without a TTL was kept")
 	}
 }
+
+// Each path is authorized as upstream v1.37 authorizes it: the specific
+// subresource first, then the one that covered it before, and an identity
+// granted either gets in.
+func TestFineGrainedAttributes(t *testing.T) {
+	for _, tc := range []struct {
+		method, path, verb string
+		subs               []string
+	}{
+		{"GET", "/pods", "get", []string{"pods", "proxy"}},
+		{"GET", "/pods/", "get", []string{"pods", "proxy"}},
+		{"GET", "/podsx", "get", []string{"proxy"}},
+		{"GET", "/runningpods/", "get", []string{"pods", "proxy"}},
+		{"GET", "/allocatedPods", "get", []string{"pods", "proxy"}},
+		{"GET", "/healthz", "get", []string{"healthz", "proxy"}},
+		{"GET", "/healthz/syncloop", "get", []string{"healthz", "proxy"}},
+		{"GET", "/configz", "get", []string{"configz", "proxy"}},
+		{"GET", "/flagz", "get", []string{"configz"}},
+		{"GET", "/statusz", "get", []string{"statusz"}},
+		{"GET", "/metrics", "get", []string{"metrics"}},
+		{"GET", "/metrics/resource", "get", []string{"metrics"}},
+		{"GET", "/metricsx", "get", []string{"proxy"}},
+		{"GET", "/stats/summary", "get", []string{"stats"}},
+		{"GET", "/logs/messages", "get", []string{"log"}},
+		{"POST", "/checkpoint/ns/p/c", "create", []string{"checkpoint"}},
+		{"GET", "/containerLogs/ns/p/c", "get", []string{"proxy"}},
+		{"POST", "/exec/ns/p/c", "create", []string{"proxy"}},
+		{"GET", "/spec/", "get", []string{"proxy"}},
+		{"HEAD", "/pods", "", []string{"pods", "proxy"}},
+	} {
+		verb, subs := attributes(httptest.NewRequest(tc.method, tc.path, nil))
+		if verb != tc.verb || fmt.Sprint(subs) != fmt.Sprint(tc.subs) {
+			t.Errorf("%s %s: %q %v, want %q %v", tc.method, tc.path, verb, subs, tc.verb, tc.subs)
+		}
+	}
+	granted := func(sub string) http.Handler {
+		c := fake.NewClientset()
+		c.PrependReactor("create", "subjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			sar := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+			sar.Status.Allowed = sar.Spec.ResourceAttributes.Subresource == sub
+			return true, sar, nil
+		})
+		ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+		return WithAuth(ok, AuthOptions{NodeName: "n1", Client: c, AuthorizeWebhook: true, Anonymous: true})
+	}
+	for _, tc := range []struct {
+		grant, path string
+		want        int
+	}{
+		{"pods", "/pods", http.StatusOK},
+		{"proxy", "/pods", http.StatusOK},
+		{"pods", "/exec/ns/p/c", http.StatusForbidden},
+		{"healthz", "/healthz", http.StatusOK},
+		{"healthz", "/pods", http.StatusForbidden},
+		{"metrics", "/metrics/resource", http.StatusOK},
+		{"proxy", "/metrics/resource", http.StatusForbidden},
+		{"configz", "/configz", http.StatusOK},
+	} {
+		w := httptest.NewRecorder()
+		granted(tc.grant).ServeHTTP(w, httptest.NewRequest("GET", tc.path, nil))
+		if w.Code != tc.want {
+			t.Errorf("granted nodes/%s, GET %s: %d, want %d", tc.grant, tc.path, w.Code, tc.want)
+		}
+	}
+}

@@ -238,6 +238,14 @@ func (m *Manager) TearDown(uid types.UID) error {
 	if err := m.o.CSI.TearDown(context.Background(), uid); err != nil {
 		return fmt.Errorf("tearing down the CSI volumes of pod %s: %w", uid, err)
 	}
+	// subPath binds first: they hold parts of the volumes.
+	subpaths := poddirs.Root(m.o.RootDir).VolumeSubpaths(uid)
+	if err := unmountUnder(subpaths); err != nil {
+		return fmt.Errorf("unmounting the subPaths of pod %s: %w", uid, err)
+	}
+	if err := os.RemoveAll(subpaths); err != nil {
+		return fmt.Errorf("unmounting the subPaths of pod %s: %w", uid, err)
+	}
 	dir := poddirs.Root(m.o.RootDir).Volumes(uid)
 	if err := unmountUnder(dir); err != nil {
 		return fmt.Errorf("tearing down the volumes of pod %s: %w", uid, err)

@@ -1,0 +1,89 @@
+//go:build integration
+
+package security
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+)
+
+// probePod runs script once as the container's command and reports what
+// it printed as its termination message.
+func probePod(name, podSecurity, containerSecurity, script string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+%s  containers:
+  - name: main
+    image: %s
+    terminationMessagePolicy: FallbackToLogsOnError
+%s    command: ["sh", "-c", %q]
+`, name, podSecurity, testbed.BusyboxImage, containerSecurity, "("+script+") 2>&1 | tee /dev/termination-log")
+}
+
+// From inside an ordinary container, the kernel's and the host's
+// sensitive files are masked or read-only, the host's processes are not
+// visible, and a container's security context holds: no privilege
+// escalation through setuid, no capability it dropped, no write to a
+// read-only root.
+func TestContainerConfinement(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	hostPID := n.PID()
+	cases := []struct {
+		name, attack, pod, container, script string
+		want, never                          []string
+	}{
+		{"proc-sys-masks", "read /proc/kcore, /sys/firmware; write /proc/sysrq-trigger, /proc/sys", "", "",
+			"echo kcore=$(wc -c </proc/kcore); echo firmware=$(ls /sys/firmware | wc -l); " +
+				"echo c >/proc/sysrq-trigger && echo WROTE-SYSRQ; echo x >/proc/sys/kernel/hostname && echo WROTE-SYSCTL; " +
+				"cat /proc/1/root" + canary.secret,
+			[]string{"kcore=0", "firmware=0"}, []string{"WROTE-SYSRQ", "WROTE-SYSCTL"}},
+		{"host-processes", fmt.Sprintf("signal and read nodelet (host pid %d)", hostPID), "", "",
+			fmt.Sprintf("kill -0 %d && echo SAW-HOST-PROCESS; cat /proc/%d/cmdline && echo READ-HOST-PROCESS; echo procs=$(ls -d /proc/[0-9]* | wc -l)", hostPID, hostPID),
+			[]string{"procs="}, []string{"SAW-HOST-PROCESS", "READ-HOST-PROCESS"}},
+		{"setuid-escalation", "setuid-root binary under allowPrivilegeEscalation: false", "  securityContext: {runAsUser: 1000}\n",
+			"    securityContext: {allowPrivilegeEscalation: false}\n", "echo euid=$(/usr/bin/euid); grep NoNewPrivs /proc/self/status",
+			[]string{"euid=1000", "NoNewPrivs:\t1"}, []string{"euid=0"}},
+		{"mount-without-cap", "mount proc and tmpfs with the default capabilities", "", "",
+			"mount -t tmpfs t /mnt && echo MOUNTED; mount -t proc p /mnt && echo MOUNTED-PROC; unshare -m true && echo UNSHARED",
+			nil, []string{"MOUNTED", "UNSHARED"}},
+		{"dropped-capabilities", "chown and raw sockets after drop: [ALL]", "", "    securityContext: {capabilities: {drop: [ALL]}}\n",
+			"grep CapEff /proc/self/status; touch /tmp/f; chown 1 /tmp/f && echo CHOWNED; ping -c1 -W1 127.0.0.1 >/dev/null 2>&1 && echo PINGED",
+			[]string{"CapEff:\t0000000000000000"}, []string{"CHOWNED", "PINGED"}},
+		{"read-only-root", "write /bin under readOnlyRootFilesystem", "", "    securityContext: {readOnlyRootFilesystem: true}\n",
+			"touch /bin/planted && echo WROTE; echo rc=$?", []string{"Read-only file system"}, []string{"WROTE"}},
+	}
+	for _, c := range cases {
+		n.WriteManifest(c.name+".yaml", probePod(c.name, c.pod, c.container, c.script))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := &row{scenario: c.name, attack: c.attack}
+			record(t, r)
+			out := finished(t, n, c.name, "main")
+			r.answer = out
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output %q lacks %q", out, w)
+				}
+			}
+			for _, w := range c.never {
+				if strings.Contains(out, w) {
+					t.Errorf("output %q holds %q: the attack worked", out, w)
+				}
+			}
+			r.invariant = hostUntouched(t, n)
+		})
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", hostPID)); err != nil {
+		t.Errorf("nodelet (pid %d) is gone: %v", hostPID, err)
+	}
+}

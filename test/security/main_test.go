@@ -1,0 +1,180 @@
+//go:build integration
+
+// Package security attacks a node as someone with only the right to
+// create pods (or to reach the kubelet port) would, one attack per
+// scenario, and checks what the node answered and the invariant a node
+// owes: the host's files, processes and credentials were not reachable.
+// Each scenario adds a row to the table printed at the end; see
+// docs/security.md.
+package security
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/testbed"
+)
+
+var cd *testbed.Containerd
+
+// canary is a host directory holding a secret no pod is granted: every
+// attack tries to read it, and its token must never show in a pod's log.
+var canary struct {
+	dir, secret, token string
+}
+
+func TestMain(m *testing.M) {
+	testbed.Main(m, &cd, setUpCanary, func(context.Context) (func(), error) { return printTable, nil })
+}
+
+func setUpCanary(context.Context) (func(), error) {
+	dir, err := os.MkdirTemp("/var/lib", "nodelet-security-")
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	canary.dir, canary.secret, canary.token = dir, filepath.Join(dir, "secret"), "canary-"+hex.EncodeToString(b)
+	if err := os.WriteFile(canary.secret, []byte(canary.token), 0o600); err != nil {
+		return nil, err
+	}
+	return func() { testbed.RemoveDir(dir) }, nil
+}
+
+// hostUntouched checks the invariant after an attack: the secret is as
+// it was, nothing new appeared beside it, and its token is in no pod log.
+func hostUntouched(t *testing.T, n *testbed.Nodelet) string {
+	t.Helper()
+	if got, err := os.ReadFile(canary.secret); err != nil || string(got) != canary.token {
+		t.Errorf("the host's secret changed: %q, %v", got, err)
+	}
+	err := filepath.WalkDir(n.LogsDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if data, err := os.ReadFile(path); err == nil && strings.Contains(string(data), canary.token) {
+			t.Errorf("a pod read the host's secret: %s holds its token", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("reading the pod logs: %v", err)
+	}
+	return "host secret unread and unchanged"
+}
+
+// row is one attack's line in the table.
+type row struct {
+	scenario, attack, answer, invariant string
+	failed                              bool
+}
+
+var (
+	tableMu sync.Mutex
+	table   []row
+)
+
+// record adds the attack's row once its test ends, marked if it failed.
+func record(t *testing.T, r *row) {
+	t.Cleanup(func() {
+		tableMu.Lock()
+		defer tableMu.Unlock()
+		r.failed = t.Failed()
+		table = append(table, *r)
+	})
+}
+
+func printTable() {
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-34s | %-50s | %-70s | %s\n", "scenario", "attack", "node's answer", "invariant")
+	fmt.Fprintf(&b, "%s\n", strings.Repeat("-", 190))
+	for _, r := range table {
+		inv := r.invariant
+		if r.failed {
+			inv = "FAILED"
+		}
+		fmt.Fprintf(&b, "%-34s | %-50s | %-70s | %s\n", r.scenario, r.attack, clip(r.answer, 70), inv)
+	}
+	fmt.Fprint(os.Stderr, b.String())
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n-3] + "..."
+	}
+	return s
+}
+
+const podTimeout = 90 * time.Second
+
+// waitPod polls the node's /pods until cond holds for the pod.
+func waitPod(t *testing.T, n *testbed.Nodelet, name string, cond func(p *v1.Pod) (bool, string)) *v1.Pod {
+	t.Helper()
+	var pod *v1.Pod
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		p, err := n.Pod(name)
+		if err != nil || p == nil {
+			return false, fmt.Sprintf("pod %s not reported: %v", name, err)
+		}
+		pod = p
+		return cond(p)
+	})
+	return pod
+}
+
+func status(p *v1.Pod, name string) v1.ContainerStatus {
+	for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if c.Name == name {
+			return c
+		}
+	}
+	return v1.ContainerStatus{}
+}
+
+// refused waits until the container is held in Waiting with reason and
+// returns the message, the node's answer.
+func refused(t *testing.T, n *testbed.Nodelet, pod, container, reason string) string {
+	t.Helper()
+	p := waitPod(t, n, pod, func(p *v1.Pod) (bool, string) {
+		w := status(p, container).State.Waiting
+		return w != nil && w.Reason == reason, fmt.Sprintf("%s: %+v", container, status(p, container).State)
+	})
+	return reason + ": " + status(p, container).State.Waiting.Message
+}
+
+// finished waits until the pod's container ran to its end and returns
+// what it printed (its termination message).
+func finished(t *testing.T, n *testbed.Nodelet, pod, container string) string {
+	t.Helper()
+	p := waitPod(t, n, pod, func(p *v1.Pod) (bool, string) {
+		return status(p, container).State.Terminated != nil, fmt.Sprintf("%s: %+v", container, status(p, container).State)
+	})
+	return status(p, container).State.Terminated.Message
+}
+
+// podEvents lists the messages of a static pod's events with reason, from
+// the node's log (a node without an API server logs its events).
+func podEvents(n *testbed.Nodelet, name, reason string) []string {
+	var out []string
+	for _, l := range strings.Split(n.Log(), "\n") {
+		if strings.Contains(l, fmt.Sprintf(`reason=%q`, reason)) && strings.Contains(l, fmt.Sprintf(`object="default/%s-%s"`, name, n.NodeName)) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
