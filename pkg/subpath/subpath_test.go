@@ -115,6 +115,3 @@ func TestOpenMakesMissingDirectories(t *testing.T) {
 		t.Errorf("inside/new: %v", err)
 	}
 }
-
-
-
