@@ -223,7 +223,7 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		return nil, fmt.Errorf("creating log directory: %w", err)
 	}
 
-	linux, err := linuxContainerConfig(pod, c, m.memoryCapacity)
+	linux, err := linuxContainerConfig(pod, c, m.memoryCapacity, m.security)
 	if err == nil && m.noCPUQuota {
 		linux.Resources.CpuQuota, linux.Resources.CpuPeriod = 0, 0
 	}

@@ -99,6 +99,8 @@ type Options struct {
 	// PodCgroup applies a pod's resources to its cgroup again (on a
 	// resize); nil when pods have no cgroups of their own.
 	PodCgroup func(pod *v1.Pod) error
+	// Security is the node's defaults for unset security settings.
+	Security Security
 }
 
 // StepRecorder records a step of a pod's life: Begin starts it, and the
@@ -133,6 +135,7 @@ type Manager struct {
 	health         ContainerHealth
 	memoryCapacity int64
 	noCPUQuota     bool
+	security       Security
 
 	images    imagePuller
 	hooks     *hookRunner
@@ -192,6 +195,7 @@ func New(o Options) *Manager {
 		health:         o.Health,
 		memoryCapacity: o.MemoryCapacity,
 		noCPUQuota:     o.NoCPUQuota,
+		security:       o.Security,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 		starts:         newStartGate(MaxParallelPodStarts),
 		stopping:       newStopping(o.Clock),

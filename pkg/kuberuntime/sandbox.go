@@ -67,9 +67,20 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 			CgroupParent: m.cgroupParent(pod),
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: namespaceOptions(pod),
+				Privileged:       hasPrivileged(pod),
 			},
 		},
 	}
+	psc := pod.Spec.SecurityContext
+	if psc == nil {
+		psc = &v1.PodSecurityContext{}
+	}
+	seccomp, err := m.security.seccomp(psc, nil)
+	if err != nil {
+		return nil, err
+	}
+	lsc := cfg.Linux.SecurityContext
+	lsc.Seccomp, lsc.SelinuxOptions, lsc.SupplementalGroupsPolicy = seccomp, seLinux(psc, nil), supplementalGroupsPolicy(psc)
 	dns, hostname, err := m.helper.PodDNS(pod)
 	if err != nil {
 		return nil, err
@@ -79,7 +90,6 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 		cfg.Hostname = hostname
 	}
 	if sc := pod.Spec.SecurityContext; sc != nil {
-		lsc := cfg.Linux.SecurityContext
 		if sc.RunAsUser != nil {
 			lsc.RunAsUser = &runtimeapi.Int64Value{Value: *sc.RunAsUser}
 		}

@@ -15,7 +15,7 @@ const cpuPeriodMicros = 100000
 
 // linuxContainerConfig translates a container's resources and security
 // context, pod-level settings filling in what the container leaves unset.
-func linuxContainerConfig(pod *v1.Pod, c *v1.Container, memoryCapacity int64) (*runtimeapi.LinuxContainerConfig, error) {
+func linuxContainerConfig(pod *v1.Pod, c *v1.Container, memoryCapacity int64, sec Security) (*runtimeapi.LinuxContainerConfig, error) {
 	res := linuxResources(c)
 	res.OomScoreAdj = oomScoreAdj(pod, c, memoryCapacity)
 	lc := &runtimeapi.LinuxContainerConfig{
@@ -65,17 +65,15 @@ func linuxContainerConfig(pod *v1.Pod, c *v1.Container, memoryCapacity int64) (*
 	if csc.ProcMount != nil && *csc.ProcMount == v1.UnmaskedProcMount {
 		sc.MaskedPaths, sc.ReadonlyPaths = []string{}, []string{}
 	}
-	profile := csc.SeccompProfile
-	if profile == nil {
-		profile = psc.SeccompProfile
+	var err error
+	if sc.Seccomp, err = sec.seccomp(psc, csc); err != nil {
+		return nil, err
 	}
-	if profile != nil {
-		p, err := seccompProfile(profile)
-		if err != nil {
-			return nil, err
-		}
-		sc.Seccomp = p
+	if sc.Apparmor, sc.ApparmorProfile, err = appArmor(pod, c); err != nil {
+		return nil, err
 	}
+	sc.SelinuxOptions = seLinux(psc, csc)
+	sc.SupplementalGroupsPolicy = supplementalGroupsPolicy(psc)
 	return lc, nil
 }
 
@@ -91,22 +89,6 @@ func firstInt64(a, b *int64) *int64 {
 // (upstream passes the field through, so "CAP_X" silently does nothing).
 func capName(c v1.Capability) string {
 	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
-}
-
-func seccompProfile(p *v1.SeccompProfile) (*runtimeapi.SecurityProfile, error) {
-	switch p.Type {
-	case v1.SeccompProfileTypeRuntimeDefault:
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
-	case v1.SeccompProfileTypeUnconfined:
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, nil
-	case v1.SeccompProfileTypeLocalhost:
-		if p.LocalhostProfile == nil || *p.LocalhostProfile == "" {
-			return nil, fmt.Errorf("localhost seccomp profile needs a localhostProfile")
-		}
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: *p.LocalhostProfile}, nil
-	default:
-		return nil, fmt.Errorf("unknown seccomp profile type %q", p.Type)
-	}
 }
 
 // linuxResources converts requests and limits to cgroup settings: shares

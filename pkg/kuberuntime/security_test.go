@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -111,7 +112,7 @@ func TestSecurityContextTranslation(t *testing.T) {
 		RunAsUser: &cu, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 		Capabilities: &v1.Capabilities{Add: []v1.Capability{"net_admin", "CAP_SYS_TIME"}, Drop: []v1.Capability{"ALL"}},
 	}}
-	lc, err := linuxContainerConfig(pod, c, 0)
+	lc, err := linuxContainerConfig(pod, c, 0, Security{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +129,100 @@ func TestSecurityContextTranslation(t *testing.T) {
 	// Runtimes add the CAP_ prefix themselves.
 	if got := fmt.Sprint(sc.Capabilities.AddCapabilities, sc.Capabilities.DropCapabilities); got != "[NET_ADMIN SYS_TIME] [ALL]" {
 		t.Errorf("capabilities %s", got)
+	}
+}
+
+// Seccomp: the container's profile, else the pod's, else the node's
+// default (seccompDefault: RuntimeDefault; otherwise Unconfined, said
+// explicitly); Localhost profiles live under the node's seccomp root.
+func TestSeccompProfiles(t *testing.T) {
+	local := func(name string) *v1.SeccompProfile {
+		return &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}
+	}
+	rd := &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}
+	un := &v1.SeccompProfile{Type: v1.SeccompProfileTypeUnconfined}
+	for _, tc := range []struct {
+		name           string
+		def            bool
+		pod, container *v1.SeccompProfile
+		want           string
+	}{
+		{"none", false, nil, nil, "Unconfined "},
+		{"seccompDefault", true, nil, nil, "RuntimeDefault "},
+		{"pod's", true, un, nil, "Unconfined "},
+		{"container's over pod's", false, un, rd, "RuntimeDefault "},
+		{"localhost", true, nil, local("audit.json"), "Localhost /var/lib/kubelet/seccomp/audit.json"},
+		{"localhost nested", false, local("profiles/a.json"), nil, "Localhost /var/lib/kubelet/seccomp/profiles/a.json"},
+		{"localhost escaping", false, nil, local("../../etc/x"), "error"},
+		{"localhost absolute", false, nil, local("/etc/x"), "error"},
+		{"localhost empty", false, nil, local(""), "error"},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{SeccompProfile: tc.pod}}}
+		c := &v1.Container{SecurityContext: &v1.SecurityContext{SeccompProfile: tc.container}}
+		lc, err := linuxContainerConfig(pod, c, 0, Security{SeccompDefault: tc.def, SeccompRoot: "/var/lib/kubelet/seccomp"})
+		got := "error"
+		if err == nil {
+			got = lc.SecurityContext.Seccomp.ProfileType.String() + " " + lc.SecurityContext.Seccomp.LocalhostRef
+		}
+		if got != tc.want {
+			t.Errorf("%s: %q (%v), want %q", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// AppArmor, SELinux, supplementalGroupsPolicy and procMount reach the
+// runtime as upstream passes them.
+func TestSecurityFieldsPassedThrough(t *testing.T) {
+	prof := "k8s-nginx"
+	strict := v1.SupplementalGroupsPolicyStrict
+	unmasked := v1.UnmaskedProcMount
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "annotated": "localhost/from-annotation",
+		}},
+		Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{
+			AppArmorProfile:          &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeUnconfined},
+			SELinuxOptions:           &v1.SELinuxOptions{User: "u", Role: "r", Type: "t", Level: "s0:c1,c2"},
+			SupplementalGroupsPolicy: &strict,
+		}},
+	}
+	for _, tc := range []struct {
+		c                  *v1.Container
+		apparmor, selinux  string
+		masked, deprecated string
+	}{
+		{&v1.Container{Name: "plain"}, "Unconfined ", "t", "nil", "unconfined"},
+		{&v1.Container{Name: "annotated"}, "Localhost from-annotation", "t", "nil", "localhost/from-annotation"},
+		{&v1.Container{Name: "own", SecurityContext: &v1.SecurityContext{
+			AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeLocalhost, LocalhostProfile: &prof},
+			SELinuxOptions:  &v1.SELinuxOptions{Type: "own_t"},
+			ProcMount:       &unmasked,
+		}}, "Localhost k8s-nginx", "own_t", "[]", "localhost/k8s-nginx"},
+	} {
+		lc, err := linuxContainerConfig(pod, tc.c, 0, Security{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := lc.SecurityContext
+		if got := sc.Apparmor.ProfileType.String() + " " + sc.Apparmor.LocalhostRef; got != tc.apparmor || sc.ApparmorProfile != tc.deprecated {
+			t.Errorf("%s: AppArmor %q %q, want %q %q", tc.c.Name, got, sc.ApparmorProfile, tc.apparmor, tc.deprecated)
+		}
+		if sc.SelinuxOptions.GetType() != tc.selinux {
+			t.Errorf("%s: SELinux %+v, want type %s", tc.c.Name, sc.SelinuxOptions, tc.selinux)
+		}
+		masked := "nil"
+		if sc.MaskedPaths != nil {
+			masked = fmt.Sprint(sc.MaskedPaths)
+		}
+		if masked != tc.masked {
+			t.Errorf("%s: masked paths %s, want %s", tc.c.Name, masked, tc.masked)
+		}
+		if sc.SupplementalGroupsPolicy != runtimeapi.SupplementalGroupsPolicy_Strict {
+			t.Errorf("%s: supplementalGroupsPolicy %v", tc.c.Name, sc.SupplementalGroupsPolicy)
+		}
+	}
+	if lc, _ := linuxContainerConfig(&v1.Pod{}, &v1.Container{Name: "c"}, 0, Security{}); lc.SecurityContext.Apparmor != nil ||
+		lc.SecurityContext.SelinuxOptions != nil || lc.SecurityContext.SupplementalGroupsPolicy != runtimeapi.SupplementalGroupsPolicy_Merge {
+		t.Errorf("a pod without settings: %+v", lc.SecurityContext)
 	}
 }

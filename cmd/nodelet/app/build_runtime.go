@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	containerdevents "github.com/containerd/containerd/api/services/events/v1"
@@ -11,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/credentialprovider"
@@ -99,6 +101,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		// Pulls are serialised unless told otherwise, as upstream does.
 		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines,
 		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists, CredentialPlugins: plugins,
+		Security: kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.o.RootDir, "seccomp")},
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.o.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

@@ -158,7 +158,7 @@ var configFields = map[string]field{
 	"reservedMemory":                            refuse("", "NUMA memory reservation is not implemented"),
 	"enableProfilingHandler":                    honour("/debug/pprof on the kubelet API"),
 	"enableDebugFlagsHandler":                   ign("true", "/debug/flags/v is not served"),
-	"seccompDefault":                            refuse("", "containers without a profile run unconfined"),
+	"seccompDefault":                            honour("containers and sandboxes without a seccomp profile get the runtime's default profile (RuntimeDefault); Localhost profiles are read from <root-dir>/seccomp"),
 	"memoryThrottlingFactor":                    ign("", "cgroup v2 memory.high is not set"),
 	"memoryReservationPolicy":                   refuse(`"None"`, "memory.min is not set"),
 	"registerWithTaints":                        honour("taints of the registered Node"),
