@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -31,6 +32,8 @@ type statusInput struct {
 	// resources, when set, gives each container's applied resources and
 	// the pod's pending resize.
 	resources resizeState
+	// rro: the pod's runtime handler makes mounts recursively read-only.
+	rro bool
 }
 
 // reason is why a container last failed to start.
@@ -139,6 +142,24 @@ func regularContainerCreated(pod *v1.Pod, rs *container.PodStatus) bool {
 	return false
 }
 
+// volumeMountStatuses reports a container's mounts as upstream does,
+// with whether each read-only one is recursively so.
+func volumeMountStatuses(c *v1.Container, rro bool) []v1.VolumeMountStatus {
+	var out []v1.VolumeMountStatus
+	for _, vm := range c.VolumeMounts {
+		st := v1.VolumeMountStatus{Name: vm.Name, MountPath: vm.MountPath, ReadOnly: vm.ReadOnly}
+		if vm.ReadOnly {
+			mode := v1.RecursiveReadOnlyDisabled
+			if on, err := kuberuntime.ResolveRecursiveReadOnly(vm, rro); err == nil && on {
+				mode = v1.RecursiveReadOnlyEnabled
+			}
+			st.RecursiveReadOnly = &mode
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
 // containerStatuses builds the API statuses of a list of containers.
 func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting string, init bool) []v1.ContainerStatus {
 	if len(specs) == 0 {
@@ -147,7 +168,7 @@ func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting stri
 	out := make([]v1.ContainerStatus, 0, len(specs))
 	for i := range specs {
 		c := &specs[i]
-		cs := v1.ContainerStatus{Name: c.Name, Image: c.Image}
+		cs := v1.ContainerStatus{Name: c.Name, Image: c.Image, VolumeMounts: volumeMountStatuses(c, in.rro)}
 		history := in.runtime.StatusesByName(c.Name)
 		if len(history) == 0 {
 			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: defaultWaiting}

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -98,6 +99,8 @@ type SyncerOptions struct {
 	// Resources says what each container was granted and runs with, and
 	// which resizes wait, for the status; nil reports no resources.
 	Resources resizeState
+	// Features is what the runtime supports; nil supports nothing.
+	Features func() kuberuntime.Features
 }
 
 // resizeState is what the status reports of resources and resizes
@@ -137,6 +140,9 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	o.Mirrors = orNone[MirrorPods](o.Mirrors, NoAPIServer{})
 	o.Probes = orNone[probes](o.Probes, noProbes{})
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
+	if o.Features == nil {
+		o.Features = func() kuberuntime.Features { return kuberuntime.Features{} }
+	}
 	return o
 }
 
@@ -163,6 +169,7 @@ type PodSyncer struct {
 	reasons  *reasonCache
 	// resources is nil when nodelet keeps no allocations.
 	resources resizeState
+	features  func() kuberuntime.Features
 }
 
 var _ podworkers.Syncer = (*PodSyncer)(nil)
@@ -173,7 +180,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 	return &PodSyncer{
 		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
 		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
-		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources,
+		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features,
 	}
 }
 
@@ -186,6 +193,7 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 	in := statusInput{
 		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
 		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs, resources: s.resources,
+		rro: s.features().Handler(kuberuntime.RuntimeHandler(pod)).RecursiveReadOnly,
 	}
 	in.ready = func(name string, st *container.Status) bool {
 		c := specContainer(pod, name)

@@ -210,6 +210,9 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	}
 
 	mounts := opts.Mounts
+	if err := m.recursiveReadOnly(pod, c, mounts); err != nil {
+		return nil, err
+	}
 	if c.TerminationMessagePath != "" {
 		hostPath, err := m.terminationMessageFile(pod, c)
 		if err != nil {
@@ -249,6 +252,52 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		Tty:         c.TTY,
 		Linux:       linux,
 	}, nil
+}
+
+// recursiveReadOnly marks the mounts that asked for it read-only all the
+// way down (submounts too), as upstream resolves the mode: Enabled needs
+// the runtime handler's support, IfPossible uses it where there is.
+func (m *Manager) recursiveReadOnly(pod *v1.Pod, c *v1.Container, mounts []*runtimeapi.Mount) error {
+	supported := m.features.get().Handler(RuntimeHandler(pod)).RecursiveReadOnly
+	for _, vm := range c.VolumeMounts {
+		rro, err := ResolveRecursiveReadOnly(vm, supported)
+		if err != nil {
+			return err
+		}
+		if !rro {
+			continue
+		}
+		for _, mnt := range mounts {
+			if mnt.ContainerPath == vm.MountPath {
+				mnt.RecursiveReadOnly = true
+			}
+		}
+	}
+	return nil
+}
+
+// ResolveRecursiveReadOnly says whether a mount is made recursively
+// read-only, given whether the runtime handler can.
+func ResolveRecursiveReadOnly(vm v1.VolumeMount, supported bool) (bool, error) {
+	if vm.RecursiveReadOnly == nil || *vm.RecursiveReadOnly == v1.RecursiveReadOnlyDisabled {
+		return false, nil
+	}
+	if !vm.ReadOnly {
+		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not read-only", vm.Name)
+	}
+	if vm.MountPropagation != nil && *vm.MountPropagation != v1.MountPropagationNone {
+		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not compatible with propagation %q", vm.Name, *vm.MountPropagation)
+	}
+	switch *vm.RecursiveReadOnly {
+	case v1.RecursiveReadOnlyIfPossible:
+		return supported, nil
+	case v1.RecursiveReadOnlyEnabled:
+		if !supported {
+			return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not supported by the runtime", vm.Name)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown recursive read-only mode %q", *vm.RecursiveReadOnly)
 }
 
 // terminationMessageFile creates the host file a container's termination

@@ -136,6 +136,7 @@ type Manager struct {
 	memoryCapacity int64
 	noCPUQuota     bool
 	security       Security
+	features       featureState
 
 	images    imagePuller
 	hooks     *hookRunner
@@ -240,6 +241,7 @@ func (m *Manager) RuntimeHealth(ctx context.Context) (runtimeErr, networkErr err
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRuntimeUnreachable, err), nil
 	}
+	m.features.set(featuresOf(resp))
 	for _, c := range resp.GetStatus().GetConditions() {
 		switch c.Type {
 		case runtimeapi.RuntimeReady:
@@ -254,6 +256,10 @@ func (m *Manager) RuntimeHealth(ctx context.Context) (runtimeErr, networkErr err
 	}
 	return runtimeErr, networkErr
 }
+
+// Features is what the runtime said it supports at its last status
+// check (RuntimeHealth).
+func (m *Manager) Features() Features { return m.features.get() }
 
 // GetPods lists every pod that has a sandbox or container in the runtime,
 // grouped by the pod UID label. Objects without the label are not

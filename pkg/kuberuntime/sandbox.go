@@ -36,7 +36,7 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
-		Config: cfg, RuntimeHandler: runtimeHandler(pod),
+		Config: cfg, RuntimeHandler: RuntimeHandler(pod),
 	})
 	if err != nil {
 		msg := fmt.Sprintf("Failed to create pod sandbox: %v", crierr.Message(err))
@@ -47,7 +47,8 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 	return resp.PodSandboxId, "", nil
 }
 
-func runtimeHandler(pod *v1.Pod) string {
+// RuntimeHandler is the runtime handler a pod runs with ("" the default).
+func RuntimeHandler(pod *v1.Pod) string {
 	if pod.Spec.RuntimeClassName != nil {
 		return *pod.Spec.RuntimeClassName
 	}

@@ -44,7 +44,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Runtime: runtime.manager, Status: b.status, RootDir: b.o.RootDir, HostIPs: b.hostIPs,
 		Recorder: b.recorder, Clock: b.clock, CanRun: kubelet.SoftAdmissionChecks(), Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
-		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations,
+		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
 	})
 	workers := podworkers.New(podworkers.Options{
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
@@ -56,7 +56,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.o.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
 		AllowedUnsafeSysctls: b.c.AllowedUnsafeSysctls, DeadContainersKept: b.o.DeadContainersKept,
-		Pressure: node.pressure.Pressure, Cgroups: node.cgroups, Admit: []kubelet.AdmitFunc{b.shutdown.Admit},
+		Pressure: node.pressure.Pressure, Cgroups: node.cgroups, Admit: []kubelet.AdmitFunc{b.shutdown.Admit, kubelet.RuntimeFeatureCheck(runtime.manager.Features)},
 		Allocations: b.allocations, Decisions: b.journal,
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,

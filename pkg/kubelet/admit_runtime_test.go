@@ -1,0 +1,43 @@
+package kubelet
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
+)
+
+// A pod asking for a user namespace or strict supplemental groups is
+// refused, naming what it asked for, unless the runtime (the pod's
+// handler) said it can; never run without.
+func TestRuntimeFeatureCheck(t *testing.T) {
+	strict := v1.SupplementalGroupsPolicyStrict
+	userns := &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(false)}}
+	usernsKata := &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(false), RuntimeClassName: ptr.To("kata")}}
+	groups := &v1.Pod{Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{SupplementalGroupsPolicy: &strict}}}
+	plain := &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(true)}}
+	old := kuberuntime.Features{Known: true, Handlers: map[string]kuberuntime.HandlerFeatures{"": {}}}
+	modern := kuberuntime.Features{Known: true, SupplementalGroupsPolicy: true,
+		Handlers: map[string]kuberuntime.HandlerFeatures{"": {UserNamespaces: true, RecursiveReadOnly: true}, "kata": {}}}
+	for _, tc := range []struct {
+		name     string
+		features kuberuntime.Features
+		pod      *v1.Pod
+		reason   string
+	}{
+		{"userns on an old runtime", old, userns, "UserNamespacesNotSupported"},
+		{"userns on a modern runtime", modern, userns, ""},
+		{"userns on a handler without", modern, usernsKata, "UserNamespacesNotSupported"},
+		{"strict groups on an old runtime", old, groups, "SupplementalGroupsPolicyNotSupported"},
+		{"strict groups on a modern runtime", modern, groups, ""},
+		{"hostUsers: true anywhere", old, plain, ""},
+	} {
+		ok, reason, msg := RuntimeFeatureCheck(func() kuberuntime.Features { return tc.features })(tc.pod)
+		if reason != tc.reason || ok != (tc.reason == "") {
+			t.Errorf("%s: %v %q %q, want reason %q", tc.name, ok, reason, msg, tc.reason)
+		}
+	}
+}
+
