@@ -40,4 +40,3 @@ func TestRuntimeFeatureCheck(t *testing.T) {
 		}
 	}
 }
-
