@@ -40,6 +40,7 @@ type cleaner struct {
 	volumes            VolumeTearDown
 	rootDir            string
 	deadContainersKept int
+	dirRemoved         []func(types.UID)
 }
 
 // cleanupRequest is housekeeping's view of what must stay.
@@ -188,6 +189,9 @@ func (c *cleaner) cleanupOrphanedPodDirs(keep map[types.UID]bool) error {
 		}
 		if err := os.RemoveAll(path); err != nil {
 			return err
+		}
+		for _, removed := range c.dirRemoved {
+			removed(uid)
 		}
 		klog.V(3).InfoS("Removed orphaned pod directory", "podUID", uid, "path", path)
 		return nil

@@ -157,6 +157,10 @@ type Deps struct {
 	// Volumes tears down the volumes of pods nodelet forgot (after a
 	// restart, say) before their directories go; nil for none.
 	Volumes VolumeTearDown
+	// PodDirRemoved are told of each pod whose directory housekeeping
+	// removed: what was kept for the pod there (its user namespace
+	// range) may go to another pod now.
+	PodDirRemoved []func(uid types.UID)
 }
 
 // VolumeTearDown unmounts and removes a pod's volumes by UID.
@@ -203,7 +207,7 @@ func New(cfg Config, d Deps) *Kubelet {
 	pods := newPodManager()
 	cleaner := newCleaner(cleaner{
 		gc: d.GC, workers: d.Workers, pods: pods, status: d.Status, mirrors: d.Mirrors, cgroups: cfg.Cgroups,
-		volumes: d.Volumes, rootDir: cfg.RootDir, deadContainersKept: cfg.DeadContainersKept,
+		volumes: d.Volumes, rootDir: cfg.RootDir, deadContainersKept: cfg.DeadContainersKept, dirRemoved: d.PodDirRemoved,
 	})
 	return &Kubelet{
 		cfg: cfg, pods: pods, workers: d.Workers, workQueue: d.WorkQueue,

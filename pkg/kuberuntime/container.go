@@ -227,10 +227,13 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	}
 
 	linux, err := linuxContainerConfig(pod, c, m.memoryCapacity, m.security)
-	if err == nil && m.noCPUQuota {
+	if err != nil {
+		return nil, err
+	}
+	if m.noCPUQuota {
 		linux.Resources.CpuQuota, linux.Resources.CpuPeriod = 0, 0
 	}
-	if err != nil {
+	if linux.SecurityContext.NamespaceOptions, err = m.namespaceOptions(pod); err != nil {
 		return nil, err
 	}
 	if err := verifyRunAsNonRoot(pod, c, linux.SecurityContext, m.images.Image(ctx, imageRef)); err != nil {

@@ -101,6 +101,26 @@ type Options struct {
 	PodCgroup func(pod *v1.Pod) error
 	// Security is the node's defaults for unset security settings.
 	Security Security
+	// UserNamespaces gives pods with hostUsers: false their user
+	// namespace; nil refuses such pods.
+	UserNamespaces UserNamespaces
+}
+
+// UserNamespaces is the user namespace a pod's sandbox and containers
+// run in (userns.Allocator).
+type UserNamespaces interface {
+	Namespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error)
+}
+
+// hostUsersOnly runs every pod in the node's user namespace and refuses
+// the pods that ask for their own.
+type hostUsersOnly struct{}
+
+func (hostUsersOnly) Namespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error) {
+	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+		return nil, fmt.Errorf("hostUsers: false: this node gives pods no user namespaces")
+	}
+	return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}, nil
 }
 
 // StepRecorder records a step of a pod's life: Begin starts it, and the
@@ -137,6 +157,7 @@ type Manager struct {
 	noCPUQuota     bool
 	security       Security
 	features       featureState
+	userns         UserNamespaces
 
 	images    imagePuller
 	hooks     *hookRunner
@@ -175,6 +196,9 @@ func New(o Options) *Manager {
 	if o.Recorder == nil {
 		o.Recorder = &record.FakeRecorder{}
 	}
+	if o.UserNamespaces == nil {
+		o.UserNamespaces = hostUsersOnly{}
+	}
 	if o.Steps == nil {
 		o.Steps = noSteps{}
 	}
@@ -197,6 +221,7 @@ func New(o Options) *Manager {
 		memoryCapacity: o.MemoryCapacity,
 		noCPUQuota:     o.NoCPUQuota,
 		security:       o.Security,
+		userns:         o.UserNamespaces,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 		starts:         newStartGate(MaxParallelPodStarts),
 		stopping:       newStopping(o.Clock),

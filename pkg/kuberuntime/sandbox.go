@@ -57,6 +57,10 @@ func RuntimeHandler(pod *v1.Pod) string {
 
 // sandboxConfig describes the pod's sandbox to the runtime.
 func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
+	namespaces, err := m.namespaceOptions(pod)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
 			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
@@ -67,7 +71,7 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: m.cgroupParent(pod),
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: namespaceOptions(pod),
+				NamespaceOptions: namespaces,
 				Privileged:       hasPrivileged(pod),
 			},
 		},
@@ -122,6 +126,17 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 		}
 	}
 	return cfg, nil
+}
+
+// namespaceOptions are the pod's namespaces, its user namespace included.
+func (m *Manager) namespaceOptions(pod *v1.Pod) (*runtimeapi.NamespaceOption, error) {
+	o := namespaceOptions(pod)
+	userns, err := m.userns.Namespace(pod)
+	if err != nil {
+		return nil, err
+	}
+	o.UsernsOptions = userns
+	return o, nil
 }
 
 func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {

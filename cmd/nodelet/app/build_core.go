@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kubelet"
@@ -62,6 +64,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
 		Sources: ready, Updates: podConfig.Updates(), Health: health,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes, Mirrors: cl.mirrors, Volumes: runtime.volumes,
+		PodDirRemoved: []func(types.UID){runtime.userns.Release},
 	})
 	parts := &coreParts{kubelet: core, workers: workers, sourcesReady: ready.AllReady,
 		components: concat(sources, journalComponents(b, podConfig), []component{{"sync loop", core.Run}})}

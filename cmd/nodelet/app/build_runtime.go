@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/prober"
+	"github.com/nodelet/nodelet/pkg/userns"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 
@@ -69,11 +70,16 @@ type runtimeParts struct {
 	volumes    *volume.Manager
 	metrics    *metrics.Metrics
 	imageGC    *images.GC
+	userns     *userns.Allocator
 	components []component
 }
 
-func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients) *runtimeParts {
+func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients) (*runtimeParts, error) {
 	c := b.c
+	usernsAllocator, err := userns.New(userns.Options{RootDir: b.o.RootDir, MaxPods: int(c.MaxPods), IDsPerPod: idsPerPod(c)})
+	if err != nil {
+		return nil, err
+	}
 	imageVolumes := kuberuntime.ImageVolumeSupport(rt.version)
 	volumes := volume.NewManager(volume.Options{
 		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
@@ -102,6 +108,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines,
 		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists, CredentialPlugins: plugins,
 		Security: kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.o.RootDir, "seccomp")},
+		UserNamespaces: usernsAllocator,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.o.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)
@@ -122,14 +129,23 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		Period: b.o.ImageGCPeriod, Timeout: c.RuntimeRequestTimeout.Duration, Clock: b.clock,
 	})
 	return &runtimeParts{
-		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics, imageGC: imageGC,
+		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics, imageGC: imageGC, userns: usernsAllocator,
 		components: []component{
 			runs("pleg", gpleg.Run),
 			runs("container event watcher", watcher.Run),
 			runs("log rotation", rotator.Run),
 			runs("image garbage collection", imageGC.Run),
 		},
+	}, nil
+}
+
+// idsPerPod is the length of each pod's user namespace range (0: the
+// default).
+func idsPerPod(c *kubeletv1beta1.KubeletConfiguration) uint32 {
+	if c.UserNamespaces == nil || c.UserNamespaces.IDsPerPod == nil {
+		return 0
 	}
+	return uint32(*c.UserNamespaces.IDsPerPod)
 }
 
 // containerWatcher relists as soon as a container changes, not only every

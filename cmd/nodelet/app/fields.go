@@ -168,7 +168,7 @@ var configFields = map[string]field{
 	"containerRuntimeEndpoint":                  honour("CRI endpoint"),
 	"imageServiceEndpoint":                      refuse("", "images go through the runtime endpoint"),
 	"failCgroupV1":                              honour("true (the default) refuses a cgroup v1 host"),
-	"userNamespaces":                            refuse("", "user namespaces are not implemented"),
+	"userNamespaces":                            honour("idsPerPod: the length of each hostUsers: false pod's range of host IDs, taken from the kubelet entry of /etc/subuid and /etc/subgid or from idsPerPod up, and kept in <root-dir>/pods/<uid>/userns"),
 	"imagePullCredentialsVerificationPolicy":    refuse(`"NeverVerifyPreloadedImages"`, "pulled images are not re-verified"),
 	"preloadedImagesVerificationAllowlist":      refuse("", "pulled images are not re-verified"),
 }

@@ -113,7 +113,10 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	runtime := buildRuntime(b, rt, node, cl)
+	runtime, err := buildRuntime(b, rt, node, cl)
+	if err != nil {
+		return err
+	}
 	health := buildHealth(b, runtime)
 	reporter := buildReporter(b, node, health, cl)
 	core := buildCore(b, runtime, node, cl, health, reporter)
