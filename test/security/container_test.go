@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodelet/nodelet/internal/testbed"
+	v1 "k8s.io/api/core/v1"
 )
 
 // probePod runs script once as the container's command and reports what
@@ -86,4 +87,56 @@ func TestContainerConfinement(t *testing.T) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", hostPID)); err != nil {
 		t.Errorf("nodelet (pid %d) is gone: %v", hostPID, err)
 	}
+}
+
+// A pod asking for a user namespace runs in one where the runtime can
+// give it (containerd 2.x): its root is an unprivileged host user, as
+// seen from the host. Where the runtime cannot (containerd 1.6), the pod
+// is refused, never run as the host's root.
+func TestUserNamespace(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	r := &row{scenario: "user-namespace", attack: "hostUsers: false; root in the pod"}
+	record(t, r)
+	marker := fmt.Sprintf("%d", 40000+os.Getpid()%20000)
+	n.WriteManifest("userns.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: userns
+spec:
+  hostUsers: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "cat /proc/self/uid_map; id -u; cat %s; exec sleep %s"]
+`, testbed.BusyboxImage, canary.secret, marker))
+	// containerd 2.x with runc and this kernel's idmapped mounts can; 1.6 cannot.
+	if !strings.HasPrefix(cd.Version, "2.") {
+		p := waitPod(t, n, "userns", func(p *v1.Pod) (bool, string) {
+			return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
+		})
+		r.answer = p.Status.Reason + ": " + p.Status.Message
+		if p.Status.Reason != "UserNamespacesNotSupported" || !strings.Contains(p.Status.Message, "hostUsers: false") {
+			t.Errorf("status %q %q, want UserNamespacesNotSupported naming hostUsers", p.Status.Reason, p.Status.Message)
+		}
+		if got := len(n.RuntimeContainers("userns")); got != 0 {
+			t.Errorf("%d containers created for a refused pod", got)
+		}
+		r.invariant = hostUntouched(t, n)
+		return
+	}
+	waitPod(t, n, "userns", func(p *v1.Pod) (bool, string) {
+		s := status(p, "main")
+		return s.State.Running != nil, fmt.Sprintf("%+v", s.State)
+	})
+	pid, uid := hostProcess(t, "sleep\x00"+marker)
+	if uid < 65536 {
+		t.Errorf("the pod's root is host uid %d (pid %d), want one of the node's unprivileged range", uid, pid)
+	}
+	r.answer = fmt.Sprintf("runs as host uid %d", uid)
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		log := podLog(t, n, "userns")
+		return strings.Contains(log, fmt.Sprintf("0 %d 65536", uid)), "uid_map: " + log
+	})
+	r.invariant = hostUntouched(t, n)
 }

@@ -178,3 +178,48 @@ func podEvents(n *testbed.Nodelet, name, reason string) []string {
 	}
 	return out
 }
+
+// hostProcess finds the host process whose command line holds marker and
+// returns its pid and real uid as the host sees them.
+func hostProcess(t *testing.T, marker string) (pid, uid int) {
+	t.Helper()
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			cmdline, err := os.ReadFile(d + "/cmdline")
+			if err != nil || !strings.Contains(string(cmdline), marker) {
+				continue
+			}
+			st, err := os.ReadFile(d + "/status")
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(st), "\n") {
+				if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
+					fmt.Sscan(f[1], &uid)
+					fmt.Sscan(filepath.Base(d), &pid)
+					return true, ""
+				}
+			}
+		}
+		return false, "no host process runs " + marker
+	})
+	return pid, uid
+}
+
+// podLog is everything a static pod's containers wrote to their logs.
+func podLog(t *testing.T, n *testbed.Nodelet, name string) string {
+	t.Helper()
+	var b strings.Builder
+	dirs, _ := filepath.Glob(filepath.Join(n.LogsDir, "default_"+n.PodName(name)+"_*"))
+	for _, d := range dirs {
+		_ = filepath.WalkDir(d, func(path string, e os.DirEntry, err error) error {
+			if err == nil && !e.IsDir() {
+				data, _ := os.ReadFile(path)
+				b.Write(data)
+			}
+			return nil
+		})
+	}
+	return b.String()
+}
