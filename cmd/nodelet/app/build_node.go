@@ -16,6 +16,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/cm"
+	"github.com/nodelet/nodelet/pkg/kerneltunables"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/stats"
@@ -62,6 +63,9 @@ func (n *nodeParts) memoryCapacity() int64 {
 }
 
 func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error) {
+	if err := checkKernel(b.c); err != nil {
+		return nil, err
+	}
 	driver, err := cgroupDriver(rt, b.c.CgroupDriver)
 	if err != nil {
 		return nil, err
@@ -193,6 +197,25 @@ func cgroupDriver(rt *runtimeConn, configured string) (string, error) {
 		klog.InfoS("Using the cgroup driver the runtime reports, not the configuration's", "runtime", reported, "cgroupDriver", configured)
 	}
 	return reported, nil
+}
+
+// checkKernel holds the kernel to the kubelet's settings
+// (protectKernelDefaults: check only) and refuses a node with swap on
+// unless failSwapOn is off, as upstream does.
+func checkKernel(c *kubeletv1beta1.KubeletConfiguration) error {
+	if err := kerneltunables.Ensure("", c.ProtectKernelDefaults); err != nil {
+		return err
+	}
+	on, areas, err := kerneltunables.SwapOn("")
+	switch {
+	case err != nil:
+		return fmt.Errorf("failed to determine if swap is on: %w", err)
+	case on && *c.FailSwapOn:
+		return fmt.Errorf("running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn); /proc/swaps lists %q", areas)
+	case on:
+		klog.InfoS("Swap is on and failSwapOn is off: containers' memory may be swapped (swap is not limited per pod)", "swaps", areas)
+	}
+	return nil
 }
 
 // setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off. A

@@ -102,6 +102,8 @@ type flagValues struct {
 	clusterDomain      string
 	resolvConf         string
 	failCgroupV1       bool
+	failSwapOn         bool
+	protectKernel      bool
 	registerTaints     []string
 	nodeIP             string
 	cloudProvider      string
@@ -208,6 +210,8 @@ func addConfigFlags(fs *pflag.FlagSet, f *flagValues) {
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS domain, searched by ClusterFirst pods (clusterDomain)")
 	fs.StringVar(&f.resolvConf, "resolv-conf", "", "resolver file that dnsPolicy Default pods get, \"\" for none (resolvConf)")
 	fs.BoolVar(&f.failCgroupV1, "fail-cgroupv1", true, "refuse to start on a cgroup v1 host (failCgroupV1)")
+	fs.BoolVar(&f.failSwapOn, "fail-swap-on", true, "refuse to start on a node with swap on (failSwapOn)")
+	fs.BoolVar(&f.protectKernel, "protect-kernel-defaults", false, "refuse to start when a kernel setting differs from the kubelet's, rather than set it (protectKernelDefaults)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA bundle that signs the client certificates the kubelet API accepts, the API server's among them (authentication.x509.clientCAFile)")
 	for name, def := range map[string]string{
 		"container-runtime-endpoint": DefaultRuntimeEndpoint, "read-only-port": "0",
@@ -253,6 +257,8 @@ func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
 	set("cluster-domain", func() { c.ClusterDomain = f.clusterDomain })
 	set("resolv-conf", func() { c.ResolverConfig = &f.resolvConf })
 	set("fail-cgroupv1", func() { c.FailCgroupV1 = &f.failCgroupV1 })
+	set("fail-swap-on", func() { c.FailSwapOn = &f.failSwapOn })
+	set("protect-kernel-defaults", func() { c.ProtectKernelDefaults = f.protectKernel })
 	set("client-ca-file", func() { c.Authentication.X509.ClientCAFile = f.clientCAFile })
 	set("v", func() { c.Logging.Verbosity = f.logging.Verbosity })
 	set("vmodule", func() { c.Logging.VModule = f.logging.VModule })
@@ -549,6 +555,9 @@ func setServingDefaults(c *kubeletv1beta1.KubeletConfiguration) {
 	}
 	if c.FailCgroupV1 == nil {
 		c.FailCgroupV1 = new(true)
+	}
+	if c.FailSwapOn == nil {
+		c.FailSwapOn = new(true)
 	}
 	if c.CPUCFSQuota == nil {
 		c.CPUCFSQuota = new(true)
