@@ -76,7 +76,7 @@ func TestSetWhenNotProtected(t *testing.T) {
 func TestSwapOn(t *testing.T) {
 	dir := t.TempDir()
 	for content, want := range map[string]bool{
-		"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n": false,
+		"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n":                                                                     false,
 		"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/swapfile                               file\t\t1048572\t\t0\t\t-2\n": true,
 	} {
 		path := filepath.Join(dir, "swaps")
