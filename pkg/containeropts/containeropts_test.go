@@ -212,6 +212,29 @@ func TestHostsFileAndHostname(t *testing.T) {
 	}
 }
 
+// hostnameOverride is the pod's whole hostname, dots included, with no
+// domain; one that is no DNS subdomain is refused.
+func TestHostnameOverride(t *testing.T) {
+	o, _ := clusterOptions(t)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{
+		Hostname: "ignored", Subdomain: "web", HostnameOverride: new("db.example.internal"),
+	}}
+	if _, hostname, err := o.PodDNS(pod); err != nil || hostname != "db.example.internal" {
+		t.Errorf("hostname %q (%v), want the override", hostname, err)
+	}
+	m, err := o.hostsMount(pod, &v1.Container{Name: "main"}, []string{"10.1.0.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(m.HostPath); !strings.Contains(string(b), "10.1.0.5\tdb.example.internal\n") {
+		t.Errorf("hosts file does not name the override alone:\n%s", b)
+	}
+	pod.Spec.HostnameOverride = new("Not_A_Name")
+	if _, _, err := o.PodDNS(pod); err == nil || !strings.Contains(err.Error(), "hostnameOverride") {
+		t.Errorf("an invalid override: %v", err)
+	}
+}
+
 // TestImageVolumeMount: an image volume becomes a read-only CRI image
 // mount (the runtime manager puts in the pulled reference), with its
 // subPath as the image sub-path, beside ordinary host-path mounts.

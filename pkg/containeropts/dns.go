@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -165,13 +166,18 @@ func mergeOptions(base []string, pod []v1.PodDNSConfigOption) []string {
 // label) and, with a subdomain, its fully qualified name; with
 // setHostnameAsFQDN the FQDN is what the pod is given as its hostname.
 func (d DNS) Hostname(pod *v1.Pod) (hostname, fqdn string, err error) {
+	if o := pod.Spec.HostnameOverride; o != nil {
+		// The whole name, dots and all, with no domain of the pod's.
+		if msgs := validation.IsDNS1123Subdomain(*o); len(msgs) != 0 {
+			return "", "", fmt.Errorf("pod hostnameOverride %q is not a valid DNS subdomain: %s", *o, strings.Join(msgs, ";"))
+		}
+		return truncateHostname(*o), "", nil
+	}
 	h := pod.Name
 	if pod.Spec.Hostname != "" {
 		h = pod.Spec.Hostname
 	}
-	if len(h) > 63 {
-		h = strings.TrimRight(h[:63], "-.")
-	}
+	h = truncateHostname(h)
 	if h == "" {
 		return "", "", fmt.Errorf("pod %s/%s has no usable hostname", pod.Namespace, pod.Name)
 	}
@@ -179,6 +185,15 @@ func (d DNS) Hostname(pod *v1.Pod) (hostname, fqdn string, err error) {
 		fqdn = fmt.Sprintf("%s.%s.%s.svc.%s", h, pod.Spec.Subdomain, pod.Namespace, d.ClusterDomain)
 	}
 	return h, fqdn, nil
+}
+
+// truncateHostname keeps a hostname within 63 characters, as upstream
+// truncates it, without a trailing dash or dot.
+func truncateHostname(h string) string {
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
 }
 
 // hostsFile is the /etc/hosts nodelet mounts into a pod's containers: the

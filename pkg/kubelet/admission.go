@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
@@ -89,6 +90,7 @@ func (a *admission) admit(active []*v1.Pod, pod *v1.Pod) *Rejection {
 		func() *Rejection { return checkOS(pod, node) },
 		func() *Rejection { return checkNodeName(pod, node) },
 		func() *Rejection { return checkAffinity(pod, node) },
+		func() *Rejection { return checkTaints(pod, node) },
 		func() *Rejection { return checkHostPorts(active, pod) },
 		func() *Rejection { return checkResources(active, pod, node) },
 	} {
@@ -125,6 +127,22 @@ func checkAffinity(pod *v1.Pod, node *v1.Node) *Rejection {
 		return &Rejection{"NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
 	}
 	return nil
+}
+
+// checkTaints refuses a pod that does not tolerate one of the node's
+// NoExecute taints (the others are the scheduler's), as upstream does;
+// static pods are the node's own and always run.
+func checkTaints(pod *v1.Pod, node *v1.Node) *Rejection {
+	if podutil.IsStatic(pod) {
+		return nil
+	}
+	taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
+		func(t *v1.Taint) bool { return t.Effect == v1.TaintEffectNoExecute }, false)
+	if !untolerated {
+		return nil
+	}
+	klog.V(2).InfoS("Pod does not tolerate a NoExecute taint", "pod", klog.KObj(pod), "podUID", pod.UID, "taint", taint.ToString())
+	return &Rejection{"TaintToleration", "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"}
 }
 
 // hostPort is one host port a pod claims.

@@ -177,3 +177,29 @@ func TestAdmissionHooksComeFirst(t *testing.T) {
 		t.Fatalf("hooks asked %q", got)
 	}
 }
+
+// A pod that does not tolerate one of the node's NoExecute taints is
+// refused; NoSchedule taints are the scheduler's, and static pods are
+// the node's own.
+func TestTaintAdmission(t *testing.T) {
+	node := admissionNode(110)
+	node.Spec.Taints = []v1.Taint{
+		{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoExecute},
+		{Key: "spot", Effect: v1.TaintEffectNoSchedule},
+	}
+	a := admission{node: func() *v1.Node { return node }}
+	tolerating := mk("tolerating", func(p *v1.Pod) {
+		p.Spec.Tolerations = []v1.Toleration{{Key: "dedicated", Operator: v1.TolerationOpEqual, Value: "db", Effect: v1.TaintEffectNoExecute}}
+	})
+	if r := a.admit(nil, tolerating); r != nil {
+		t.Errorf("a pod tolerating the NoExecute taint: %+v", r)
+	}
+	r := a.admit(nil, mk("plain"))
+	if r == nil || r.Reason != "TaintToleration" || !strings.Contains(r.Message, "didn't tolerate") {
+		t.Errorf("a pod not tolerating it: %+v, want TaintToleration", r)
+	}
+	static := mk("static", func(p *v1.Pod) { p.Annotations = map[string]string{"kubernetes.io/config.source": "file"} })
+	if r := a.admit(nil, static); r != nil {
+		t.Errorf("a static pod: %+v", r)
+	}
+}

@@ -87,6 +87,9 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 	if errors.Is(err, ErrMountVolume) {
 		m.warn(ctx, podutil.PodRef(pod), "FailedMount", "%v", err)
 	}
+	if err == nil {
+		err = targetPIDNamespace(pod, c.Name, podStatus, cfg)
+	}
 	if err != nil {
 		m.warn(ctx, ref, "Failed", "Error: %v", err)
 		return err.Error(), container.ErrCreateContainerConfig
@@ -255,6 +258,28 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		Tty:         c.TTY,
 		Linux:       linux,
 	}, nil
+}
+
+// targetPIDNamespace puts an ephemeral container with a
+// targetContainerName in its target's PID namespace (kubectl debug
+// --target), which must be running.
+func targetPIDNamespace(pod *v1.Pod, name string, podStatus *container.PodStatus, cfg *runtimeapi.ContainerConfig) error {
+	target := ""
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			target = pod.Spec.EphemeralContainers[i].TargetContainerName
+		}
+	}
+	if target == "" {
+		return nil
+	}
+	st := podStatus.FindContainerStatusByName(target)
+	if st == nil || st.State != container.StateRunning {
+		return fmt.Errorf("targetContainerName %q: the target container is not running", target)
+	}
+	ns := cfg.Linux.SecurityContext.NamespaceOptions
+	ns.Pid, ns.TargetId = runtimeapi.NamespaceMode_TARGET, st.ID.ID
+	return nil
 }
 
 // recursiveReadOnly marks the mounts that asked for it read-only all the

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/pkg/container"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -256,5 +257,35 @@ func TestResolveRecursiveReadOnly(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: %s (%v), want %s", tc.name, got, err, tc.want)
 		}
+	}
+}
+
+// An ephemeral container with a targetContainerName joins its running
+// target's PID namespace; a target not running keeps it from starting.
+func TestTargetPIDNamespace(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{EphemeralContainers: []v1.EphemeralContainer{
+		{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug"}, TargetContainerName: "app"},
+		{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "plain"}},
+	}}}
+	cfg := func() *runtimeapi.ContainerConfig {
+		return &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: namespaceOptions(pod)}}}
+	}
+	running := &container.PodStatus{ContainerStatuses: []*container.Status{
+		{Name: "app", State: container.StateRunning, ID: container.ContainerID{Type: "containerd", ID: "abc"}}}}
+	c := cfg()
+	if err := targetPIDNamespace(pod, "debug", running, c); err != nil {
+		t.Fatal(err)
+	}
+	if ns := c.Linux.SecurityContext.NamespaceOptions; ns.Pid != runtimeapi.NamespaceMode_TARGET || ns.TargetId != "abc" {
+		t.Errorf("namespaces %+v, want the target's PID namespace", ns)
+	}
+	c = cfg()
+	if err := targetPIDNamespace(pod, "plain", running, c); err != nil || c.Linux.SecurityContext.NamespaceOptions.Pid != runtimeapi.NamespaceMode_CONTAINER {
+		t.Errorf("without a target: %v %+v", err, c.Linux.SecurityContext.NamespaceOptions)
+	}
+	exited := &container.PodStatus{ContainerStatuses: []*container.Status{{Name: "app", State: container.StateExited}}}
+	if err := targetPIDNamespace(pod, "debug", exited, cfg()); err == nil || !strings.Contains(err.Error(), `targetContainerName "app"`) {
+		t.Errorf("an exited target: %v", err)
 	}
 }
