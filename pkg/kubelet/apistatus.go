@@ -256,13 +256,7 @@ func willRestart(pod *v1.Pod, c *v1.Container, init bool, history []*container.S
 	if init && podutil.IsRestartableInitContainer(c) {
 		return true
 	}
-	switch pod.Spec.RestartPolicy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return history[0].ExitCode != 0
-	}
-	return true
+	return podutil.ContainerShouldRestart(c, &pod.Spec, int32(history[0].ExitCode))
 }
 
 // apiState converts one runtime container state.
@@ -303,14 +297,20 @@ func findStatus(all []v1.ContainerStatus, name string) (v1.ContainerStatus, bool
 //   - Pending while a regular init container has not succeeded, a sidecar
 //     has not started (before any app container ran), or an app container
 //     has not started yet;
-//   - Failed if an init container failed under restartPolicy Never;
-//   - Running while any container runs, or all are restarting;
+//   - Failed if an init container failed and will not restart;
+//   - Running while any container runs, or any stopped one restarts
+//     (each container's restart rules and policy, else the pod's);
 //   - Succeeded or Failed once every app container has stopped and none
 //     will restart.
 func podPhase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, podIsTerminal bool) v1.PodPhase {
 	spec := &pod.Spec
 	pendingInit, pendingSidecars, failedInit := 0, 0, 0
-	unknown, running, waiting, stopped, succeeded := 0, 0, 0, 0, 0
+	unknown, running, waiting, stopped, succeeded, stoppedForGood := 0, 0, 0, 0, 0, 0
+	// final counts a stopped container that will not start again: its
+	// restart rules, its own policy, or the pod's say so.
+	final := func(c *v1.Container, t *v1.ContainerStateTerminated) bool {
+		return !podutil.ContainerShouldRestart(c, spec, t.ExitCode)
+	}
 	for i := range spec.InitContainers {
 		c := &spec.InitContainers[i]
 		st, ok := findStatus(initStatuses, c.Name)
@@ -339,12 +339,12 @@ func podPhase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, podIsTer
 		case !ok, st.State.Running != nil:
 			pendingInit++
 		case st.State.Terminated != nil:
-			if st.State.Terminated.ExitCode != 0 {
+			if t := st.State.Terminated; t.ExitCode != 0 && final(c, t) {
 				failedInit++
 			}
 		case st.State.Waiting != nil:
 			if t := st.LastTerminationState.Terminated; t != nil {
-				if t.ExitCode != 0 {
+				if t.ExitCode != 0 && final(c, t) {
 					failedInit++
 				}
 			} else {
@@ -356,7 +356,8 @@ func podPhase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, podIsTer
 	}
 	anyRegularStarted := false
 	for i := range spec.Containers {
-		st, ok := findStatus(statuses, spec.Containers[i].Name)
+		c := &spec.Containers[i]
+		st, ok := findStatus(statuses, c.Name)
 		if !ok {
 			unknown++
 			continue
@@ -371,10 +372,16 @@ func podPhase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, podIsTer
 			if st.State.Terminated.ExitCode == 0 {
 				succeeded++
 			}
+			if final(c, st.State.Terminated) {
+				stoppedForGood++
+			}
 		case st.State.Waiting != nil:
-			if st.LastTerminationState.Terminated != nil {
+			if t := st.LastTerminationState.Terminated; t != nil {
 				stopped++
 				anyRegularStarted = true
+				if final(c, t) {
+					stoppedForGood++
+				}
 			} else {
 				waiting++
 			}
@@ -383,7 +390,7 @@ func podPhase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, podIsTer
 		}
 	}
 
-	if failedInit > 0 && spec.RestartPolicy == v1.RestartPolicyNever {
+	if failedInit > 0 {
 		return v1.PodFailed
 	}
 	switch {
@@ -400,15 +407,13 @@ func podPhase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, podIsTer
 			return v1.PodFailed
 		}
 		switch {
-		case spec.RestartPolicy == v1.RestartPolicyAlways:
+		case stopped != stoppedForGood:
+			// At least one is restarting.
 			return v1.PodRunning
 		case stopped == succeeded:
 			return v1.PodSucceeded
-		case spec.RestartPolicy == v1.RestartPolicyNever:
-			return v1.PodFailed
 		default:
-			// OnFailure with a failure: restarting.
-			return v1.PodRunning
+			return v1.PodFailed
 		}
 	default:
 		return v1.PodPending

@@ -99,6 +99,14 @@ func TestPodPhase(t *testing.T) {
 		{"Never: app done, sidecar running: still running", phasePod(N, nil, []string{"s"}, "a"), statuses(cs{name: "s", state: running, started: &yes}), statuses(cs{name: "a", state: succeeded}), false, v1.PodRunning},
 		{"Never: app done, sidecar stopped", phasePod(N, nil, []string{"s"}, "a"), statuses(cs{name: "s", state: failed}), statuses(cs{name: "a", state: succeeded}), false, v1.PodSucceeded},
 		{"container without any state", phasePod(A, nil, nil, "a"), nil, statuses(cs{name: "a", state: noState}), false, v1.PodPending},
+		{"Never pod, container Always: restarting", withContainerPolicy(phasePod(N, nil, nil, "a", "b"), "a", v1.ContainerRestartPolicyAlways),
+			nil, statuses(cs{name: "a", state: succeeded}, cs{name: "b", state: succeeded}), false, v1.PodRunning},
+		{"Always pod, container Never exited: done", withContainerPolicy(phasePod(A, nil, nil, "a"), "a", v1.ContainerRestartPolicyNever),
+			nil, statuses(cs{name: "a", state: failed}), false, v1.PodFailed},
+		{"Never pod, rule restarts exit code 1", withRetryRule(phasePod(N, nil, nil, "a"), "a", 1),
+			nil, statuses(cs{name: "a", state: crashLoop, last: failed}), false, v1.PodRunning},
+		{"Never pod, init with a rule restarting its exit code: pending", withRetryRule(phasePod(N, []string{"i"}, nil, "a"), "i", 1),
+			statuses(cs{name: "i", state: failed}), statuses(cs{name: "a", state: waiting}), false, v1.PodPending},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,6 +115,31 @@ func TestPodPhase(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withContainerPolicy(p *v1.Pod, name string, pol v1.ContainerRestartPolicy) *v1.Pod {
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == name {
+			p.Spec.Containers[i].RestartPolicy = &pol
+		}
+	}
+	return p
+}
+
+// withRetryRule gives a container (init or app) restartPolicy Never with
+// a rule restarting it on code.
+func withRetryRule(p *v1.Pod, name string, code int32) *v1.Pod {
+	never := v1.ContainerRestartPolicyNever
+	for _, cs := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				cs[i].RestartPolicy = &never
+				cs[i].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+					ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{code}}}}
+			}
+		}
+	}
+	return p
 }
 
 var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

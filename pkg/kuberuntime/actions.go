@@ -114,7 +114,11 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus, health Containe
 		var toStart []int
 		for i := range pod.Spec.Containers {
 			c := &pod.Spec.Containers[i]
-			if pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure && succeeded(status.FindContainerStatusByName(c.Name)) {
+			runOnce := pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure
+			if c.RestartPolicy != nil {
+				runOnce = *c.RestartPolicy == v1.ContainerRestartPolicyOnFailure
+			}
+			if runOnce && succeeded(status.FindContainerStatusByName(c.Name)) {
 				continue
 			}
 			toStart = append(toStart, i)
@@ -162,7 +166,7 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus, health Containe
 				// Whatever is left of it must be stopped before a replacement starts.
 				a.ContainersToKill[s.ID] = containerToKill{name: c.Name, message: fmt.Sprintf("Container %s is in an unknown state, will be restarted", c.Name)}
 			}
-			if shouldRestart(pod, s) {
+			if shouldRestart(pod, c, s) {
 				a.ContainersToStart = append(a.ContainersToStart, i)
 			}
 			continue
@@ -174,7 +178,13 @@ func computePodActions(pod *v1.Pod, status *container.PodStatus, health Containe
 			continue
 		}
 		if k, bad := unhealthy(c, s, health); bad {
-			if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+			// The container still runs: its own restart policy decides,
+			// not its rules, as upstream has it.
+			restart := pod.Spec.RestartPolicy != v1.RestartPolicyNever
+			if c.RestartPolicy != nil {
+				restart = *c.RestartPolicy != v1.ContainerRestartPolicyNever
+			}
+			if restart {
 				k.message += ", will be restarted"
 				a.ContainersToStart = append(a.ContainersToStart, i)
 			}
@@ -261,7 +271,11 @@ func computeInitActions(pod *v1.Pod, status *container.PodStatus, a *podActions,
 			}
 		default:
 			// Failed: a non-zero exit, or lost (unknown state).
-			if !sidecar && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+			code := int32(s.ExitCode)
+			if code == 0 {
+				code = -1 // lost: a failure, whatever it last said
+			}
+			if !sidecar && !podutil.ContainerShouldRestart(c, &pod.Spec, code) {
 				a.KillPod = true
 				a.InitContainersToStart = nil
 				return false
@@ -366,21 +380,14 @@ func sandboxChanged(pod *v1.Pod, status *container.PodStatus) (create bool, atte
 
 // shouldRestart applies the pod's restart policy to a container that is
 // not running (s is its newest status, nil if it never ran).
-func shouldRestart(pod *v1.Pod, s *container.Status) bool {
+func shouldRestart(pod *v1.Pod, c *v1.Container, s *container.Status) bool {
 	if pod.DeletionTimestamp != nil {
 		return false
 	}
 	if s == nil || s.State == container.StateCreated || s.State == container.StateUnknown {
 		return true
 	}
-	switch pod.Spec.RestartPolicy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return s.ExitCode != 0
-	default:
-		return true
-	}
+	return podutil.ContainerShouldRestart(c, &pod.Spec, int32(s.ExitCode))
 }
 
 func succeeded(s *container.Status) bool {

@@ -39,6 +39,17 @@ func (b *podBuilder) sidecar(name string) *podBuilder {
 	return b
 }
 
+// retryOn gives the app container restartPolicy Never and a rule
+// restarting it on code.
+func (b *podBuilder) retryOn(code int32) *podBuilder {
+	never := v1.ContainerRestartPolicyNever
+	c := &b.pod.Spec.Containers[0]
+	c.RestartPolicy = &never
+	c.RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{code}}}}
+	return b
+}
+
 func (b *podBuilder) hostNetwork() *podBuilder { b.pod.Spec.HostNetwork = true; return b }
 
 func (b *podBuilder) deleted() *podBuilder {
@@ -170,6 +181,14 @@ func TestComputePodActions(t *testing.T) {
 			newPod(onFailure, "a", "b").pod, func(p *v1.Pod) *container.PodStatus {
 				return rtStatus(p).sandbox("sb", false, 0, "10.0.0.1").c("a", E, 0).c("b", E, 2).s
 			}, want{kill: true, create: true, attempt: 1, start: []int{1}}},
+		{"restart rule: the matching exit code restarts in an Always pod whose container says Never",
+			newPod(always, "a").retryOn(42).pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 42).s
+			}, want{start: []int{0}}},
+		{"restart rule: another exit code falls back to the container's Never",
+			newPod(always, "a").retryOn(42).pod, func(p *v1.Pod) *container.PodStatus {
+				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 1).s
+			}, want{kill: true}},
 		{"Always: exited 0 is restarted",
 			newPod(always, "a").pod, func(p *v1.Pod) *container.PodStatus {
 				return rtStatus(p).sandbox("sb", true, 0, "10.0.0.1").c("a", E, 0).s

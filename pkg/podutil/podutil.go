@@ -214,3 +214,53 @@ const SystemCriticalPriority = 2 * 1000000000
 func IsCritical(pod *v1.Pod) bool {
 	return IsStatic(pod) || IsMirror(pod) || (pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority)
 }
+
+// ContainerShouldRestart says whether a container that exited with
+// exitCode is started again, as upstream decides it: the first of its
+// restartPolicyRules whose exit codes match (action Restart), else its
+// own restartPolicy, else the pod's.
+func ContainerShouldRestart(c *v1.Container, spec *v1.PodSpec, exitCode int32) bool {
+	if c.RestartPolicy != nil {
+		for _, rule := range c.RestartPolicyRules {
+			if rule.ExitCodes != nil && exitCodesMatch(rule.ExitCodes, exitCode) {
+				// Restart is the only action the API accepts today;
+				// RestartAllContainers is behind a gate that is off.
+				if rule.Action == v1.ContainerRestartRuleActionRestart {
+					return true
+				}
+				break
+			}
+		}
+		switch *c.RestartPolicy {
+		case v1.ContainerRestartPolicyAlways:
+			return true
+		case v1.ContainerRestartPolicyOnFailure:
+			return exitCode != 0
+		case v1.ContainerRestartPolicyNever:
+			return false
+		}
+	}
+	switch spec.RestartPolicy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return exitCode != 0
+	}
+	return true
+}
+
+func exitCodesMatch(r *v1.ContainerRestartRuleOnExitCodes, code int32) bool {
+	in := false
+	for _, v := range r.Values {
+		if v == code {
+			in = true
+		}
+	}
+	switch r.Operator {
+	case v1.ContainerRestartRuleOnExitCodesOpIn:
+		return in
+	case v1.ContainerRestartRuleOnExitCodesOpNotIn:
+		return !in
+	}
+	return false
+}

@@ -74,3 +74,42 @@ func TestGracePeriodSeconds(t *testing.T) {
 		t.Fatal("deletion grace period ignored")
 	}
 }
+
+// A container's restart rules decide first (the first whose exit codes
+// match), then its own restartPolicy, then the pod's.
+func TestContainerShouldRestart(t *testing.T) {
+	pol := func(p v1.ContainerRestartPolicy) *v1.ContainerRestartPolicy { return &p }
+	rule := func(op v1.ContainerRestartRuleOnExitCodesOperator, codes ...int32) v1.ContainerRestartRule {
+		return v1.ContainerRestartRule{Action: v1.ContainerRestartRuleActionRestart,
+			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: op, Values: codes}}
+	}
+	retryable := &v1.Container{RestartPolicy: pol(v1.ContainerRestartPolicyNever),
+		RestartPolicyRules: []v1.ContainerRestartRule{rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42, 43)}}
+	notIn := &v1.Container{RestartPolicy: pol(v1.ContainerRestartPolicyNever),
+		RestartPolicyRules: []v1.ContainerRestartRule{rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0, 1)}}
+	always := &v1.Container{RestartPolicy: pol(v1.ContainerRestartPolicyAlways)}
+	onFailure := &v1.Container{RestartPolicy: pol(v1.ContainerRestartPolicyOnFailure)}
+	plain := &v1.Container{}
+	for _, tc := range []struct {
+		name   string
+		c      *v1.Container
+		pod    v1.RestartPolicy
+		code   int32
+		expect bool
+	}{
+		{"rule In matches", retryable, v1.RestartPolicyAlways, 42, true},
+		{"rule In misses: the container's Never", retryable, v1.RestartPolicyAlways, 1, false},
+		{"rule NotIn matches", notIn, v1.RestartPolicyNever, 7, true},
+		{"rule NotIn misses", notIn, v1.RestartPolicyNever, 1, false},
+		{"container Always in a Never pod", always, v1.RestartPolicyNever, 0, true},
+		{"container OnFailure, success", onFailure, v1.RestartPolicyAlways, 0, false},
+		{"container OnFailure, failure", onFailure, v1.RestartPolicyNever, 3, true},
+		{"pod Never", plain, v1.RestartPolicyNever, 3, false},
+		{"pod OnFailure, success", plain, v1.RestartPolicyOnFailure, 0, false},
+		{"pod Always", plain, v1.RestartPolicyAlways, 0, true},
+	} {
+		if got := ContainerShouldRestart(tc.c, &v1.PodSpec{RestartPolicy: tc.pod}, tc.code); got != tc.expect {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.expect)
+		}
+	}
+}
