@@ -229,9 +229,15 @@ func (m *Manager) EnsureExists(pod *v1.Pod) error {
 	return nil
 }
 
-// allLimited reports whether every app container limits the resource: only
-// then does the pod as a whole have a limit.
+// allLimited reports whether the pod has a limit of the resource: a
+// pod-level one, or one on every app container.
 func allLimited(pod *v1.Pod, r v1.ResourceName) bool {
+	if pod.Spec.Resources != nil {
+		// A pod-level limit limits the pod whatever its containers say.
+		if q, ok := pod.Spec.Resources.Limits[r]; ok && !q.IsZero() {
+			return true
+		}
+	}
 	for i := range pod.Spec.Containers {
 		if _, ok := pod.Spec.Containers[i].Resources.Limits[r]; !ok {
 			return false

@@ -238,3 +238,23 @@ func TestMain(m *testing.M) {
 	cgroups.TestMode = true
 	os.Exit(m.Run())
 }
+
+// Pod-level resources decide the pod's class and limit its cgroup, its
+// containers unlimited.
+func TestV2PodLevelResources(t *testing.T) {
+	m, root := newFakeV2(t, 0)
+	testutil.Must(t, m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("4")}))
+	p := podWith("pl", rr("", ""), rr("", ""))
+	p.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("128Mi")}}
+	testutil.Must(t, m.EnsureExists(p))
+	cg := m.PodCgroup(p)
+	if cg != "/kubepods/podpl" {
+		t.Fatalf("pod cgroup %s, want the Guaranteed class's", cg)
+	}
+	for file, want := range map[string]string{"cpu.max": "100000 100000", "memory.max": strconv.Itoa(128 << 20)} {
+		if got := readFile(t, root, cg, file); got != want {
+			t.Errorf("%s = %s, want %s", file, got, want)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func (m *Manager) applyResizes(ctx context.Context, pod *v1.Pod, resizes []resiz
 // updateResources applies a container's granted resources to it and
 // records them as applied.
 func (m *Manager) updateResources(ctx context.Context, pod *v1.Pod, c *v1.Container, id container.ContainerID) error {
-	res := linuxResources(c)
+	res := linuxResources(pod, c)
 	if m.noCPUQuota {
 		res.CpuQuota, res.CpuPeriod = 0, 0
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -16,7 +17,7 @@ const cpuPeriodMicros = 100000
 // linuxContainerConfig translates a container's resources and security
 // context, pod-level settings filling in what the container leaves unset.
 func linuxContainerConfig(pod *v1.Pod, c *v1.Container, memoryCapacity int64, sec Security) (*runtimeapi.LinuxContainerConfig, error) {
-	res := linuxResources(c)
+	res := linuxResources(pod, c)
 	res.OomScoreAdj = oomScoreAdj(pod, c, memoryCapacity)
 	lc := &runtimeapi.LinuxContainerConfig{
 		Resources: res,
@@ -93,10 +94,10 @@ func capName(c v1.Capability) string {
 
 // linuxResources converts requests and limits to cgroup settings: shares
 // from the CPU request, quota from the CPU limit, and the memory limit.
-func linuxResources(c *v1.Container) *runtimeapi.LinuxContainerResources {
+func linuxResources(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerResources {
 	r := &runtimeapi.LinuxContainerResources{}
 	cpuReq, hasReq := c.Resources.Requests[v1.ResourceCPU]
-	cpuLim, hasLim := c.Resources.Limits[v1.ResourceCPU]
+	cpuLim, hasLim := limit(pod, c, v1.ResourceCPU)
 	switch {
 	case hasReq:
 		r.CpuShares = milliCPUToShares(cpuReq.MilliValue())
@@ -110,10 +111,25 @@ func linuxResources(c *v1.Container) *runtimeapi.LinuxContainerResources {
 		r.CpuPeriod = cpuPeriodMicros
 		r.CpuQuota = milliCPUToQuota(cpuLim.MilliValue())
 	}
-	if mem, ok := c.Resources.Limits[v1.ResourceMemory]; ok {
+	if mem, ok := limit(pod, c, v1.ResourceMemory); ok {
 		r.MemoryLimitInBytes = mem.Value()
 	}
 	return r
+}
+
+// limit is a container's limit of a resource; one without takes the
+// pod-level limit where the pod sets one, as upstream does.
+func limit(pod *v1.Pod, c *v1.Container, name v1.ResourceName) (resource.Quantity, bool) {
+	if q, ok := c.Resources.Limits[name]; ok && !q.IsZero() {
+		return q, true
+	}
+	if pod != nil && pod.Spec.Resources != nil {
+		if q, ok := pod.Spec.Resources.Limits[name]; ok && !q.IsZero() {
+			return q, true
+		}
+	}
+	q, ok := c.Resources.Limits[name]
+	return q, ok
 }
 
 const (

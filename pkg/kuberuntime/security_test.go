@@ -90,15 +90,15 @@ func TestLinuxResources(t *testing.T) {
 		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m")},
 		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("1500m"), v1.ResourceMemory: resource.MustParse("128Mi")},
 	}}
-	r := linuxResources(c)
+	r := linuxResources(nil, c)
 	if r.CpuShares != 256 || r.CpuQuota != 150000 || r.CpuPeriod != 100000 || r.MemoryLimitInBytes != 128<<20 {
 		t.Fatalf("%+v", r)
 	}
-	if r := linuxResources(&v1.Container{}); r.CpuShares != 2 || r.CpuQuota != 0 || r.MemoryLimitInBytes != 0 {
+	if r := linuxResources(nil, &v1.Container{}); r.CpuShares != 2 || r.CpuQuota != 0 || r.MemoryLimitInBytes != 0 {
 		t.Fatalf("best effort %+v", r)
 	}
 	limitOnly := &v1.Container{Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}}}
-	if r := linuxResources(limitOnly); r.CpuShares != 2048 {
+	if r := linuxResources(nil, limitOnly); r.CpuShares != 2048 {
 		t.Fatalf("a limit without a request: shares %d", r.CpuShares)
 	}
 }
@@ -287,5 +287,18 @@ func TestTargetPIDNamespace(t *testing.T) {
 	exited := &container.PodStatus{ContainerStatuses: []*container.Status{{Name: "app", State: container.StateExited}}}
 	if err := targetPIDNamespace(pod, "debug", exited, cfg()); err == nil || !strings.Contains(err.Error(), `targetContainerName "app"`) {
 		t.Errorf("an exited target: %v", err)
+	}
+}
+
+// A container without a limit takes the pod-level one for its cgroup.
+func TestPodLevelLimitsReachContainers(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Resources: &v1.ResourceRequirements{Limits: v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}}}}
+	own := &v1.Container{Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("256Mi")}}}
+	if r := linuxResources(pod, own); r.MemoryLimitInBytes != 256<<20 || r.CpuQuota != 200000 {
+		t.Errorf("own memory limit, pod's CPU: %+v", r)
+	}
+	if r := linuxResources(pod, &v1.Container{}); r.MemoryLimitInBytes != 1<<30 || r.CpuQuota != 200000 {
+		t.Errorf("no limits: %+v, want the pod's", r)
 	}
 }

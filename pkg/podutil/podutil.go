@@ -128,6 +128,9 @@ func DefaultPullPolicy(image string) v1.PullPolicy {
 // non-zero cpu and memory requests and limits; BestEffort when none sets
 // any; Burstable otherwise.
 func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	if pod.Spec.Resources != nil {
+		return podLevelQOSClass(pod.Spec.Resources)
+	}
 	var all []v1.Container
 	all = append(all, pod.Spec.InitContainers...)
 	all = append(all, pod.Spec.Containers...)
@@ -159,6 +162,30 @@ func QOSClass(pod *v1.Pod) v1.PodQOSClass {
 	default:
 		return v1.PodQOSBurstable
 	}
+}
+
+// podLevelQOSClass is the class of a pod with pod-level resources, which
+// decide it alone, as upstream computes it: Guaranteed needs CPU and
+// memory limits each equal to its request (a missing request defaults to
+// the limit); no CPU or memory requested or limited is BestEffort.
+func podLevelQOSClass(r *v1.ResourceRequirements) v1.PodQOSClass {
+	anySet, guaranteed := false, true
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		req, hasReq := r.Requests[name]
+		lim, hasLim := r.Limits[name]
+		hasReq, hasLim = hasReq && !req.IsZero(), hasLim && !lim.IsZero()
+		anySet = anySet || hasReq || hasLim
+		if !hasLim || (hasReq && req.Cmp(lim) != 0) {
+			guaranteed = false
+		}
+	}
+	switch {
+	case !anySet:
+		return v1.PodQOSBestEffort
+	case guaranteed:
+		return v1.PodQOSGuaranteed
+	}
+	return v1.PodQOSBurstable
 }
 
 // IsTerminal reports whether a pod phase is final: Succeeded or Failed.

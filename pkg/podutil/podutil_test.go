@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestFullName(t *testing.T) {
@@ -110,6 +111,38 @@ func TestContainerShouldRestart(t *testing.T) {
 	} {
 		if got := ContainerShouldRestart(tc.c, &v1.PodSpec{RestartPolicy: tc.pod}, tc.code); got != tc.expect {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.expect)
+		}
+	}
+}
+
+// Pod-level resources decide the QoS class alone, as upstream computes it.
+func TestPodLevelQOSClass(t *testing.T) {
+	rl := func(kv ...string) v1.ResourceList {
+		out := v1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			out[v1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return out
+	}
+	// The containers alone would be BestEffort.
+	pod := func(req, lim v1.ResourceList) *v1.Pod {
+		return &v1.Pod{Spec: v1.PodSpec{Resources: &v1.ResourceRequirements{Requests: req, Limits: lim},
+			Containers: []v1.Container{{Name: "a"}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want v1.PodQOSClass
+	}{
+		{"limits equal requests", pod(rl("cpu", "1", "memory", "1Gi"), rl("cpu", "1", "memory", "1Gi")), v1.PodQOSGuaranteed},
+		{"limits only", pod(nil, rl("cpu", "1", "memory", "1Gi")), v1.PodQOSGuaranteed},
+		{"cpu limit only", pod(nil, rl("cpu", "1")), v1.PodQOSBurstable},
+		{"requests below limits", pod(rl("cpu", "500m", "memory", "1Gi"), rl("cpu", "1", "memory", "1Gi")), v1.PodQOSBurstable},
+		{"requests only", pod(rl("memory", "1Gi"), nil), v1.PodQOSBurstable},
+		{"empty", pod(nil, nil), v1.PodQOSBestEffort},
+	} {
+		if got := QOSClass(tc.pod); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }
