@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/podfields"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -85,6 +86,7 @@ func (a *admission) admit(active []*v1.Pod, pod *v1.Pod) *Rejection {
 	}
 	node := a.node()
 	for _, check := range []func() *Rejection{
+		func() *Rejection { return checkFields(pod) },
 		func() *Rejection { return a.checkPressure(pod) },
 		func() *Rejection { return a.checkSysctls(pod) },
 		func() *Rejection { return checkOS(pod, node) },
@@ -99,6 +101,16 @@ func (a *admission) admit(active []*v1.Pod, pod *v1.Pod) *Rejection {
 		}
 	}
 	return nil
+}
+
+// checkFields refuses a pod that sets a field nodelet cannot honour
+// (docs/pod-fields.md), naming it, rather than run the pod without it.
+func checkFields(pod *v1.Pod) *Rejection {
+	path, why := podfields.Unsupported(pod)
+	if path == "" {
+		return nil
+	}
+	return &Rejection{"UnsupportedPodField", fmt.Sprintf("nodelet does not support pod field %s: %s", path, why)}
 }
 
 func checkOS(pod *v1.Pod, node *v1.Node) *Rejection {

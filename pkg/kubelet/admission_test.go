@@ -203,3 +203,16 @@ func TestTaintAdmission(t *testing.T) {
 		t.Errorf("a static pod: %+v", r)
 	}
 }
+
+// A pod setting a field nodelet cannot honour is refused naming it.
+func TestUnsupportedFieldAdmission(t *testing.T) {
+	a := admission{node: func() *v1.Node { return admissionNode(110) }}
+	p := mk("claims", func(p *v1.Pod) { p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu"}} })
+	r := a.admit(nil, p)
+	if r == nil || r.Reason != "UnsupportedPodField" || !strings.Contains(r.Message, "spec.resourceClaims") {
+		t.Fatalf("rejection %+v, want UnsupportedPodField naming spec.resourceClaims", r)
+	}
+	if r := a.admit(nil, mk("plain")); r != nil {
+		t.Errorf("a plain pod: %+v", r)
+	}
+}
