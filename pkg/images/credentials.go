@@ -1,6 +1,7 @@
 package images
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/credentialprovider"
 )
@@ -64,10 +66,17 @@ func (c credentials) decoded() (credentials, error) {
 	return out, nil
 }
 
+// secretCreds are a pull secret's credentials and the secret they came
+// from, to record which secret pulled an image.
+type secretCreds struct {
+	creds  credentials
+	secret kubeletv1beta1.ImagePullSecret
+}
+
 // secretCredentials reads the docker configs of pull secrets; other
 // secrets are ignored.
-func secretCredentials(secrets []v1.Secret) []credentials {
-	var out []credentials
+func secretCredentials(secrets []v1.Secret) []secretCreds {
+	var out []secretCreds
 	for _, s := range secrets {
 		var data []byte
 		switch s.Type {
@@ -83,7 +92,17 @@ func secretCredentials(secrets []v1.Secret) []credentials {
 			klog.InfoS("Ignoring an unreadable image pull secret", "secret", klog.KRef(s.Namespace, s.Name), "err", err)
 			continue
 		}
-		out = append(out, c)
+		out = append(out, secretCreds{creds: c, secret: kubeletv1beta1.ImagePullSecret{
+			UID: string(s.UID), Namespace: s.Namespace, Name: s.Name, CredentialHash: fmt.Sprintf("%x", sha256.Sum256(data))}})
+	}
+	return out
+}
+
+// secretIDs are the identities of a pod's pull secrets.
+func secretIDs(secrets []secretCreds) []kubeletv1beta1.ImagePullSecret {
+	out := make([]kubeletv1beta1.ImagePullSecret, 0, len(secrets))
+	for _, s := range secrets {
+		out = append(out, s.secret)
 	}
 	return out
 }
@@ -130,35 +149,49 @@ func pluginCredentials(auth []credentialprovider.Auth) credentials {
 	return out
 }
 
+// authOption is one set of credentials to try and whose they are.
+type authOption struct {
+	auth *runtimeapi.AuthConfig
+	by   puller
+}
+
 // authConfigs lists the credentials to try for an image: those of the
 // pod's pull secrets, then the node's (its keyring files and credential
 // plugins), each most specific first. None means an anonymous pull.
-func authConfigs(image string, secrets []credentials, node []credentials) []*runtimeapi.AuthConfig {
+func authConfigs(image string, secrets []secretCreds, node []credentials) []authOption {
 	host, path, ok := credentialprovider.Repository(image)
 	if !ok {
 		return nil
 	}
 	type match struct {
 		score int
-		auth  *runtimeapi.AuthConfig
+		opt   authOption
 	}
-	var out []*runtimeapi.AuthConfig
-	for _, group := range [][]credentials{secrets, node} {
+	var out []authOption
+	nodeGroup := make([]secretCreds, 0, len(node))
+	for _, c := range node {
+		nodeGroup = append(nodeGroup, secretCreds{creds: c})
+	}
+	for gi, group := range [][]secretCreds{secrets, nodeGroup} {
 		var ms []match
-		for _, creds := range group {
-			for key, e := range creds {
+		for _, sc := range group {
+			by := puller{node: true}
+			if gi == 0 {
+				by = puller{secret: &sc.secret}
+			}
+			for key, e := range sc.creds {
 				if ok, score := credentialprovider.Match(key, host, path); ok {
 					// ServerAddress stays empty: containerd 1.6 parses it as
 					// a URL and rejects "host:port", and drops credentials
 					// whose address lacks a scheme. The match above already
 					// tied them to this image.
-					ms = append(ms, match{score, &runtimeapi.AuthConfig{Username: e.Username, Password: e.Password}})
+					ms = append(ms, match{score, authOption{&runtimeapi.AuthConfig{Username: e.Username, Password: e.Password}, by}})
 				}
 			}
 		}
 		sort.SliceStable(ms, func(i, j int) bool { return ms[i].score > ms[j].score })
 		for _, m := range ms {
-			out = append(out, m.auth)
+			out = append(out, m.opt)
 		}
 	}
 	return out

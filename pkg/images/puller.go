@@ -2,6 +2,7 @@ package images
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"strings"
 	"sync"
@@ -56,6 +57,10 @@ type PullerOptions struct {
 	Observer PullObserver
 	// Plugins, if set, are the image credential provider plugins.
 	Plugins CredentialPlugins
+	// Records, if set, keep which credentials pulled each image, and
+	// Verify says which present images a pod must prove access to.
+	Records *PullRecords
+	Verify  VerifyPolicy
 }
 
 // CredentialPlugins hand out credentials for an image's repository.
@@ -77,6 +82,8 @@ type Puller struct {
 	keyringDir string
 	observer   PullObserver
 	plugins    CredentialPlugins
+	records    *PullRecords
+	verify     VerifyPolicy
 
 	// slots caps concurrent pulls; nil means no cap.
 	slots chan struct{}
@@ -91,6 +98,7 @@ type Puller struct {
 type pull struct {
 	done chan struct{}
 	ref  string
+	by   puller
 	err  error
 	// sharers counts the callers waiting on this pull besides its own
 	// (guarded by the puller's mu).
@@ -102,7 +110,8 @@ func NewPuller(o PullerOptions) *Puller {
 	b := flowcontrol.NewBackOffWithJitter(imageBackOffInitial, imageBackOffMax, 0)
 	b.Clock = o.Clock
 	p := &Puller{images: o.Images, recorder: o.Recorder, clock: o.Clock, timeout: o.Timeout, backOff: b,
-		keyringDir: o.KeyringDir, observer: o.Observer, plugins: o.Plugins, inflight: map[string]*pull{}, failed: map[string]time.Time{}}
+		keyringDir: o.KeyringDir, observer: o.Observer, plugins: o.Plugins, records: o.Records, verify: o.Verify,
+		inflight: map[string]*pull{}, failed: map[string]time.Time{}}
 	if o.MaxParallel > 0 {
 		p.slots = make(chan struct{}, o.MaxParallel)
 	}
@@ -152,7 +161,8 @@ func backOffKey(uid types.UID, image string) string { return string(uid) + "_" +
 // container's status.
 func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig) (string, string, error) {
 	ref := podutil.ContainerRef(pod, c)
-	auth := authConfigs(c.Image, secretCredentials(pullSecrets), p.nodeCredentials(ctx, ref, c.Image))
+	secrets := secretCredentials(pullSecrets)
+	auth := authConfigs(c.Image, secrets, p.nodeCredentials(ctx, ref, c.Image))
 	image := c.Image
 	if strings.TrimSpace(image) == "" || strings.ContainsAny(image, " \t\n") {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: invalid reference format", image)
@@ -171,11 +181,17 @@ func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 			p.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
 			return "", msg, container.ErrImagePull
 		}
-		if present != "" {
+		switch {
+		case present != "" && !p.records.mustPull(p.verify, image, present, secretIDs(secrets)):
 			p.recorder.Eventf(ref, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", image)
 			return present, "", nil
-		}
-		if policy == v1.PullNever {
+		case present != "" && policy == v1.PullNever:
+			msg := fmt.Sprintf("Container image %q is present, but was pulled with credentials this pod does not have, and its pull policy is Never", image)
+			p.recorder.Event(ref, v1.EventTypeWarning, "ErrImageNeverPull", msg)
+			return "", msg, container.ErrImageNeverPull
+		case present != "":
+			klog.V(2).InfoS("Image present but pulled with credentials the pod does not have: pulling it with the pod's", "pod", klog.KObj(pod), "podUID", pod.UID, "image", image)
+		case policy == v1.PullNever:
 			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", image)
 			p.recorder.Event(ref, v1.EventTypeWarning, "ErrImageNeverPull", msg)
 			return "", msg, container.ErrImageNeverPull
@@ -190,7 +206,12 @@ func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 	}
 	p.recorder.Eventf(ref, v1.EventTypeNormal, "Pulling", "Pulling image %q", image)
 	start := p.clock.Now()
-	imageRef, err := p.pull(ctx, image, auth, sandbox)
+	if p.records != nil {
+		if err := p.records.intend(image); err != nil {
+			klog.ErrorS(err, "Failed to record an image pull intent", "image", image)
+		}
+	}
+	imageRef, by, err := p.pull(ctx, image, auth, sandbox)
 	if p.observer != nil {
 		p.observer.ObservePull(pod.UID, start, p.clock.Now())
 	}
@@ -208,6 +229,11 @@ func (p *Puller) EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 		return "", msg, container.ErrImagePull
 	}
 	p.backOff.Reset(backOffKey)
+	if p.records != nil {
+		if err := p.records.done(image, imageRef, by); err != nil {
+			klog.ErrorS(err, "Failed to record who pulled an image", "image", image, "imageRef", imageRef)
+		}
+	}
 	p.recorder.Eventf(ref, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s", image, p.clock.Since(start).Round(time.Millisecond))
 	return imageRef, "", nil
 }
@@ -227,40 +253,51 @@ func (p *Puller) presentRef(ctx context.Context, image string) (string, error) {
 }
 
 // pull fetches an image, sharing the work with any pull of the same image
-// already under way.
-func (p *Puller) pull(ctx context.Context, image string, auth []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+// with the same credentials already under way (a pull with other
+// credentials proves nothing for this pod).
+func (p *Puller) pull(ctx context.Context, image string, auth []authOption, sandbox *runtimeapi.PodSandboxConfig) (string, puller, error) {
+	key := pullKey(image, auth)
 	p.mu.Lock()
-	if inflight, ok := p.inflight[image]; ok {
+	if inflight, ok := p.inflight[key]; ok {
 		inflight.sharers++
 		p.mu.Unlock()
 		select {
 		case <-inflight.done:
-			return inflight.ref, inflight.err
+			return inflight.ref, inflight.by, inflight.err
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return "", puller{}, ctx.Err()
 		}
 	}
 	call := &pull{done: make(chan struct{})}
-	p.inflight[image] = call
+	p.inflight[key] = call
 	p.mu.Unlock()
 
 	if p.slots != nil {
 		select {
 		case p.slots <- struct{}{}:
 			release := p.holdSlot(image)
-			call.ref, call.err = p.pullOnce(ctx, image, auth, sandbox)
+			call.ref, call.by, call.err = p.pullOnce(ctx, image, auth, sandbox)
 			release()
 		case <-ctx.Done():
 			call.err = ctx.Err()
 		}
 	} else {
-		call.ref, call.err = p.pullOnce(ctx, image, auth, sandbox)
+		call.ref, call.by, call.err = p.pullOnce(ctx, image, auth, sandbox)
 	}
 	p.mu.Lock()
-	delete(p.inflight, image)
+	delete(p.inflight, key)
 	p.mu.Unlock()
 	close(call.done)
-	return call.ref, call.err
+	return call.ref, call.by, call.err
+}
+
+// pullKey names a pull by its image and the credentials it tries.
+func pullKey(image string, auth []authOption) string {
+	h := sha256.New()
+	for _, a := range auth {
+		fmt.Fprintf(h, "%q:%q;", a.auth.GetUsername(), a.auth.GetPassword())
+	}
+	return fmt.Sprintf("%s#%x", image, h.Sum(nil))
 }
 
 // holdSlot returns the function that gives a pull's slot back. A pull
@@ -287,21 +324,22 @@ func (p *Puller) holdSlot(image string) func() {
 	}
 }
 
-func (p *Puller) pullOnce(ctx context.Context, image string, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+func (p *Puller) pullOnce(ctx context.Context, image string, auths []authOption, sandbox *runtimeapi.PodSandboxConfig) (string, puller, error) {
 	if len(auths) == 0 {
-		auths = []*runtimeapi.AuthConfig{nil}
+		// Anonymous: any pod on the node could have pulled it.
+		auths = []authOption{{by: puller{node: true}}}
 	}
 	var lastErr error
-	for _, auth := range auths {
+	for _, a := range auths {
 		resp, err := p.images.PullImage(ctx, &runtimeapi.PullImageRequest{
-			Image: &runtimeapi.ImageSpec{Image: image}, Auth: auth, SandboxConfig: sandbox,
+			Image: &runtimeapi.ImageSpec{Image: image}, Auth: a.auth, SandboxConfig: sandbox,
 		})
 		if err == nil {
-			return resp.ImageRef, nil
+			return resp.ImageRef, a.by, nil
 		}
 		lastErr = err
 	}
-	return "", lastErr
+	return "", puller{}, lastErr
 }
 
 // BackOffLeft is how long a pod's pull back-off for an image has left.

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/fakecri"
@@ -72,8 +73,8 @@ func TestKeyringMatching(t *testing.T) {
 		"other.example.com/app":  "",
 	} {
 		var got []string
-		for _, a := range authConfigs(image, []credentials{creds}, nil) {
-			got = append(got, a.Username)
+		for _, a := range authConfigs(image, []secretCreds{{creds: creds}}, nil) {
+			got = append(got, a.auth.Username)
 		}
 		if strings.Join(got, ",") != want {
 			t.Errorf("%s: %v, want %s", image, got, want)
@@ -81,9 +82,14 @@ func TestKeyringMatching(t *testing.T) {
 	}
 	// The pod's pull secrets come before the node's own credentials.
 	node := credentials{"registry.example.com": {Username: "node"}}
-	got := authConfigs("registry.example.com/app", []credentials{{"registry.example.com": {Username: "pod"}}}, []credentials{node})
-	if len(got) != 2 || got[0].Username != "pod" || got[1].Username != "node" {
+	got := authConfigs("registry.example.com/app", []secretCreds{{creds: credentials{"registry.example.com": {Username: "pod"}},
+		secret: kubeletv1beta1.ImagePullSecret{Name: "s"}}}, []credentials{node})
+	if len(got) != 2 || got[0].auth.Username != "pod" || got[1].auth.Username != "node" {
 		t.Fatalf("order %v", got)
+	}
+	// Each says whose it is, for the record of who pulled the image.
+	if got[0].by.secret == nil || got[0].by.secret.Name != "s" || got[0].by.node || !got[1].by.node {
+		t.Errorf("origins %+v %+v", got[0].by, got[1].by)
 	}
 }
 
@@ -95,7 +101,7 @@ func TestSecretCredentials(t *testing.T) {
 		{Type: v1.SecretTypeDockerConfigJson, Data: map[string][]byte{v1.DockerConfigJsonKey: []byte("broken")}},
 	}
 	c := secretCredentials(secrets)
-	if len(c) != 2 || c[0]["r.io"].Username != "a" || c[1]["s.io"].Password != "d" {
+	if len(c) != 2 || c[0].creds["r.io"].Username != "a" || c[1].creds["s.io"].Password != "d" {
 		t.Fatalf("%v", c)
 	}
 }
@@ -143,7 +149,7 @@ func TestParallelPullsAreCapped(t *testing.T) {
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				if _, err := p.pull(context.Background(), fmt.Sprintf("img%d", i), nil, nil); err != nil {
+				if _, _, err := p.pull(context.Background(), fmt.Sprintf("img%d", i), nil, nil); err != nil {
 					t.Error(err)
 				}
 			}(i)
@@ -170,7 +176,7 @@ func TestStuckPullGivesItsSlotUp(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := p.pull(context.Background(), img, nil, nil); err != nil {
+			if _, _, err := p.pull(context.Background(), img, nil, nil); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -187,7 +193,7 @@ func TestStuckPullGivesItsSlotUp(t *testing.T) {
 	wg.Wait()
 	// Both slots were given back once: a third pull runs.
 	go func() { imgs.release <- struct{}{} }()
-	if _, err := p.pull(context.Background(), "third", nil, nil); err != nil {
+	if _, _, err := p.pull(context.Background(), "third", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -200,7 +206,7 @@ func TestSamePullIsShared(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := p.pull(context.Background(), "same", nil, nil); err != nil {
+			if _, _, err := p.pull(context.Background(), "same", nil, nil); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -210,7 +216,7 @@ func TestSamePullIsShared(t *testing.T) {
 	joined := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		c := p.inflight["same"]
+		c := p.inflight[pullKey("same", nil)]
 		return c != nil && c.sharers == 2
 	}
 	testutil.WaitFor(t, "the three pulls to meet", joined)

@@ -104,6 +104,11 @@ type Options struct {
 	// UserNamespaces gives pods with hostUsers: false their user
 	// namespace; nil refuses such pods.
 	UserNamespaces UserNamespaces
+	// ImageRecords keep which credentials pulled each image, and
+	// ImageVerify says which present images a pod must prove access to;
+	// nil records nothing and verifies nothing.
+	ImageRecords *images.PullRecords
+	ImageVerify  images.VerifyPolicy
 }
 
 // UserNamespaces is the user namespace a pod's sandbox and containers
@@ -234,6 +239,7 @@ func New(o Options) *Manager {
 	m.images = images.NewPuller(images.PullerOptions{
 		Images: o.Images, Recorder: o.Recorder, Clock: o.Clock, Timeout: o.RequestTimeout,
 		MaxParallel: o.MaxParallelPulls, KeyringDir: o.KeyringDir, Observer: o.Pulls, Plugins: o.CredentialPlugins,
+		Records: o.ImageRecords, Verify: o.ImageVerify,
 	})
 	return m
 }

@@ -80,6 +80,10 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 	if err != nil {
 		return nil, err
 	}
+	verify, err := images.NewVerifyPolicy(string(c.ImagePullCredentialsVerificationPolicy), c.PreloadedImagesVerificationAllowlist)
+	if err != nil {
+		return nil, err
+	}
 	imageVolumes := kuberuntime.ImageVolumeSupport(rt.version)
 	volumes := volume.NewManager(volume.Options{
 		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
@@ -109,6 +113,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists, CredentialPlugins: plugins,
 		Security:       kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.o.RootDir, "seccomp")},
 		UserNamespaces: usernsAllocator,
+		ImageRecords:   images.NewPullRecords(b.o.RootDir, b.clock.Now), ImageVerify: verify,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.o.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

@@ -169,8 +169,8 @@ var configFields = map[string]field{
 	"imageServiceEndpoint":                      refuse("", "images go through the runtime endpoint"),
 	"failCgroupV1":                              honour("true (the default) refuses a cgroup v1 host"),
 	"userNamespaces":                            honour("idsPerPod: the length of each hostUsers: false pod's range of host IDs, taken from the kubelet entry of /etc/subuid and /etc/subgid or from idsPerPod up, and kept in <root-dir>/pods/<uid>/userns"),
-	"imagePullCredentialsVerificationPolicy":    refuse(`"NeverVerifyPreloadedImages"`, "pulled images are not re-verified"),
-	"preloadedImagesVerificationAllowlist":      refuse("", "pulled images are not re-verified"),
+	"imagePullCredentialsVerificationPolicy":    honour("which present images a pod must prove it may pull (NeverVerify, NeverVerifyPreloadedImages, the default, NeverVerifyAllowlistedImages, AlwaysVerify): the credentials that pulled each image are kept in <root-dir>/image_manager in upstream's format, and a pod with none of them pulls the image again with its own (or fails: ErrImagePull, ErrImageNeverPull)"),
+	"preloadedImagesVerificationAllowlist":      honour("images (names without tag, or prefixes ending in /*) NeverVerifyAllowlistedImages never verifies"),
 }
 
 // checkFields applies the table to the fields a config file sets (raw,
