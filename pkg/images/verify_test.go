@@ -60,14 +60,12 @@ func pullSecret(uid, name, user, pass string) v1.Secret {
 		Data: map[string][]byte{v1.DockerConfigJsonKey: []byte(`{"auths":{"reg.io":{"username":"` + user + `","password":"` + pass + `"}}}`)}}
 }
 
-
 func imagePod(uid string, image string, policy v1.PullPolicy) (*v1.Pod, *v1.Container) {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "ns", UID: "pod-" + k8stypes.UID(uid)}}
 	c := &v1.Container{Name: "c", Image: image, ImagePullPolicy: policy}
 	p.Spec.Containers = []v1.Container{*c}
 	return p, c
 }
-
 
 func verifyingPuller(t *testing.T, reg *registry, root, policy string) *Puller {
 	t.Helper()
