@@ -25,7 +25,12 @@ import (
 	"github.com/nodelet/nodelet/internal/testbed"
 )
 
-var cd *testbed.Containerd
+var (
+	cd *testbed.Containerd
+	// cl is the control plane of the kubelet API and image credential
+	// attacks.
+	cl *testbed.Cluster
+)
 
 // canary is a host directory holding a secret no pod is granted: every
 // attack tries to read it, and its token must never show in a pod's log.
@@ -34,7 +39,17 @@ var canary struct {
 }
 
 func TestMain(m *testing.M) {
-	testbed.Main(m, &cd, setUpCanary, func(context.Context) (func(), error) { return printTable, nil })
+	testbed.Main(m, &cd, setUpCanary, func(context.Context) (func(), error) { return printTable, nil },
+		func(ctx context.Context) (func(), error) {
+			dir, err := os.MkdirTemp("/var/lib", "nodelet-security-cluster-")
+			if err != nil {
+				return nil, err
+			}
+			if cl, err = testbed.StartCluster(ctx, dir); err != nil {
+				return func() { testbed.RemoveDir(dir) }, err
+			}
+			return func() { cl.Stop(); testbed.RemoveDir(dir) }, nil
+		})
 }
 
 func setUpCanary(context.Context) (func(), error) {
