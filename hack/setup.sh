@@ -47,6 +47,17 @@ fi
 modprobe overlay 2>/dev/null || true
 modprobe br_netfilter 2>/dev/null || true
 sysctl -qw net.ipv4.ip_forward=1 || true
+# The kernel settings the kubelet relies on, as a hardened node sets them
+# for protectKernelDefaults (nodelet otherwise sets them at each start).
+cat >/etc/sysctl.d/90-kubelet.conf <<'SYSCTL'
+vm.overcommit_memory = 1
+vm.panic_on_oom = 0
+kernel.panic = 10
+kernel.panic_on_oops = 1
+kernel.keys.root_maxkeys = 1000000
+kernel.keys.root_maxbytes = 25000000
+SYSCTL
+sysctl -q -p /etc/sysctl.d/90-kubelet.conf || true
 
 # 3. containerd and CNI configuration, from the templates the test bed uses too.
 fill() { # template, then @KEY@=value pairs

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the integration suites on both runtimes at once: every package but
 # the fault suite on the host's containerd (Debian's 1.6), and the
-# standalone, runtime, systemd and fault suites on containerd 2.x
+# standalone, runtime, systemd, fault and security suites on containerd 2.x
 # (hack/containerd/build.sh), which balances the two halves' time. Lines
 # are prefixed with the runtime; the exit status is the worse of the two.
 # The tests that wait out certificate lifetimes are make test-long's.
@@ -15,7 +15,7 @@ FLAGS=(-race -count=1 -timeout 30m -tags integration)
 one=$!
 (
 	set -o pipefail
-	NODELET_TEST_CONTAINERD=2 $GO test "${FLAGS[@]}" ./test/integration/standalone/ ./test/integration/runtime/ ./test/integration/systemd/ ./test/faults/ 2>&1 |
+	NODELET_TEST_CONTAINERD=2 $GO test "${FLAGS[@]}" ./test/integration/standalone/ ./test/integration/runtime/ ./test/integration/systemd/ ./test/faults/ ./test/security/ 2>&1 |
 		sed -u 's/^/[containerd 2.x] /'
 ) &
 two=$!
@@ -23,5 +23,5 @@ wait $one
 r1=$?
 wait $two
 r2=$?
-echo "integration: containerd 1.6 (all packages but faults) exit $r1, containerd 2.x (standalone, runtime, systemd, faults) exit $r2"
+echo "integration: containerd 1.6 (all packages but faults) exit $r1, containerd 2.x (standalone, runtime, systemd, faults, security) exit $r2"
 [ $r1 = 0 ] && [ $r2 = 0 ]

@@ -8,7 +8,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -276,4 +280,59 @@ func TestPrivateImageNotShared(t *testing.T) {
 			r.invariant = "the private image never ran for it"
 		})
 	}
+}
+
+// A hardened node's configuration (seccompDefault, protectKernelDefaults,
+// no read-only port, Webhook authentication and authorization, the
+// defaults) runs the example pods: their containers get the runtime's
+// seccomp filter, and no port serves anyone unauthenticated.
+func TestHardenedNode(t *testing.T) {
+	r := &row{scenario: "hardened-node", attack: "seccompDefault, protectKernelDefaults, readOnlyPort 0, Webhook"}
+	record(t, r)
+	kubeconfig, err := cl.NodeKubeconfig("sec-hardened")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Client.CoreV1().Nodes().Delete(context.Background(), "sec-hardened", metav1.DeleteOptions{})
+	})
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{
+		NodeName: "sec-hardened", Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/sec-hardened",
+		ExtraConfig: fmt.Sprintf("seccompDefault: true\nauthentication:\n  x509:\n    clientCAFile: %s\n", cl.CAFile()),
+		Args:        []string{"--read-only-port=0", "--protect-kernel-defaults"},
+	})
+	examples, err := filepath.Glob(filepath.Join(testbed.RepoRoot(), "examples", "*.yaml"))
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("no example pods: %v", err)
+	}
+	var names []string
+	for _, f := range examples {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.WriteManifest(filepath.Base(f), string(data))
+		names = append(names, strings.TrimSuffix(filepath.Base(f), ".yaml")+"-"+n.NodeName)
+	}
+	for _, name := range names {
+		testbed.Eventually(t, podTimeout, func() (bool, string) {
+			p, err := cl.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+			return err == nil && p.Status.Phase == v1.PodRunning, fmt.Sprintf("mirror pod %s: %v", name, err)
+		})
+		for _, c := range n.PodContainers(name) {
+			if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				continue
+			}
+			out, err := n.Exec(c.Id, "grep", "Seccomp:", "/proc/1/status")
+			if err != nil || !strings.Contains(out, "Seccomp:\t2") {
+				t.Errorf("%s/%s: %q %v, want the runtime's seccomp filter (mode 2)", name, c.Metadata.Name, out, err)
+			}
+		}
+	}
+	if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", n.Port), time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the read-only port %d still listens", n.Port)
+	}
+	r.answer = fmt.Sprintf("%d example pods Running, seccomp filter on, no read-only port", len(names))
+	r.invariant = hostUntouched(t, n)
 }
