@@ -30,7 +30,7 @@ log() { echo "setup [$((SECONDS - START))s]: $*"; }
 [ "$(id -u)" = 0 ] || { echo "setup: must run as root" >&2; exit 1; }
 
 # 1. Packages.
-PKGS=(containerd runc containernetworking-plugins busybox-static bash-static iptables iproute2 gcc libc6-dev)
+PKGS=(containerd runc containernetworking-plugins busybox-static bash-static iptables iproute2 gcc libc6-dev libseccomp-dev pkg-config)
 [ $CLUSTER = 0 ] || PKGS+=(etcd-server)
 missing=()
 for p in "${PKGS[@]}"; do

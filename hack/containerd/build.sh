@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds containerd 2.x (containerd and containerd-shim-runc-v2) from the
-# pinned tools module into a cache directory (a few minutes cold; instant
-# when cached) and prints that directory. runc is Debian's.
+# Builds containerd 2.x (containerd and containerd-shim-runc-v2) and runc
+# (with seccomp, cgo and libseccomp-dev) from the pinned tools module into
+# a cache directory (a few minutes cold; instant when cached) and prints
+# that directory; the test bed puts it first in containerd's PATH, so the
+# shim runs this runc, which can make idmapped mounts (user namespaces).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-VERSION=$(awk '$1=="require" && $2=="github.com/containerd/containerd/v2" {print $3}' "$HERE/tools/go.mod")
+# A module's version in the tools module: "require m v" or a block's "m v".
+version() { awk -v m="$1" '$1=="require" && $2==m {print $3} $1==m {print $2}' "$HERE/tools/go.mod"; }
+VERSION=$(version github.com/containerd/containerd/v2)
 BIN=${NODELET_CACHE:-/var/cache/nodelet}/containerd-$VERSION
 mkdir -p "$BIN"
 for cmd in containerd containerd-shim-runc-v2; do
@@ -17,4 +21,10 @@ for cmd in containerd containerd-shim-runc-v2; do
 		mv "$BIN/$cmd.new" "$BIN/$cmd"
 	fi
 done
+RUNC=$(version github.com/opencontainers/runc)
+if [ ! -x "$BIN/runc" ] || ! "$BIN/runc" --version | grep -q "${RUNC#v}"; then
+	echo "building runc $RUNC (cached in $BIN)" >&2
+	(cd "$HERE/tools" && CGO_ENABLED=1 go build -trimpath -tags seccomp -o "$BIN/runc.new" github.com/opencontainers/runc)
+	mv "$BIN/runc.new" "$BIN/runc"
+fi
 echo "$BIN"

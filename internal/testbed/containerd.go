@@ -124,6 +124,12 @@ func StartContainerdWith(ctx context.Context, index int, opts ContainerdOptions)
 	if err != nil {
 		return nil, err
 	}
+	// Searchable by every user, as /var/lib/containerd is: a pod in a
+	// user namespace prepares its root filesystem below it as its own
+	// (unprivileged) root.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
 	c := &Containerd{
 		Dir:            dir,
 		Address:        filepath.Join(dir, "containerd.sock"),

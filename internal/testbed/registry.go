@@ -28,6 +28,7 @@ type Registry struct {
 
 	mu        sync.Mutex
 	manifests map[string]int
+	refused   map[string]int
 }
 
 // RegistryUser and RegistryPassword are the private repositories' credentials.
@@ -37,11 +38,15 @@ const RegistryUser, RegistryPassword = "puller", "s3cret"
 // to reach it over plain HTTP.
 func StartRegistry(t *testing.T, cd *Containerd) *Registry {
 	t.Helper()
-	r := &Registry{manifests: map[string]int{}}
+	r := &Registry{manifests: map[string]int{}, refused: map[string]int{}}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if strings.HasPrefix(req.URL.Path, "/v2/private/") {
 			if u, p, ok := req.BasicAuth(); !ok || u != RegistryUser || p != RegistryPassword {
+				repo, _, _ := strings.Cut(strings.TrimPrefix(req.URL.Path, "/v2/"), "/manifests/")
+				r.mu.Lock()
+				r.refused[repo]++
+				r.mu.Unlock()
 				w.Header().Set("WWW-Authenticate", `Basic realm="nodelet-test"`)
 				http.Error(w, "unauthorized", http.StatusUnauthorized)
 				return
@@ -101,6 +106,14 @@ func (r *Registry) Push(t *testing.T, repoTag string) string {
 		t.Fatalf("pushing %s: %v", ref, err)
 	}
 	return ref
+}
+
+// RefusedRequests counts the requests for a private repo refused for
+// lack of credentials.
+func (r *Registry) RefusedRequests(repo string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused[repo]
 }
 
 // ManifestRequests counts the manifest requests for repo.

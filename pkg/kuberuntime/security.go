@@ -2,6 +2,7 @@ package kuberuntime
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -63,8 +64,12 @@ func linuxContainerConfig(pod *v1.Pod, c *v1.Container, memoryCapacity int64, se
 			sc.Capabilities.DropCapabilities = append(sc.Capabilities.DropCapabilities, capName(c))
 		}
 	}
-	if csc.ProcMount != nil && *csc.ProcMount == v1.UnmaskedProcMount {
-		sc.MaskedPaths, sc.ReadonlyPaths = []string{}, []string{}
+	// Always said, as upstream says it: a runtime whose base spec has no
+	// masks of its own (containerd's CRI plugin, as configured here)
+	// would otherwise leave /proc and /sys open.
+	sc.MaskedPaths, sc.ReadonlyPaths = []string{}, []string{}
+	if csc.ProcMount == nil || *csc.ProcMount != v1.UnmaskedProcMount {
+		sc.MaskedPaths, sc.ReadonlyPaths = defaultMaskedPaths(), slices.Clone(defaultReadonlyPaths)
 	}
 	var err error
 	if sc.Seccomp, err = sec.seccomp(psc, csc); err != nil {

@@ -2,6 +2,7 @@ package kuberuntime
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -192,8 +193,8 @@ func TestSecurityFieldsPassedThrough(t *testing.T) {
 		apparmor, selinux  string
 		masked, deprecated string
 	}{
-		{&v1.Container{Name: "plain"}, "Unconfined ", "t", "nil", "unconfined"},
-		{&v1.Container{Name: "annotated"}, "Localhost from-annotation", "t", "nil", "localhost/from-annotation"},
+		{&v1.Container{Name: "plain"}, "Unconfined ", "t", "defaults", "unconfined"},
+		{&v1.Container{Name: "annotated"}, "Localhost from-annotation", "t", "defaults", "localhost/from-annotation"},
 		{&v1.Container{Name: "own", SecurityContext: &v1.SecurityContext{
 			AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeLocalhost, LocalhostProfile: &prof},
 			SELinuxOptions:  &v1.SELinuxOptions{Type: "own_t"},
@@ -211,9 +212,9 @@ func TestSecurityFieldsPassedThrough(t *testing.T) {
 		if sc.SelinuxOptions.GetType() != tc.selinux {
 			t.Errorf("%s: SELinux %+v, want type %s", tc.c.Name, sc.SelinuxOptions, tc.selinux)
 		}
-		masked := "nil"
-		if sc.MaskedPaths != nil {
-			masked = fmt.Sprint(sc.MaskedPaths)
+		masked := fmt.Sprint(sc.MaskedPaths)
+		if slices.Contains(sc.MaskedPaths, "/proc/kcore") && slices.Contains(sc.ReadonlyPaths, "/proc/sys") {
+			masked = "defaults"
 		}
 		if masked != tc.masked {
 			t.Errorf("%s: masked paths %s, want %s", tc.c.Name, masked, tc.masked)

@@ -2,8 +2,11 @@ package kuberuntime
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -160,4 +163,49 @@ func hasPrivileged(pod *v1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// defaultReadonlyPaths are upstream's read-only /proc paths for
+// procMount Default.
+var defaultReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+
+// defaultMaskedPaths are upstream's masked paths for procMount Default:
+// the kernel's and the machine's secrets, and each CPU's thermal
+// throttling counters where the machine has them.
+var defaultMaskedPaths = sync.OnceValue(func() []string {
+	out := []string{"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
+	for _, cpu := range possibleCPUs() {
+		path := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/thermal_throttle", cpu)
+		if _, err := os.Stat(path); err == nil {
+			out = append(out, path)
+		}
+	}
+	return out
+})
+
+// possibleCPUs reads the kernel's list of possible CPUs ("0-3,6").
+func possibleCPUs() []int {
+	data, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, r := range strings.Split(strings.TrimSpace(string(data)), ",") {
+		lo, hi, found := strings.Cut(r, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			continue
+		}
+		b := a
+		if found {
+			if b, err = strconv.Atoi(hi); err != nil {
+				continue
+			}
+		}
+		for i := a; i <= b; i++ {
+			out = append(out, i)
+		}
+	}
+	return out
 }

@@ -262,17 +262,21 @@ func TestPrivateImageNotShared(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &row{scenario: "image-credentials " + tc.name, attack: tc.attack}
 			record(t, r)
-			before := reg.ManifestRequests("private/secret-app")
+			before, refusedBefore := reg.ManifestRequests("private/secret-app"), reg.RefusedRequests("private/secret-app")
 			if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, pod(tc.name, false, tc.policy), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			r.answer = waiting(tc.name, tc.reason)
 			asked := reg.ManifestRequests("private/secret-app") - before
-			if tc.policy == v1.PullIfNotPresent && asked == 0 {
+			refused := reg.RefusedRequests("private/secret-app") - refusedBefore
+			if tc.policy == v1.PullIfNotPresent && refused == 0 {
 				t.Error("the pod without the secret was not made to pull the image itself")
 			}
-			if tc.policy == v1.PullNever && asked != 0 {
-				t.Errorf("pull policy Never asked the registry %d times", asked)
+			if asked != 0 {
+				t.Errorf("the registry served %d manifests to a pod without the secret", asked)
+			}
+			if tc.policy == v1.PullNever && refused != 0 {
+				t.Errorf("pull policy Never asked the registry %d times", refused)
 			}
 			if got := len(n.PodContainers(tc.name)); got != 0 {
 				t.Errorf("%d containers created from the private image for a pod without its secret", got)

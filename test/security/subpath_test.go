@@ -151,7 +151,7 @@ spec:
   - name: main
     image: %[1]s
     terminationMessagePolicy: FallbackToLogsOnError
-    command: ["sh", "-c", "echo dir=$(cat /data/file) file=$(cat /f) new=$(ls -d /made); echo out >/data/out"]
+    command: ["sh", "-c", "echo dir=$(cat /data/file) file=$(cat /f) new=$(ls -d /made) | tee /dev/termination-log; echo out >/data/out"]
     volumeMounts:
     - {name: vol, mountPath: /data, subPath: inside}
     - {name: vol, mountPath: /f, subPath: dir/file}
