@@ -192,7 +192,9 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.Start()
+	// The clean-up is registered first: a nodelet that fails its start-up
+	// check (t.Fatal in Start) must still be stopped, or it would go on
+	// managing the shared containerd's pods beside the next test's.
 	t.Cleanup(func() {
 		n.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -213,6 +215,7 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 			t.Logf("nodelet log tail:\n%s", n.LogTail(60))
 		}
 	})
+	n.Start()
 	return n
 }
 

@@ -300,10 +300,17 @@ func TestHardenedNode(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cl.Client.CoreV1().Nodes().Delete(context.Background(), "sec-hardened", metav1.DeleteOptions{})
 	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthz := l.Addr().(*net.TCPAddr).Port
+	l.Close()
 	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{
 		NodeName: "sec-hardened", Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/sec-hardened",
 		ExtraConfig: fmt.Sprintf("seccompDefault: true\nauthentication:\n  x509:\n    clientCAFile: %s\n", cl.CAFile()),
-		Args:        []string{"--read-only-port=0", "--protect-kernel-defaults"},
+		Args:        []string{"--read-only-port=0", "--protect-kernel-defaults", fmt.Sprintf("--healthz-port=%d", healthz)},
+		HealthzURL:  fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz),
 	})
 	examples, err := filepath.Glob(filepath.Join(testbed.RepoRoot(), "examples", "*.yaml"))
 	if err != nil || len(examples) == 0 {

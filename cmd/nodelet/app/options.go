@@ -104,6 +104,8 @@ type flagValues struct {
 	failCgroupV1       bool
 	failSwapOn         bool
 	protectKernel      bool
+	healthzPort        int32
+	healthzAddress     string
 	registerTaints     []string
 	nodeIP             string
 	cloudProvider      string
@@ -212,6 +214,8 @@ func addConfigFlags(fs *pflag.FlagSet, f *flagValues) {
 	fs.BoolVar(&f.failCgroupV1, "fail-cgroupv1", true, "refuse to start on a cgroup v1 host (failCgroupV1)")
 	fs.BoolVar(&f.failSwapOn, "fail-swap-on", true, "refuse to start on a node with swap on (failSwapOn)")
 	fs.BoolVar(&f.protectKernel, "protect-kernel-defaults", false, "refuse to start when a kernel setting differs from the kubelet's, rather than set it (protectKernelDefaults)")
+	fs.Int32Var(&f.healthzPort, "healthz-port", 10248, "port of the plain-HTTP /healthz, 0 to disable it (healthzPort)")
+	fs.StringVar(&f.healthzAddress, "healthz-bind-address", "127.0.0.1", "address of the plain-HTTP /healthz (healthzBindAddress)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA bundle that signs the client certificates the kubelet API accepts, the API server's among them (authentication.x509.clientCAFile)")
 	for name, def := range map[string]string{
 		"container-runtime-endpoint": DefaultRuntimeEndpoint, "read-only-port": "0",
@@ -259,6 +263,8 @@ func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
 	set("fail-cgroupv1", func() { c.FailCgroupV1 = &f.failCgroupV1 })
 	set("fail-swap-on", func() { c.FailSwapOn = &f.failSwapOn })
 	set("protect-kernel-defaults", func() { c.ProtectKernelDefaults = f.protectKernel })
+	set("healthz-port", func() { c.HealthzPort = &f.healthzPort })
+	set("healthz-bind-address", func() { c.HealthzBindAddress = f.healthzAddress })
 	set("client-ca-file", func() { c.Authentication.X509.ClientCAFile = f.clientCAFile })
 	set("v", func() { c.Logging.Verbosity = f.logging.Verbosity })
 	set("vmodule", func() { c.Logging.VModule = f.logging.VModule })

@@ -256,8 +256,8 @@ func TestKubeletAPIAuth(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "subresource=proxy") {
-		t.Errorf("unauthorized token: %s %q, want 403 naming nodes/proxy", resp.Status, body)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "subresource(s)=[pods proxy]") {
+		t.Errorf("unauthorized token: %s %q, want 403 naming nodes/pods and nodes/proxy", resp.Status, body)
 	}
 	// The API server itself, through its proxy, is allowed.
 	raw, err := cl.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.NodeName, "proxy", "pods").DoRaw(ctx)
