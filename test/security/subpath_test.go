@@ -183,3 +183,61 @@ func mountsUnder(t *testing.T, dir string) int {
 	}
 	return len(mounts)
 }
+
+// A link planted in a shared hostPath directory does not pass a hostPath
+// type check it does not meet: a pod claiming the host's secret as a
+// socket (as a docker.sock mount would) or a directory is refused.
+func TestHostPathTypeThroughALink(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	shared := fmt.Sprintf("%s/shared-types-%s", canary.dir, n.NodeName)
+	n.WriteManifest("planter.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: planter
+spec:
+  restartPolicy: Never
+  volumes: [{name: shared, hostPath: {path: %s, type: DirectoryOrCreate}}]
+  containers:
+  - name: main
+    image: %s
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "ln -s %s /shared/link && echo planted | tee /dev/termination-log"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+`, shared, testbed.BusyboxImage, canary.secret))
+	if out := finished(t, n, "planter", "main"); !strings.Contains(out, "planted") {
+		t.Fatalf("the link was not planted: %q", out)
+	}
+	for _, typ := range []string{"Socket", "Directory"} {
+		name := "claim-" + strings.ToLower(typ)
+		t.Run(name, func(t *testing.T) {
+			r := &row{scenario: "hostpath-type-" + strings.ToLower(typ), attack: "a planted link to the host secret mounted as hostPath type " + typ}
+			record(t, r)
+			n.WriteManifest(name+".yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  restartPolicy: Never
+  volumes: [{name: v, hostPath: {path: %s/link, type: %s}}]
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "cat /v; cat /v/*"]
+    volumeMounts: [{name: v, mountPath: /v}]
+`, name, shared, typ, testbed.BusyboxImage))
+			var events []string
+			testbed.Eventually(t, podTimeout, func() (bool, string) {
+				events = podEvents(n, name, "FailedMount")
+				return len(events) > 0, "no FailedMount event"
+			})
+			r.answer = "FailedMount: hostPath type check failed"
+			if !strings.Contains(events[0], "hostPath type check failed") {
+				t.Errorf("event %q does not say the type check failed", events[0])
+			}
+			if got := len(n.RuntimeContainers(name)); got != 0 {
+				t.Errorf("%d containers created", got)
+			}
+			r.invariant = hostUntouched(t, n)
+		})
+	}
+}
