@@ -183,6 +183,12 @@ func TestStuckPullGivesItsSlotUp(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the first pull to start", func() bool { return imgs.running.Load() == 1 && clk.HasWaiters() })
 	clk.Step(59 * time.Second)
+	// The slot's timer is still armed (the fake clock holds its waiter),
+	// so nothing can have given the slot up yet: the check below is made
+	// while the code under test is still waiting, not before it ran.
+	if !clk.HasWaiters() {
+		t.Fatal("the stuck pull's timer fired before the timeout")
+	}
 	if imgs.running.Load() != 1 {
 		t.Fatal("a second pull started before the timeout")
 	}

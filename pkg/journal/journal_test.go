@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -234,7 +235,7 @@ func TestPruneRetentionAndTimelines(t *testing.T) {
 	flush(t, j.Journal)
 	clk.Step(2 * time.Hour)
 	// The prune tick; flush afterwards so the prune has run.
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the journal to catch up", func() bool {
 		clk.Step(time.Minute)
 		flush(t, j.Journal)
 		s, _, err := Inspect(o.Path)
@@ -243,18 +244,6 @@ func TestPruneRetentionAndTimelines(t *testing.T) {
 	s, _, _ := Inspect(o.Path)
 	if s.Pods[0].UID != live.UID || s.Timelines[0].UID != "b" || s.Timelines[1].UID != "c" {
 		t.Errorf("kept: pods %+v, timelines %+v", s.Pods, s.Timelines)
-	}
-}
-
-// waitFor polls cond with a deadline.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10 s")
-		}
-		time.Sleep(10 * time.Millisecond) // polling, with a deadline
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/moby/sys/mountinfo"
+
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -273,16 +275,8 @@ func bind(src, target string, readOnly bool) error {
 // mounted reports whether path is a mount point (bind mounts keep their
 // device, so only the mount table says).
 func mounted(path string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
+	ok, err := mountinfo.Mounted(path)
+	return err == nil && ok
 }
 
 func unbind(target string) error {
