@@ -43,21 +43,21 @@ type coreParts struct {
 
 func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts) *coreParts {
 	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{
-		Runtime: runtime.manager, Status: b.status, RootDir: b.o.RootDir, HostIPs: b.hostIPs,
+		Runtime: runtime.manager, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
 		Recorder: b.recorder, Clock: b.clock, CanRun: kubelet.SoftAdmissionChecks(), Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
 		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
 	})
 	workers := podworkers.New(podworkers.Options{
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
-		Clock: b.clock, ResyncInterval: b.c.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
+		Clock: b.clock, ResyncInterval: b.cfg.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
 	})
 	podConfig := config.New(b.recorder, b.clock, config.WithSteps(b.timelines), config.WithJournal(b.journal))
 	sources := podSources(b, podConfig)
 	ready := config.NewSourcesReady(podConfig.Sources)
 	core := kubelet.New(kubelet.Config{
-		NodeName: b.nodeName, RootDir: b.o.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
-		AllowedUnsafeSysctls: b.c.AllowedUnsafeSysctls, DeadContainersKept: b.o.DeadContainersKept,
+		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
+		AllowedUnsafeSysctls: b.cfg.AllowedUnsafeSysctls, DeadContainersKept: b.opts.DeadContainersKept,
 		Pressure: node.pressure.Pressure, Cgroups: node.cgroups, Admit: []kubelet.AdmitFunc{b.shutdown.Admit, kubelet.RuntimeFeatureCheck(runtime.manager.Features)},
 		Allocations: b.allocations, Decisions: b.journal,
 	}, kubelet.Deps{
@@ -81,7 +81,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 // source counts as ready only once it has delivered, so none may be
 // registered that never runs.
 func podSources(b *base, podConfig *config.PodConfig) []component {
-	c := b.c
+	c := b.cfg
 	var out []component
 	if c.StaticPodPath != "" {
 		podConfig.Register(podutil.FileSource)
@@ -113,7 +113,7 @@ type apiPods struct {
 // NotReady, then the pods are stopped by priority and their statuses
 // written, before logind goes on.
 func buildShutdown(b *base, core *coreParts, reporter *reporterParts) []component {
-	groups := nodeshutdown.Groups(b.c)
+	groups := nodeshutdown.Groups(b.cfg)
 	if len(groups) == 0 {
 		return nil
 	}

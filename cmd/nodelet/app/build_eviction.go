@@ -20,7 +20,7 @@ const evictionInterval = 10 * time.Second
 // under disk pressure it first removes unused images and every dead
 // container, then evicts pods through the core.
 func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *coreParts) ([]component, error) {
-	c := b.c
+	c := b.cfg
 	hard, soft, err := evictionThresholds(c)
 	if err != nil {
 		return nil, err

@@ -63,25 +63,25 @@ func (n *nodeParts) memoryCapacity() int64 {
 }
 
 func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error) {
-	if err := checkKernel(b.c); err != nil {
+	if err := checkKernel(b.cfg); err != nil {
 		return nil, err
 	}
-	driver, err := cgroupDriver(rt, b.c.CgroupDriver)
+	driver, err := cgroupDriver(rt, b.cfg.CgroupDriver)
 	if err != nil {
 		return nil, err
 	}
-	node, cgroups, err := setUpNode(b.o, b.nodeName, b.hostIPs, driver)
+	node, cgroups, err := setUpNode(b.opts, b.nodeName, b.hostIPs, driver)
 	if err != nil {
 		return nil, err
 	}
 	node.Status.NodeInfo.ContainerRuntimeVersion = rt.version.RuntimeName + "://" + rt.version.RuntimeVersion
 	node.Status.NodeInfo.KubeletVersion = Version
-	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.c.Port
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.cfg.Port
 	// Set at registration only, as upstream does.
-	node.Spec.Taints, node.Spec.ProviderID = slices.Clone(b.c.RegisterWithTaints), b.c.ProviderID
-	if b.o.ExternalCloudProvider {
+	node.Spec.Taints, node.Spec.ProviderID = slices.Clone(b.cfg.RegisterWithTaints), b.cfg.ProviderID
+	if b.opts.ExternalCloudProvider {
 		var given []string
-		for _, ip := range b.o.NodeIPs {
+		for _, ip := range b.opts.NodeIPs {
 			if !ip.IsUnspecified() {
 				given = append(given, ip.String())
 			}
@@ -90,7 +90,7 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 	}
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
 	statsProvider, err := stats.NewProvider(stats.Options{
-		NodeName: b.nodeName, RootDir: b.o.RootDir, PodLogsDir: b.c.PodLogsDir, Clock: b.clock,
+		NodeName: b.nodeName, RootDir: b.opts.RootDir, PodLogsDir: b.cfg.PodLogsDir, Clock: b.clock,
 		Runtime: struct {
 			runtimeapi.RuntimeServiceClient
 			runtimeapi.ImageServiceClient
@@ -100,7 +100,7 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 	if err != nil {
 		return nil, err
 	}
-	pressure, err := pressureMonitor(b.c, statsProvider, b)
+	pressure, err := pressureMonitor(b.cfg, statsProvider, b)
 	if err != nil {
 		return nil, err
 	}

@@ -48,12 +48,12 @@ type runtimeConn struct {
 
 func dialRuntime(ctx context.Context, b *base) (*runtimeConn, error) {
 	m := b.metrics
-	conn, version, err := kuberuntime.Dial(ctx, b.c.ContainerRuntimeEndpoint, dialTimeout,
+	conn, version, err := kuberuntime.Dial(ctx, b.cfg.ContainerRuntimeEndpoint, dialTimeout,
 		grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
 	if err != nil {
 		return nil, err
 	}
-	klog.InfoS("Connected to the container runtime", "endpoint", b.c.ContainerRuntimeEndpoint,
+	klog.InfoS("Connected to the container runtime", "endpoint", b.cfg.ContainerRuntimeEndpoint,
 		"runtime", version.RuntimeName, "version", version.RuntimeVersion, "criVersion", version.RuntimeApiVersion)
 	return &runtimeConn{conn: conn, version: version, metrics: m,
 		runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn)}, nil
@@ -75,8 +75,8 @@ type runtimeParts struct {
 }
 
 func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients) (*runtimeParts, error) {
-	c := b.c
-	usernsAllocator, err := userns.New(userns.Options{RootDir: b.o.RootDir, MaxPods: int(c.MaxPods), IDsPerPod: idsPerPod(c)})
+	c := b.cfg
+	usernsAllocator, err := userns.New(userns.Options{RootDir: b.opts.RootDir, MaxPods: int(c.MaxPods), IDsPerPod: idsPerPod(c)})
 	if err != nil {
 		return nil, err
 	}
@@ -86,36 +86,36 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 	}
 	imageVolumes := kuberuntime.ImageVolumeSupport(rt.version)
 	volumes := volume.NewManager(volume.Options{
-		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
+		RootDir: b.opts.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Recorder: b.recorder, Clock: b.clock,
 		Objects: cl.objects, Tokens: cl.tokens, Claims: cl.claims, CSI: cl.csi, Node: func() *v1.Node { return node.node }, Allocatable: node.allocatable,
 		ImageVolumes: func() error { return imageVolumes }, Steps: b.timelines,
 	})
 	options := containeropts.New(containeropts.Options{
-		RootDir: b.o.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Volumes: volumes, Objects: cl.objects,
+		RootDir: b.opts.RootDir, NodeName: b.nodeName, HostIPs: b.hostIPs, Volumes: volumes, Objects: cl.objects,
 		DNS:         containeropts.DNS{ClusterDNS: c.ClusterDNS, ClusterDomain: c.ClusterDomain, ResolvConf: *c.ResolverConfig},
 		Allocatable: node.allocatable, Recorder: b.recorder,
 	})
 	probes := prober.New(prober.Options{Exec: rt.runtime, Status: b.status, Recorder: b.recorder, Clock: b.clock, Steps: b.timelines,
 		Observer: rt.metrics.Probes()})
 	var plugins images.CredentialPlugins
-	if ps := b.o.CredentialProviders; len(ps) > 0 {
-		p := credentialprovider.New(credentialprovider.Options{Providers: ps, PluginDir: b.o.CredentialProviderBinDir, Clock: b.clock})
+	if ps := b.opts.CredentialProviders; len(ps) > 0 {
+		p := credentialprovider.New(credentialprovider.Options{Providers: ps, PluginDir: b.opts.CredentialProviderBinDir, Clock: b.clock})
 		b.metrics.Register(p.Collectors()...)
 		plugins = p
-		klog.InfoS("Image credential provider plugins", "count", len(ps), "binDir", b.o.CredentialProviderBinDir)
+		klog.InfoS("Image credential provider plugins", "count", len(ps), "binDir", b.opts.CredentialProviderBinDir)
 	}
 	manager := kuberuntime.New(kuberuntime.Options{
 		Runtime: rt.runtime, Images: rt.images, Helper: options, Recorder: b.recorder, Clock: b.clock,
 		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
-		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.o.RootDir, MemoryCapacity: node.memoryCapacity(),
+		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.opts.RootDir, MemoryCapacity: node.memoryCapacity(),
 		// Pulls are serialised unless told otherwise, as upstream does.
 		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines,
 		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists, CredentialPlugins: plugins,
-		Security:       kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.o.RootDir, "seccomp")},
+		Security:       kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.opts.RootDir, "seccomp")},
 		UserNamespaces: usernsAllocator,
-		ImageRecords:   images.NewPullRecords(b.o.RootDir, b.clock.Now), ImageVerify: verify,
+		ImageRecords:   images.NewPullRecords(b.opts.RootDir, b.clock.Now), ImageVerify: verify,
 	})
-	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.o.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
+	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.opts.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)
 	maxLogSize := resource.MustParse(c.ContainerLogMaxSize) // validated
 	rotator := logs.NewRotator(rt.runtime, logs.Policy{
@@ -129,9 +129,9 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		}{rt.images, rt.runtime},
 		Policy: images.GCPolicy{
 			HighThresholdPercent: int(*c.ImageGCHighThresholdPercent), LowThresholdPercent: int(*c.ImageGCLowThresholdPercent),
-			MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{b.o.PodInfraContainerImage},
+			MinAge: c.ImageMinimumGCAge.Duration, Pinned: []string{b.opts.PodInfraContainerImage},
 		},
-		Period: b.o.ImageGCPeriod, Timeout: c.RuntimeRequestTimeout.Duration, Clock: b.clock,
+		Period: b.opts.ImageGCPeriod, Timeout: c.RuntimeRequestTimeout.Duration, Clock: b.clock,
 	})
 	return &runtimeParts{
 		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics, imageGC: imageGC, userns: usernsAllocator,
@@ -157,7 +157,7 @@ func idsPerPod(c *kubeletv1beta1.KubeletConfiguration) uint32 {
 // second. Exits nodelet caused are read by the worker that caused them.
 func containerWatcher(b *base, rt *runtimeConn, manager *kuberuntime.Manager, gpleg *pleg.Generic) *pleg.Watcher {
 	o := pleg.WatcherOptions{
-		Runtime: rt.runtime, Poll: containerPollPeriod, RequestTimeout: b.c.RuntimeRequestTimeout.Duration,
+		Runtime: rt.runtime, Poll: containerPollPeriod, RequestTimeout: b.cfg.RuntimeRequestTimeout.Duration,
 		StuckAfter: watcherStuckAfter, Clock: b.clock, StreamBroke: rt.metrics.EventStreamBroke,
 		Notify: func(ids ...string) {
 			if len(ids) == 0 {

@@ -25,7 +25,7 @@ import (
 // enableServer is false) and the plain /healthz, so a port in use fails
 // start-up before anything runs.
 func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimeParts, core *coreParts, health *health.Node, reporter *reporterParts) ([]component, error) {
-	c := b.c
+	c := b.cfg
 	var out []component
 	if p := *c.HealthzPort; p > 0 {
 		l, err := server.Listen(net.JoinHostPort(c.HealthzBindAddress, strconv.Itoa(int(p))), server.Healthz(health.Healthz), nil)
@@ -68,7 +68,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 // from the CSR API (serverTLSBootstrap) or from files reloaded as they
 // change (tlsCertFile, or a self-signed kubelet.crt).
 func kubeletAPI(b *base, h http.Handler, reporter *reporterParts) ([]component, error) {
-	c := b.c
+	c := b.cfg
 	tlsSources, components, err := servingTLS(b, reporter)
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func kubeletAPI(b *base, h http.Handler, reporter *reporterParts) ([]component, 
 // servingTLS works out where the kubelet API's certificate and client CAs
 // come from, and the components that keep them current.
 func servingTLS(b *base, reporter *reporterParts) (server.TLSOptions, []component, error) {
-	c := b.c
+	c := b.cfg
 	files := certificates.FileOptions{ClientCAFile: c.Authentication.X509.ClientCAFile, Clock: b.clock, Failed: func(err error) {
 		klog.ErrorS(err, "A changed certificate file does not load; the previous one stays in force")
 		b.recorder.Eventf(nodeRef(b.nodeName), v1.EventTypeWarning, "CertificateFileInvalid", "A changed certificate file does not load; the previous one stays in force: %v", err)
@@ -105,7 +105,7 @@ func servingTLS(b *base, reporter *reporterParts) (server.TLSOptions, []componen
 	var components []component
 	if c.ServerTLSBootstrap {
 		serving, err := certificates.NewServing(certificates.ServingOptions{
-			Client: b.client, NodeName: b.nodeName, CertDir: b.o.CertDir, CertFile: c.TLSCertFile, KeyFile: c.TLSPrivateKeyFile, Clock: b.clock,
+			Client: b.client, NodeName: b.nodeName, CertDir: b.opts.CertDir, CertFile: c.TLSCertFile, KeyFile: c.TLSPrivateKeyFile, Clock: b.clock,
 			Addresses: func() []v1.NodeAddress { return reporter.node().Status.Addresses },
 		})
 		if err != nil {
@@ -118,7 +118,7 @@ func servingTLS(b *base, reporter *reporterParts) (server.TLSOptions, []componen
 		files.CertFile, files.KeyFile = c.TLSCertFile, c.TLSPrivateKeyFile
 		if files.CertFile == "" {
 			var err error
-			if files.CertFile, files.KeyFile, err = certificates.SelfSigned(b.o.CertDir, b.nodeName, b.hostIPs); err != nil {
+			if files.CertFile, files.KeyFile, err = certificates.SelfSigned(b.opts.CertDir, b.nodeName, b.hostIPs); err != nil {
 				return out, nil, err
 			}
 		}

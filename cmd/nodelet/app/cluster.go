@@ -85,10 +85,10 @@ func buildClusterClients(b *base) *clusterClients {
 			b.workQueue.Enqueue(uid, 0)
 		}
 	})
-	drivers := csi.NewRegistry(csi.RegistryOptions{RootDir: b.o.RootDir, Nodes: csi.APINodes{Client: b.client, NodeName: b.nodeName},
-		Clock: b.clock, Timeout: b.c.RuntimeRequestTimeout.Duration})
-	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.o.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journaledCSIAPI{api, b.journal},
-		Timeout: b.c.RuntimeRequestTimeout.Duration, Clock: b.clock})
+	drivers := csi.NewRegistry(csi.RegistryOptions{RootDir: b.opts.RootDir, Nodes: csi.APINodes{Client: b.client, NodeName: b.nodeName},
+		Clock: b.clock, Timeout: b.cfg.RuntimeRequestTimeout.Duration})
+	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.opts.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journaledCSIAPI{api, b.journal},
+		Timeout: b.cfg.RuntimeRequestTimeout.Duration, Clock: b.clock})
 	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journaledClaims{api, b.journal},
 		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api,
 		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run}}}
@@ -109,7 +109,7 @@ func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterCli
 	if b.client == nil {
 		return &reporterParts{node: func() *v1.Node { return node.node }}
 	}
-	c := b.c
+	c := b.cfg
 	reporter := nodestatus.NewReporter(nodestatus.ReporterOptions{
 		Client: b.client, Node: node.node, Recorder: b.recorder, Clock: b.clock,
 		StatusUpdateFrequency: c.NodeStatusUpdateFrequency.Duration,
@@ -121,7 +121,7 @@ func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterCli
 		Pressure:              node.pressure.Pressure,
 		SkipRegistration:      !*c.RegisterNode,
 		VolumesInUse:          cl.volumesInUse,
-		ExternalCloudProvider: b.o.ExternalCloudProvider,
+		ExternalCloudProvider: b.opts.ExternalCloudProvider,
 	})
 	// Admission sees the labels an administrator put on the Node, and the
 	// resources nodelet measured.

@@ -38,7 +38,7 @@ const journalRestoreAfter = 2 * time.Second
 // journalComponents, once the sources are built.
 func openJournal(b *base) error {
 	o := journal.Options{
-		Path: filepath.Join(b.o.RootDir, journalFile), Clock: b.clock, KeepTimelines: timelineKeepFinished,
+		Path: filepath.Join(b.opts.RootDir, journalFile), Clock: b.clock, KeepTimelines: timelineKeepFinished,
 	}
 	if b.client == nil {
 		o.Retention = journalRetention
@@ -83,7 +83,7 @@ func journalComponents(b *base, podConfig *config.PodConfig) []component {
 	if b.client != nil {
 		remote = append(remote, podutil.APISource)
 	}
-	if b.c.StaticPodURL != "" {
+	if b.cfg.StaticPodURL != "" {
 		remote = append(remote, podutil.HTTPSource)
 	}
 	for _, source := range remote {

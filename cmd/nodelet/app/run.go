@@ -48,8 +48,8 @@ func NodeName(override string) (string, error) {
 // node's identity, the clock, the event recorder and (in cluster mode)
 // the API client.
 type base struct {
-	o        *Options
-	c        *kubeletv1beta1.KubeletConfiguration
+	opts     *Options
+	cfg      *kubeletv1beta1.KubeletConfiguration
 	nodeName string
 	hostIPs  []string
 	clock    clock.WithTicker
@@ -129,7 +129,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.c.StaticPodPath, "cluster", b.client != nil)
+	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.cfg.StaticPodPath, "cluster", b.client != nil)
 	err = supervise(ctx, concat(node.components, runtime.components, []component{{"health", health.Run}},
 		cl.components, reporter.components, core.components, servers, shutdown, eviction))
 	klog.InfoS("nodelet stopped; pods keep running", "err", err)
@@ -153,7 +153,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	b := &base{o: o, c: c, nodeName: nodeName, hostIPs: hostIPs, clock: clock.RealClock{}, shutdown: &nodeshutdown.State{}, metrics: metrics.New()}
+	b := &base{opts: o, cfg: c, nodeName: nodeName, hostIPs: hostIPs, clock: clock.RealClock{}, shutdown: &nodeshutdown.State{}, metrics: metrics.New()}
 	if b.allocations, err = allocation.Open(filepath.Join(o.RootDir, allocationsFile)); err != nil {
 		return nil, nil, err
 	}
@@ -185,7 +185,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 // client certificate if it must) and builds the API clients; events go to
 // the API server from then on.
 func connectCluster(ctx context.Context, b *base, events record.EventRecorder, broadcaster record.EventBroadcaster) error {
-	o, c := b.o, b.c
+	o, c := b.opts, b.cfg
 	creds, err := certificates.NewClient(ctx, certificates.ClientOptions{
 		Kubeconfig: o.Kubeconfig, BootstrapKubeconfig: o.BootstrapKubeconfig, CertDir: o.CertDir, NodeName: b.nodeName,
 		Rotate: c.RotateCertificates, Recorder: events, Clock: b.clock,
