@@ -23,7 +23,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/volume"
-	"github.com/nodelet/nodelet/pkg/volume/volumetest"
+	"github.com/nodelet/nodelet/internal/volumetest"
 )
 
 func clusterOptions(t *testing.T) (*Provider, *volumetest.Objects) {

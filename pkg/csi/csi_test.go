@@ -23,7 +23,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
-	"github.com/nodelet/nodelet/pkg/csi/csitest"
+	"github.com/nodelet/nodelet/internal/csitest"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 

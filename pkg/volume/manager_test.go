@@ -21,7 +21,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/volume/volumetest"
+	"github.com/nodelet/nodelet/internal/volumetest"
 )
 
 type fixture struct {

@@ -1,4 +1,4 @@
-// Command csidriver runs the test CSI driver (pkg/csi/csitest) as its own
+// Command csidriver runs the test CSI driver (internal/csitest) as its own
 // process, as a node plugin's container runs beside the kubelet: it
 // serves CSI and plugin registration on unix sockets until SIGTERM, then
 // removes its sockets (as node-driver-registrar does) and exits.
@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nodelet/nodelet/pkg/csi/csitest"
+	"github.com/nodelet/nodelet/internal/csitest"
 )
 
 func main() {
