@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Op is the kind of a pod update.
@@ -97,7 +98,7 @@ type PodConfig struct {
 // StepRecorder records a step of a pod's life: Begin starts it, and the
 // function it returns ends it with its error and a detail.
 type StepRecorder interface {
-	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
 }
 
 // Journal keeps the pods the sources delivered across restarts. Its
@@ -220,7 +221,7 @@ func (c *PodConfig) recordSteps(u PodUpdate) {
 		from = "from the node journal (source " + u.Source + " not heard from since the restart)"
 	}
 	for _, p := range u.Pods {
-		c.steps.Begin(p, "merge", u.Op.String())(nil, from)
+		c.steps.Begin(p, timeline.KindMerge, u.Op.String())(nil, from)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 func mkPod(uid, name string) *v1.Pod {
@@ -337,7 +338,7 @@ func TestMergeLeavesItsInputAlone(t *testing.T) {
 
 type stepLog []string
 
-func (l *stepLog) Begin(pod *v1.Pod, kind, name string) func(error, string) {
+func (l *stepLog) Begin(pod *v1.Pod, kind timeline.Kind, name string) func(error, string) {
 	return func(_ error, detail string) {
 		*l = append(*l, fmt.Sprintf("%s %s %s (%s)", pod.Name, kind, name, detail))
 	}

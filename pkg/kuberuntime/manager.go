@@ -28,6 +28,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/images"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // ErrMountVolume classifies a RunContainerOptions failure to set up a
@@ -131,13 +132,8 @@ func (hostUsersOnly) Namespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error) {
 // StepRecorder records a step of a pod's life: Begin starts it, and the
 // function it returns ends it with its error and a detail.
 type StepRecorder interface {
-	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
 }
-
-// noSteps records nothing.
-type noSteps struct{}
-
-func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // imagePuller makes sure a container's image is present (images.Puller).
 type imagePuller interface {
@@ -205,7 +201,7 @@ func New(o Options) *Manager {
 		o.UserNamespaces = hostUsersOnly{}
 	}
 	if o.Steps == nil {
-		o.Steps = noSteps{}
+		o.Steps = timeline.NoSteps{}
 	}
 	if o.Resources == nil {
 		o.Resources = noResourceState{}

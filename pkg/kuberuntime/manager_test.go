@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 type testHelper struct{ dir string }
@@ -562,7 +563,7 @@ type stepLog struct {
 	steps []string
 }
 
-func (l *stepLog) Begin(pod *v1.Pod, kind, name string) func(error, string) {
+func (l *stepLog) Begin(pod *v1.Pod, kind timeline.Kind, name string) func(error, string) {
 	return func(err error, detail string) {
 		l.mu.Lock()
 		defer l.mu.Unlock()

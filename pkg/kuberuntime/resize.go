@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // ResourceState is what was last applied to each running container
@@ -116,7 +117,7 @@ func (m *Manager) applyResizes(ctx context.Context, pod *v1.Pod, resizes []resiz
 	}
 	for _, r := range resizes {
 		c := &pod.Spec.Containers[r.index]
-		end := m.steps.Begin(pod, "resize", c.Name)
+		end := m.steps.Begin(pod, timeline.KindResize, c.Name)
 		err := m.updateResources(ctx, pod, c, r.id)
 		end(err, fmt.Sprintf("%v -> %v", describe(r.from), describe(c.Resources)))
 		if err != nil {

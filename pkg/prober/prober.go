@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodelet/nodelet/pkg/timeline"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -102,12 +103,8 @@ type Observation struct {
 // StepRecorder records a step of a pod's life: Begin starts it, and the
 // function it returns ends it with its error and a detail.
 type StepRecorder interface {
-	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
 }
-
-type noSteps struct{}
-
-func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // Manager runs the probe workers and keeps their results.
 type Manager struct {
@@ -140,7 +137,7 @@ func New(o Options) *Manager {
 		o.Jitter = func(p time.Duration) time.Duration { return time.Duration(rand.Int63n(int64(p))) }
 	}
 	if o.Steps == nil {
-		o.Steps = noSteps{}
+		o.Steps = timeline.NoSteps{}
 	}
 	if o.Observer == nil {
 		o.Observer = noObserver{}

@@ -25,6 +25,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // fakeExec answers ExecSync with the exit codes queued for it (0 when
@@ -360,7 +361,7 @@ func (f execFunc) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, 
 
 type stepLog []string
 
-func (l *stepLog) Begin(_ *v1.Pod, kind, name string) func(error, string) {
+func (l *stepLog) Begin(_ *v1.Pod, kind timeline.Kind, name string) func(error, string) {
 	return func(err error, detail string) {
 		*l = append(*l, fmt.Sprintf("%s %s: %v (%s)", kind, name, err, detail))
 	}

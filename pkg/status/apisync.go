@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Timing and concurrency of the API syncer.
@@ -92,7 +93,7 @@ type checkedPair struct {
 // NewAPISyncer returns a syncer for m's statuses.
 func NewAPISyncer(o APISyncerOptions) *APISyncer {
 	if o.Steps == nil {
-		o.Steps = noSteps{}
+		o.Steps = timeline.NoSteps{}
 	}
 	return &APISyncer{
 		client: o.Client, m: o.Status, pods: o.Pods, clock: o.Clock, steps: o.Steps,
@@ -116,12 +117,8 @@ type APISyncerOptions struct {
 // StepRecorder records a step of a pod's life: Begin starts it, and the
 // function it returns ends it with its error and a detail.
 type StepRecorder interface {
-	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
 }
-
-type noSteps struct{}
-
-func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // Run syncs until ctx ends.
 func (s *APISyncer) Run(ctx context.Context) {
@@ -385,7 +382,7 @@ func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) error {
 	if err != nil {
 		return err
 	}
-	end := s.steps.Begin(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.uid, Namespace: obj.Namespace, Name: obj.Name}}, "status", "written to the API")
+	end := s.steps.Begin(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.uid, Namespace: obj.Namespace, Name: obj.Name}}, timeline.KindStatus, "written to the API")
 	_, err = s.client.CoreV1().Pods(obj.Namespace).Patch(ctx, obj.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	end(err, fmt.Sprintf("phase %s, version %d", merged.Phase, p.version))
 	if err != nil {

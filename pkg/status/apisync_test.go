@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // fakePods is the rest of nodelet as the syncer sees it.
@@ -336,7 +337,7 @@ func TestSyncerFlush(t *testing.T) {
 
 type stepLog []string
 
-func (l *stepLog) Begin(pod *v1.Pod, kind, name string) func(error, string) {
+func (l *stepLog) Begin(pod *v1.Pod, kind timeline.Kind, name string) func(error, string) {
 	return func(err error, detail string) {
 		*l = append(*l, fmt.Sprintf("%s %s %s: %v %s", pod.UID, kind, name, err, detail))
 	}

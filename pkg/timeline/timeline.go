@@ -21,9 +21,19 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// NoSteps records nothing: the recorder of components built without a
+// timeline (in tests).
+type NoSteps struct{}
+
+// Begin records nothing.
+func (NoSteps) Begin(*v1.Pod, Kind, string) func(error, string) { return func(error, string) {} }
+
+// Kind is what a step was: each component records its own kinds.
+type Kind string
+
 // Step kinds.
 const (
-	KindSource      = "source"      // the pod was first seen
+	KindSource      Kind = "source"      // the pod was first seen
 	KindMerge       = "merge"       // an operation of the sources' merge
 	KindWait        = "wait"        // time between steps, before the pod ran
 	KindSync        = "sync"        // one SyncPod
@@ -39,12 +49,13 @@ const (
 	KindStatus      = "status"      // the status written to the API
 	KindTerminating = "terminating" // stopping its containers
 	KindTerminated  = "terminated"  // releasing what it held
+	KindResize      = "resize"      // a container resized in place
 )
 
 // Step is one thing that happened to a pod. A point in time has End
 // equal to Start.
 type Step struct {
-	Kind    string    `json:"kind"`
+	Kind    Kind      `json:"kind"`
 	Name    string    `json:"name"`
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
@@ -123,7 +134,7 @@ func (r *Recorder) Add(pod *v1.Pod, s Step) {
 
 // Begin starts a step of the pod now; the function returned ends it with
 // the error (nil is success) and a detail.
-func (r *Recorder) Begin(pod *v1.Pod, kind, name string) func(err error, detail string) {
+func (r *Recorder) Begin(pod *v1.Pod, kind Kind, name string) func(err error, detail string) {
 	start := r.Now()
 	return func(err error, detail string) {
 		r.Add(pod, Step{Kind: kind, Name: name, Start: start, End: r.Now(), Outcome: outcome(err), Detail: detail})

@@ -38,6 +38,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Objects reads the configMaps and secrets pods refer to.
@@ -84,12 +85,8 @@ type Options struct {
 // StepRecorder records a step of a pod's life: Begin starts it, and the
 // function it returns ends it with its error and a detail.
 type StepRecorder interface {
-	Begin(pod *v1.Pod, kind, name string) func(err error, detail string)
+	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
 }
-
-type noSteps struct{}
-
-func (noSteps) Begin(*v1.Pod, string, string) func(error, string) { return func(error, string) {} }
 
 // ErrNoAPIServer is returned for a volume or variable that needs an API
 // object on a node without an API server.
@@ -152,7 +149,7 @@ func NewManager(o Options) *Manager {
 		o.Allocatable = func() v1.ResourceList { return nil }
 	}
 	if o.Steps == nil {
-		o.Steps = noSteps{}
+		o.Steps = timeline.NoSteps{}
 	}
 	return &Manager{o: o, tokens: newTokenCache(o.Clock), mounted: map[types.UID]map[string]string{}}
 }
@@ -176,7 +173,7 @@ func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error 
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
 		_, refresh := before[vol.Name]
-		end := m.o.Steps.Begin(pod, "volume", vol.Name)
+		end := m.o.Steps.Begin(pod, timeline.KindVolume, vol.Name)
 		path, err := m.setUp(ctx, pod, vol)
 		if !refresh || err != nil {
 			// A refresh that works is not a step of the pod's life.

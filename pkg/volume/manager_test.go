@@ -20,8 +20,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
-	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/internal/volumetest"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 type fixture struct {
@@ -417,7 +418,7 @@ func TestImageVolumes(t *testing.T) {
 
 type stepLog []string
 
-func (l *stepLog) Begin(_ *v1.Pod, kind, name string) func(error, string) {
+func (l *stepLog) Begin(_ *v1.Pod, kind timeline.Kind, name string) func(error, string) {
 	return func(err error, _ string) { *l = append(*l, fmt.Sprintf("%s %s %v", kind, name, err)) }
 }
 
