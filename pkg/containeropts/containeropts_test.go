@@ -21,9 +21,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/volumetest"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/volume"
-	"github.com/nodelet/nodelet/internal/volumetest"
 )
 
 func clusterOptions(t *testing.T) (*Provider, *volumetest.Objects) {

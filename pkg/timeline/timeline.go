@@ -34,22 +34,22 @@ type Kind string
 // Step kinds.
 const (
 	KindSource      Kind = "source"      // the pod was first seen
-	KindMerge       = "merge"       // an operation of the sources' merge
-	KindWait        = "wait"        // time between steps, before the pod ran
-	KindSync        = "sync"        // one SyncPod
-	KindRunning     = "running"     // first reported Running
-	KindEvent       = "event"       // an event about the pod or a container
-	KindVolume      = "volume"      // setting up one volume
-	KindImage       = "image"       // making sure an image is present
-	KindSandbox     = "sandbox"     // creating the pod sandbox
-	KindContainer   = "container"   // creating and starting a container
-	KindHook        = "hook"        // a lifecycle hook
-	KindKill        = "kill"        // stopping a container
-	KindProbe       = "probe"       // a probe result that changed
-	KindStatus      = "status"      // the status written to the API
-	KindTerminating = "terminating" // stopping its containers
-	KindTerminated  = "terminated"  // releasing what it held
-	KindResize      = "resize"      // a container resized in place
+	KindMerge            = "merge"       // an operation of the sources' merge
+	KindWait             = "wait"        // time between steps, before the pod ran
+	KindSync             = "sync"        // one SyncPod
+	KindRunning          = "running"     // first reported Running
+	KindEvent            = "event"       // an event about the pod or a container
+	KindVolume           = "volume"      // setting up one volume
+	KindImage            = "image"       // making sure an image is present
+	KindSandbox          = "sandbox"     // creating the pod sandbox
+	KindContainer        = "container"   // creating and starting a container
+	KindHook             = "hook"        // a lifecycle hook
+	KindKill             = "kill"        // stopping a container
+	KindProbe            = "probe"       // a probe result that changed
+	KindStatus           = "status"      // the status written to the API
+	KindTerminating      = "terminating" // stopping its containers
+	KindTerminated       = "terminated"  // releasing what it held
+	KindResize           = "resize"      // a container resized in place
 )
 
 // Step is one thing that happened to a pod. A point in time has End
