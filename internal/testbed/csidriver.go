@@ -13,8 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/internal/csitest"
+	"github.com/nodelet/nodelet/pkg/csi"
 )
 
 // CSIDriverOptions say which test CSI driver to run.
