@@ -166,3 +166,78 @@ func TestConcurrentUpdatesKeepTheGuarantees(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// closingSyncer stands for the runtime connection: a sync blocks in a
+// "runtime call" until its context ends, and any call after the
+// connection closed is an error.
+type closingSyncer struct {
+	checkingSyncer
+	entered chan types.UID
+	closed  atomic.Bool
+	late    atomic.Int64
+	// cancelled counts syncs that returned because their context ended.
+	cancelled atomic.Int64
+}
+
+func (s *closingSyncer) SyncPod(ctx context.Context, _ UpdateType, pod, _ *v1.Pod, _ *container.PodStatus) (bool, error) {
+	if s.closed.Load() {
+		s.late.Add(1)
+	}
+	s.entered <- pod.UID
+	<-ctx.Done()
+	if s.closed.Load() {
+		s.late.Add(1)
+	}
+	s.cancelled.Add(1)
+	return false, ctx.Err()
+}
+
+// When nodelet stops, Run cancels the syncs under way and returns only
+// once they have returned: nothing calls the runtime after its connection
+// closes (run.go closes it when every component's Run has returned).
+func TestRunWaitsForSyncsBeforeTheConnectionCloses(t *testing.T) {
+	syncer := &closingSyncer{entered: make(chan types.UID, 10)}
+	clk := clock.RealClock{}
+	pw := New(Options{Syncer: syncer, Status: freshStatus{}, WorkQueue: NewWorkQueue(clk), Clock: clk,
+		ResyncInterval: time.Minute, BackOffPeriod: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- pw.Run(ctx) }()
+	for i := 0; i < 3; i++ {
+		p := &v1.Pod{}
+		p.UID, p.Name, p.Namespace = types.UID(fmt.Sprintf("p%d", i)), fmt.Sprintf("p%d", i), "ns"
+		pw.UpdatePod(UpdatePodOptions{Pod: p, UpdateType: UpdateCreate})
+	}
+	for i := 0; i < 3; i++ {
+		select {
+		case <-syncer.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the syncs did not start")
+		}
+	}
+	cancel()
+	select {
+	case <-ran:
+	case <-time.After(stopWait + 5*time.Second):
+		t.Fatal("Run did not return")
+	}
+	syncer.closed.Store(true)
+	if got := syncer.cancelled.Load(); got != 3 {
+		t.Fatalf("%d syncs returned before Run did, want all 3", got)
+	}
+	// A pod update after the stop starts no worker.
+	p := &v1.Pod{}
+	p.UID, p.Name, p.Namespace = "late", "late", "ns"
+	pw.UpdatePod(UpdatePodOptions{Pod: p, UpdateType: UpdateCreate})
+	// UpdatePod returned: had it started a worker, the pod would be
+	// active (wake marks it before the executor runs).
+	pw.mu.Lock()
+	active, known := pw.active["late"], pw.statuses["late"] != nil
+	pw.mu.Unlock()
+	if active || !known {
+		t.Fatalf("after the stop: the update was recorded %v, a worker started %v; want recorded, none started", known, active)
+	}
+	if syncer.late.Load() != 0 {
+		t.Fatal("a sync called the runtime after its connection closed")
+	}
+}

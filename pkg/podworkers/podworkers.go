@@ -143,6 +143,15 @@ type PodWorkers struct {
 	// staticPods makes static pods with the same full name run one at a
 	// time, in the order they arrived.
 	staticPods staticPods
+
+	// base is every pod's sync context: Run cancels it when nodelet
+	// stops, then waits for the workers (running) before returning, so no
+	// sync calls the runtime after its connection closes.
+	base    context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+	// stopped: no worker starts any more.
+	stopped bool
 }
 
 // New returns the pod workers.
@@ -156,7 +165,9 @@ func New(o Options) *PodWorkers {
 	if o.Recorder == nil {
 		o.Recorder = &record.FakeRecorder{}
 	}
+	base, cancel := context.WithCancel(context.Background())
 	return &PodWorkers{
+		base: base, cancel: cancel,
 		syncer:         o.Syncer,
 		status:         o.Status,
 		workQueue:      o.WorkQueue,
@@ -496,11 +507,42 @@ func (p *PodWorkers) enqueue(status *podSyncStatus, u update, interrupt bool) {
 // wake makes sure a worker runs for the pod. Call with p.mu held; the
 // executor must not run the worker before returning.
 func (p *PodWorkers) wake(uid types.UID) {
-	if p.active[uid] {
+	if p.active[uid] || p.stopped {
 		return
 	}
 	p.active[uid] = true
-	p.exec(func() { p.workerLoop(uid) })
+	p.running.Add(1)
+	p.exec(func() {
+		defer p.running.Done()
+		p.workerLoop(uid)
+	})
+}
+
+// stopWait bounds how long Run waits for syncs under way once nodelet
+// stops: each returns as its runtime calls see the cancelled context.
+const stopWait = 10 * time.Second
+
+// Run keeps the pod workers until ctx ends, then cancels every sync under
+// way, starts no more, and returns once the workers have (or after
+// stopWait, naming what is stuck). Pods keep running: only the workers
+// stop.
+func (p *PodWorkers) Run(ctx context.Context) error {
+	<-ctx.Done()
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.cancel()
+	done := make(chan struct{})
+	go func() {
+		p.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopWait): // a real-time bound on shutdown, not a sleep
+		klog.InfoS("Pod workers still running after the stop wait; leaving them", "wait", stopWait)
+	}
+	return nil
 }
 
 // effectiveGracePeriod is the grace period a terminating pod gets: the
@@ -628,7 +670,7 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 		delete(p.active, uid)
 		return nil, w, lastSync, false
 	}
-	if status.pendingUpdate == nil || status.IsFinished() {
+	if status.pendingUpdate == nil || status.IsFinished() || p.stopped {
 		delete(p.active, uid)
 		return nil, w, lastSync, false
 	}
@@ -637,7 +679,7 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 	status.pendingUpdate = nil
 
 	if status.ctx == nil || status.ctx.Err() != nil {
-		status.ctx, status.cancelFn = context.WithCancel(context.Background())
+		status.ctx, status.cancelFn = context.WithCancel(p.base)
 	}
 	ctx, lastSync = status.ctx, status.lastSyncTime
 

@@ -9,6 +9,7 @@
 package prober
 
 import (
+	"context"
 	"math/rand"
 	"sync"
 	"time"
@@ -120,6 +121,14 @@ type Manager struct {
 	mu      sync.Mutex
 	workers map[key]*worker
 	results map[Type]map[string]Result // by container ID
+
+	// base is every probe's context: Run cancels it when nodelet stops
+	// and waits for the workers (running), so no probe calls the runtime
+	// after its connection closes. stopped: no worker starts any more.
+	base    context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+	stopped bool
 }
 
 type key struct {
@@ -142,12 +151,43 @@ func New(o Options) *Manager {
 	if o.Observer == nil {
 		o.Observer = noObserver{}
 	}
+	base, cancel := context.WithCancel(context.Background())
 	return &Manager{
+		base: base, cancel: cancel,
 		exec: o.Exec, status: o.Status, recorder: o.Recorder, clock: o.Clock, jitter: o.Jitter, steps: o.Steps, observer: o.Observer,
 		updates: make(chan Update, updatesBuffer),
 		workers: map[key]*worker{},
 		results: map[Type]map[string]Result{Liveness: {}, Readiness: {}, Startup: {}},
 	}
+}
+
+// stopWait bounds how long Run waits for probes under way.
+const stopWait = 10 * time.Second
+
+// Run keeps the probes until ctx ends, then stops every worker, cancels
+// the probes under way and returns once the workers have (or after
+// stopWait).
+func (m *Manager) Run(ctx context.Context) error {
+	<-ctx.Done()
+	m.mu.Lock()
+	m.stopped = true
+	for k, w := range m.workers {
+		w.stop()
+		delete(m.workers, k)
+	}
+	m.mu.Unlock()
+	m.cancel()
+	done := make(chan struct{})
+	go func() {
+		m.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopWait): // a real-time bound on shutdown, not a sleep
+		klog.InfoS("Probe workers still running after the stop wait; leaving them", "wait", stopWait)
+	}
+	return nil
 }
 
 // Updates is where changed results are published.
@@ -183,6 +223,9 @@ func probeOf(c *v1.Container, t Type) *v1.Probe {
 func (m *Manager) AddPod(pod *v1.Pod) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.stopped {
+		return
+	}
 	for _, c := range probed(pod) {
 		for _, t := range []Type{Liveness, Readiness, Startup} {
 			p := probeOf(c, t)
@@ -195,7 +238,11 @@ func (m *Manager) AddPod(pod *v1.Pod) {
 			}
 			w := newWorker(m, pod, c.DeepCopy(), t, p.DeepCopy())
 			m.workers[k] = w
-			go w.run()
+			m.running.Add(1)
+			go func() {
+				defer m.running.Done()
+				w.run()
+			}()
 		}
 	}
 }

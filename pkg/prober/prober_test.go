@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -381,5 +382,63 @@ func TestProbeChangesAreSteps(t *testing.T) {
 	want := "probe Readiness c: <nil> (1 in a row); probe Readiness c: failed 2 times: exit 1 (2 in a row)"
 	if got := strings.Join(*steps, "; "); got != want {
 		t.Fatalf("steps %q\nwant  %q", got, want)
+	}
+}
+
+// blockingExec holds every exec probe in the "runtime" until its context
+// ends, and counts calls made after the connection closed.
+type blockingExec struct {
+	entered chan struct{}
+	closed  atomic.Bool
+	late    atomic.Int64
+}
+
+func (b *blockingExec) ExecSync(ctx context.Context, _ *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+	if b.closed.Load() {
+		b.late.Add(1)
+	}
+	b.entered <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// When nodelet stops, Run stops the workers and cancels the probes under
+// way, returns only once they have, and records no result from a probe
+// cut short; a pod added afterwards gets no worker.
+func TestRunStopsProbesBeforeTheConnectionCloses(t *testing.T) {
+	exec := &blockingExec{entered: make(chan struct{}, 1)}
+	f := newFixture(t, v1.Container{LivenessProbe: execSpec(0, 1, 1)})
+	f.m.exec = exec
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- f.m.Run(ctx) }()
+	f.m.AddPod(f.pod)
+	// The worker waits for its jittered start, then its probe runs and
+	// blocks in the runtime call.
+	testutil.WaitFor(t, "the worker's first tick", f.clock.HasWaiters)
+	f.clock.Step(time.Second)
+	select {
+	case <-exec.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe did not start")
+	}
+	cancel()
+	select {
+	case <-ran:
+	case <-time.After(stopWait + 5*time.Second):
+		t.Fatal("Run did not return")
+	}
+	exec.closed.Store(true)
+	for _, u := range f.updates() {
+		if u == "Liveness=Failure" {
+			t.Error("a probe cut short by the stop was published as a liveness failure")
+		}
+	}
+	f.m.AddPod(f.pod)
+	f.m.mu.Lock()
+	workers := len(f.m.workers)
+	f.m.mu.Unlock()
+	if workers != 0 || exec.late.Load() != 0 {
+		t.Errorf("after the stop: %d workers, %d runtime calls", workers, exec.late.Load())
 	}
 }

@@ -1,7 +1,6 @@
 package prober
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -130,7 +129,12 @@ func (w *worker) probeOnce() bool {
 	}
 
 	start := w.m.clock.Now()
-	o := runProbe(context.Background(), w.m.exec, w.spec, w.container, id, status.PodIP)
+	o := runProbe(w.m.base, w.m.exec, w.spec, w.container, id, status.PodIP)
+	if w.m.base.Err() != nil {
+		// nodelet is stopping: the probe was cut short, which says
+		// nothing about the container.
+		return false
+	}
 	w.m.observer.Observe(Observation{Pod: w.pod, Container: w.container.Name, Type: w.typ, OK: o.ok, Took: w.m.clock.Since(start)})
 	if !o.ok {
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: w.pod.Name, Namespace: w.pod.Namespace, UID: w.pod.UID,

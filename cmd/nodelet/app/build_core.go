@@ -67,7 +67,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		PodDirRemoved: []func(types.UID){runtime.userns.Release},
 	})
 	parts := &coreParts{kubelet: core, workers: workers, sourcesReady: ready.AllReady,
-		components: concat(sources, journalComponents(b, podConfig), []component{{"sync loop", core.Run}})}
+		components: concat(sources, journalComponents(b, podConfig), []component{{"sync loop", core.Run}, {"pod workers", workers.Run}})}
 	if b.client != nil {
 		parts.statusSyncer = status.NewAPISyncer(status.APISyncerOptions{
 			Client: b.client, Status: b.status, Pods: apiPods{core, workers}, Clock: b.clock, Steps: b.timelines,

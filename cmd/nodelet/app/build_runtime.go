@@ -137,6 +137,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		manager: manager, pleg: gpleg, watcher: watcher, probes: probes, volumes: volumes, metrics: rt.metrics, imageGC: imageGC, userns: usernsAllocator,
 		components: []component{
 			runs("pleg", gpleg.Run),
+			{"probes", probes.Run},
 			runs("container event watcher", watcher.Run),
 			runs("log rotation", rotator.Run),
 			runs("image garbage collection", imageGC.Run),
