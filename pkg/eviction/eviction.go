@@ -18,7 +18,10 @@
 //
 // A threshold once met stays met until the signal is back above it by
 // evictionMinimumReclaim, so the node does not evict a pod for every
-// byte. The pressure conditions themselves are pkg/nodestatus's.
+// byte. The node's pressure conditions come from the same measure, every
+// interval (Conditions): a threshold met sets its condition at once,
+// soft ones before their grace period lets eviction act, and the
+// condition stays until the signal recovered for the transition period.
 package eviction
 
 import (
@@ -33,7 +36,6 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/periodic"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -83,11 +85,14 @@ type Options struct {
 	Stats        Stats
 	// Hard thresholds act at once; Soft ones once crossed for their
 	// SoftGracePeriod.
-	Hard, Soft      nodestatus.Thresholds
+	Hard, Soft      Thresholds
 	SoftGracePeriod map[string]time.Duration
 	// MinReclaim is how far above its threshold a signal must come back
 	// before the threshold counts as resolved.
-	MinReclaim nodestatus.Thresholds
+	MinReclaim Thresholds
+	// Conditions are the node's pressure conditions, which the manager
+	// keeps from its measures (required).
+	Conditions *Conditions
 	// MaxPodGracePeriod caps the grace period of a pod evicted for a
 	// soft threshold (evictionMaxPodGracePeriod).
 	MaxPodGracePeriod int64
@@ -110,6 +115,9 @@ type Manager struct {
 
 // New returns a Manager; it does nothing before Run or Synchronize.
 func New(o Options) *Manager {
+	if o.Conditions == nil {
+		o.Conditions = NewConditions(0, o.Clock)
+	}
 	return &Manager{o: o, firstMet: map[string]time.Time{}, active: map[string]bool{}}
 }
 
@@ -128,14 +136,16 @@ func (m *Manager) Run(ctx context.Context) {
 func (m *Manager) Synchronize(ctx context.Context) (*v1.Pod, error) {
 	summary, err := m.o.Stats.Summary(ctx, false)
 	if err != nil {
+		// No measurement is no news: the conditions keep their state.
 		return nil, fmt.Errorf("measuring the node: %w", err)
 	}
+	readings := Readings(&summary.Node)
+	due, crossed := m.due(readings)
+	m.o.Conditions.update(crossed)
 	if evicted := m.localStorage(ctx, summary); len(evicted) > 0 {
 		return evicted[0], nil
 	}
-	readings := nodestatus.Readings(&summary.Node)
-	due := m.due(readings)
-	klog.V(4).InfoS("Eviction manager: measured the node", "memoryAvailable", readings[nodestatus.SignalMemoryAvailable].Available, "thresholdsDue", len(due))
+	klog.V(4).InfoS("Eviction manager: measured the node", "memoryAvailable", readings[SignalMemoryAvailable].Available, "thresholdsDue", len(due))
 	if len(due) == 0 {
 		return nil, nil
 	}
@@ -155,11 +165,14 @@ type threshold struct {
 }
 
 // due returns the thresholds met that eviction must act on, in upstream's
-// order (memory first), and updates what is remembered between measures.
-func (m *Manager) due(readings map[string]nodestatus.Reading) []threshold {
+// order (memory first), and every signal crossed (hard or soft, grace
+// period or not) with a message, for the pressure conditions; it updates
+// what is remembered between measures. A threshold due is always crossed.
+func (m *Manager) due(readings map[string]Reading) ([]threshold, map[string]string) {
 	now := m.o.Clock.Now()
 	var out []threshold
 	active := map[string]bool{}
+	crossed := map[string]string{}
 	for _, signal := range signalOrder {
 		r, ok := readings[signal]
 		if !ok {
@@ -171,6 +184,7 @@ func (m *Manager) due(readings map[string]nodestatus.Reading) []threshold {
 		}
 		if min, ok := m.o.Hard.Min(signal, r.Capacity); ok && r.Available < min+reclaim {
 			active[signal] = true
+			crossed[signal] = fmt.Sprintf("%s is %d, below its threshold %d", signal, r.Available, min+reclaim)
 			out = append(out, threshold{signal: signal, min: min, hard: true})
 			continue
 		}
@@ -180,6 +194,7 @@ func (m *Manager) due(readings map[string]nodestatus.Reading) []threshold {
 			continue
 		}
 		active[signal] = true
+		crossed[signal] = fmt.Sprintf("%s is %d, below its threshold %d (soft)", signal, r.Available, min+reclaim)
 		first, seen := m.firstMet[signal]
 		if !seen {
 			m.firstMet[signal], first = now, now
@@ -189,7 +204,7 @@ func (m *Manager) due(readings map[string]nodestatus.Reading) []threshold {
 		}
 	}
 	m.active = active
-	return out
+	return out, crossed
 }
 
 // reclaimed frees node-level disk first and reports whether that was
@@ -208,7 +223,7 @@ func (m *Manager) reclaimed(ctx context.Context, th threshold) bool {
 		klog.ErrorS(err, "Eviction manager: measuring after reclaim failed")
 		return false
 	}
-	r, ok := nodestatus.Readings(&summary.Node)[th.signal]
+	r, ok := Readings(&summary.Node)[th.signal]
 	if !ok {
 		return false
 	}
@@ -222,7 +237,7 @@ func (m *Manager) reclaimed(ctx context.Context, th threshold) bool {
 
 // evict stops the first pod of the ranking that may be evicted, and waits
 // until it stopped (or cleanupTimeout passed).
-func (m *Manager) evict(ctx context.Context, th threshold, readings map[string]nodestatus.Reading, summary *statsapi.Summary) (*v1.Pod, error) {
+func (m *Manager) evict(ctx context.Context, th threshold, readings map[string]Reading, summary *statsapi.Summary) (*v1.Pod, error) {
 	pods := m.o.Pods.ActivePods()
 	usage := usageByPod(summary)
 	rank(th.signal, pods, usage)

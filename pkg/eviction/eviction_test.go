@@ -15,8 +15,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	testingclock "k8s.io/utils/clock/testing"
-
-	"github.com/nodelet/nodelet/pkg/nodestatus"
 )
 
 const mi = 1 << 20
@@ -97,9 +95,9 @@ func pod(name string, memReq, diskReq int64, prio int32) *v1.Pod {
 	return p
 }
 
-func thresholds(t *testing.T, m map[string]string) nodestatus.Thresholds {
+func thresholds(t *testing.T, m map[string]string) Thresholds {
 	t.Helper()
-	th, err := nodestatus.ParseThresholds(m)
+	th, err := ParseThresholds(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +275,7 @@ func TestPIDRanking(t *testing.T) {
 		{PodRef: statsapi.PodReference{UID: "important"}, ProcessStats: procs(5000)},
 	}}
 	pods := []*v1.Pod{pod("important", 0, 0, 100), pod("few", 0, 0, 0), pod("many", 0, 0, 0)}
-	rank(nodestatus.SignalPIDAvailable, pods, usageByPod(s))
+	rank(SignalPIDAvailable, pods, usageByPod(s))
 	if got := pods[0].Name + "," + pods[1].Name + "," + pods[2].Name; got != "many,few,important" {
 		t.Fatalf("ranked %s", got)
 	}

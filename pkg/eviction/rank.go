@@ -9,8 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
-
-	"github.com/nodelet/nodelet/pkg/nodestatus"
 )
 
 // Resources that are not API resource names: what inode and PID
@@ -23,18 +21,18 @@ const (
 // signalOrder is the order thresholds are acted on: memory first, as
 // upstream does.
 var signalOrder = []string{
-	nodestatus.SignalMemoryAvailable, nodestatus.SignalNodeFsAvailable, nodestatus.SignalNodeFsInodesFree,
-	nodestatus.SignalImageFsAvailable, nodestatus.SignalImageFsInodesFree, nodestatus.SignalPIDAvailable,
+	SignalMemoryAvailable, SignalNodeFsAvailable, SignalNodeFsInodesFree,
+	SignalImageFsAvailable, SignalImageFsInodesFree, SignalPIDAvailable,
 }
 
 // resourceOf is what each signal is short of, as the message names it.
 var resourceOf = map[string]v1.ResourceName{
-	nodestatus.SignalMemoryAvailable:   v1.ResourceMemory,
-	nodestatus.SignalNodeFsAvailable:   v1.ResourceEphemeralStorage,
-	nodestatus.SignalImageFsAvailable:  v1.ResourceEphemeralStorage,
-	nodestatus.SignalNodeFsInodesFree:  resourceInodes,
-	nodestatus.SignalImageFsInodesFree: resourceInodes,
-	nodestatus.SignalPIDAvailable:      resourcePIDs,
+	SignalMemoryAvailable:   v1.ResourceMemory,
+	SignalNodeFsAvailable:   v1.ResourceEphemeralStorage,
+	SignalImageFsAvailable:  v1.ResourceEphemeralStorage,
+	SignalNodeFsInodesFree:  resourceInodes,
+	SignalImageFsInodesFree: resourceInodes,
+	SignalPIDAvailable:      resourcePIDs,
 }
 
 // podUsage is what a pod uses of each resource, with its containers'
@@ -133,7 +131,7 @@ func boolInt(b bool) int {
 // message is upstream's eviction message: the resource the node is low
 // on, the threshold and what is available, and each container using more
 // than it requested.
-func message(th threshold, r nodestatus.Reading, pod *v1.Pod, u podUsage) string {
+func message(th threshold, r Reading, pod *v1.Pod, u podUsage) string {
 	res := resourceOf[th.signal]
 	msg := fmt.Sprintf("The node was low on resource: %s. Threshold quantity: %s, available: %s. ", res, quantity(res, th.min), quantity(res, r.Available))
 	if res != v1.ResourceMemory && res != v1.ResourceEphemeralStorage {

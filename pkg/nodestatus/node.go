@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/prometheus/procfs"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -209,15 +210,15 @@ func ParseReserved(maps ...map[string]string) (v1.ResourceList, error) {
 // nodefs.available from ephemeral storage, as absolute values or
 // percentages of capacity.
 func EvictionReserved(evictionHard map[string]string, capacity v1.ResourceList) (v1.ResourceList, error) {
-	th, err := ParseThresholds(evictionHard)
+	th, err := eviction.ParseThresholds(evictionHard)
 	if err != nil {
 		return nil, fmt.Errorf("evictionHard: %w", err)
 	}
 	out := v1.ResourceList{}
-	for signal, res := range map[string]v1.ResourceName{SignalMemoryAvailable: v1.ResourceMemory, SignalNodeFsAvailable: v1.ResourceEphemeralStorage} {
-		if t, ok := th[signal]; ok {
-			c := capacity[res]
-			out[res] = *resource.NewQuantity(int64(t.min(uint64(c.Value()))), resource.BinarySI)
+	for signal, res := range map[string]v1.ResourceName{eviction.SignalMemoryAvailable: v1.ResourceMemory, eviction.SignalNodeFsAvailable: v1.ResourceEphemeralStorage} {
+		c := capacity[res]
+		if min, ok := th.Min(signal, uint64(c.Value())); ok {
+			out[res] = *resource.NewQuantity(int64(min), resource.BinarySI)
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"testing"
 
+	"github.com/nodelet/nodelet/pkg/eviction"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -23,7 +24,7 @@ func TestNodeAndAllocatable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := EvictionReserved(DefaultEvictionHard, Capacity(m, 110))
+	ev, err := EvictionReserved(eviction.DefaultEvictionHard, Capacity(m, 110))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package periodic runs work on a ticker of an injected clock, the loop
 // several of nodelet's components share: the HTTP pod source, the
-// pressure monitor, image garbage collection and the runtime health
+// eviction manager, image garbage collection and the runtime health
 // check.
 package periodic
 

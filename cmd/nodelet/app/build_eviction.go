@@ -9,7 +9,6 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/nodestatus"
 )
 
 // evictionInterval is how often eviction measures the node (upstream's
@@ -25,7 +24,7 @@ func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *corePa
 	if err != nil {
 		return nil, err
 	}
-	reclaim, err := nodestatus.ParseThresholds(c.EvictionMinimumReclaim)
+	reclaim, err := eviction.ParseThresholds(c.EvictionMinimumReclaim)
 	if err != nil {
 		return nil, fmt.Errorf("evictionMinimumReclaim: %w", err)
 	}
@@ -43,18 +42,18 @@ func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *corePa
 				return gc.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: 0}, core.workers)
 			}},
 		},
-		Recorder: b.recorder, Clock: b.clock, Interval: evictionInterval,
+		Conditions: node.pressure, Recorder: b.recorder, Clock: b.clock, Interval: evictionInterval,
 	})
 	return []component{runs("eviction manager", m.Run)}, nil
 }
 
 // evictionThresholds are evictionHard (upstream's defaults when unset)
 // and evictionSoft, parsed.
-func evictionThresholds(c *kubeletv1beta1.KubeletConfiguration) (hard, soft nodestatus.Thresholds, err error) {
-	if hard, err = nodestatus.ParseThresholds(evictionHard(c)); err != nil {
+func evictionThresholds(c *kubeletv1beta1.KubeletConfiguration) (hard, soft eviction.Thresholds, err error) {
+	if hard, err = eviction.ParseThresholds(evictionHard(c)); err != nil {
 		return nil, nil, fmt.Errorf("evictionHard: %w", err)
 	}
-	if soft, err = nodestatus.ParseThresholds(c.EvictionSoft); err != nil {
+	if soft, err = eviction.ParseThresholds(c.EvictionSoft); err != nil {
 		return nil, nil, fmt.Errorf("evictionSoft: %w", err)
 	}
 	return hard, soft, nil

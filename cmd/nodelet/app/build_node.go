@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,15 +15,12 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/cm"
+	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/nodelet/nodelet/pkg/kerneltunables"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/stats"
 )
-
-// pressureCheckPeriod is how often the eviction signals are measured
-// (upstream's eviction monitoring interval).
-const pressureCheckPeriod = 10 * time.Second
 
 // nodeCgroups is the container manager: a cm.Manager with cgroupsPerQOS,
 // cm.Disabled without.
@@ -40,10 +36,12 @@ type nodeCgroups interface {
 // nodeParts is the machine as nodelet sees it: the Node it reports, the
 // cgroups pods run in, their resource usage and the pressure on them.
 type nodeParts struct {
-	node       *v1.Node
-	cgroups    nodeCgroups
-	stats      *stats.Provider
-	pressure   *nodestatus.PressureMonitor
+	node    *v1.Node
+	cgroups nodeCgroups
+	stats   *stats.Provider
+	// pressure holds the node's pressure conditions, which the eviction
+	// manager keeps.
+	pressure   *eviction.Conditions
 	components []component
 }
 
@@ -100,34 +98,17 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 	if err != nil {
 		return nil, err
 	}
-	pressure, err := pressureMonitor(b.cfg, statsProvider, b)
-	if err != nil {
-		return nil, err
-	}
-	return &nodeParts{node: node, cgroups: cgroups, stats: statsProvider, pressure: pressure,
-		components: []component{runs("pressure monitor", pressure.Run)}}, nil
+	pressure := eviction.NewConditions(b.cfg.EvictionPressureTransitionPeriod.Duration, b.clock)
+	return &nodeParts{node: node, cgroups: cgroups, stats: statsProvider, pressure: pressure}, nil
 }
 
 // evictionHard is the configured hard eviction thresholds, upstream's
 // defaults when unset.
 func evictionHard(c *kubeletv1beta1.KubeletConfiguration) map[string]string {
 	if c.EvictionHard == nil {
-		return nodestatus.DefaultEvictionHard
+		return eviction.DefaultEvictionHard
 	}
 	return c.EvictionHard
-}
-
-// pressureMonitor watches the eviction signals against evictionHard and
-// evictionSoft for the node's pressure conditions.
-func pressureMonitor(c *kubeletv1beta1.KubeletConfiguration, p *stats.Provider, b *base) (*nodestatus.PressureMonitor, error) {
-	th, soft, err := evictionThresholds(c)
-	if err != nil {
-		return nil, err
-	}
-	return nodestatus.NewPressureMonitor(nodestatus.PressureOptions{
-		Signals: p.Signals, Thresholds: th, Soft: soft, TransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
-		Interval: pressureCheckPeriod, Clock: b.clock,
-	}), nil
 }
 
 // setUpNode measures the machine, works out what pods may use (capacity

@@ -9,10 +9,9 @@ import (
 	"net"
 	"time"
 
+	"github.com/nodelet/nodelet/pkg/eviction"
 	cliflag "k8s.io/component-base/cli/flag"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
-
-	"github.com/nodelet/nodelet/pkg/nodestatus"
 )
 
 // validateServing checks the TLS settings (names as the upstream kubelet
@@ -42,16 +41,16 @@ func validateServing(c *kubeletv1beta1.KubeletConfiguration) []error {
 // is not negative.
 func validateEvictionSoft(c *kubeletv1beta1.KubeletConfiguration) []error {
 	var errs []error
-	if _, err := nodestatus.ParseThresholds(c.EvictionMinimumReclaim); err != nil {
+	if _, err := eviction.ParseThresholds(c.EvictionMinimumReclaim); err != nil {
 		errs = append(errs, fmt.Errorf("evictionMinimumReclaim: %v", err))
 	}
 	if c.EvictionMaxPodGracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("evictionMaxPodGracePeriod (%d) must not be negative", c.EvictionMaxPodGracePeriod))
 	}
-	if _, err := nodestatus.ParseThresholds(c.EvictionHard); err != nil {
+	if _, err := eviction.ParseThresholds(c.EvictionHard); err != nil {
 		errs = append(errs, fmt.Errorf("evictionHard: %v", err))
 	}
-	if _, err := nodestatus.ParseThresholds(c.EvictionSoft); err != nil {
+	if _, err := eviction.ParseThresholds(c.EvictionSoft); err != nil {
 		errs = append(errs, fmt.Errorf("evictionSoft: %v", err))
 	}
 	for signal := range c.EvictionSoft {

@@ -65,7 +65,7 @@ func TestTimelineOfAPod(t *testing.T) {
 	var tiled time.Duration
 	running := false
 	for _, s := range tl.Steps {
-		order = append(order, s.Kind+":"+s.Name)
+		order = append(order, string(s.Kind)+":"+s.Name)
 		if !running && (s.Kind == timeline.KindWait || s.Kind == timeline.KindSync) {
 			tiled += s.Duration()
 		}
