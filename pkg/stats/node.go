@@ -1,7 +1,6 @@
 package stats
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -200,23 +199,4 @@ func allocated(info os.FileInfo) uint64 {
 		return uint64(st.Blocks) * 512
 	}
 	return uint64(info.Size())
-}
-
-// Signals measures what the node's pressure conditions are computed
-// from: memory, the root directory's and the image filesystem's space
-// and inodes, and processes. It leaves CPU alone, so the summary's CPU
-// rates keep their own sampling.
-func (p *Provider) Signals(ctx context.Context) (*statsapi.NodeStats, error) {
-	now := p.o.Clock.Now()
-	mem, err := p.memory(now)
-	if err != nil {
-		return nil, err
-	}
-	n := &statsapi.NodeStats{NodeName: p.o.NodeName, Memory: mem, Fs: p.dirFs("", p.o.RootDir), Rlimit: p.rlimit(now)}
-	imageFs, err := p.imageFs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	n.Runtime = &statsapi.RuntimeStats{ImageFs: imageFs}
-	return n, nil
 }
