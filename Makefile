@@ -58,7 +58,7 @@ bench: setup
 	$(GO) test -tags integration -run XXX -bench 'ExitSeen|DeleteToTerminated' -benchtime 10x -timeout 30m ./test/integration/runtime/
 	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
 	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench 'ExitSeen|DeleteToTerminated' -benchtime 10x -timeout 30m ./test/integration/runtime/
-	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/config/
+	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/podsources/
 
 # Density in cluster mode: 1, 30 and 110 pods created through the API at
 # once, then deleted, three rounds on one nodelet, beside the raw CRI floor.
@@ -75,8 +75,8 @@ faults: setup
 # Each fuzz target for a minute; their corpora (testdata/fuzz) replay in
 # every plain test run.
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/config/
-	$(GO) test -run XXX -fuzz FuzzHTTPSource -fuzztime 60s ./pkg/config/
+	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/podsources/
+	$(GO) test -run XXX -fuzz FuzzHTTPSource -fuzztime 60s ./pkg/podsources/
 	$(GO) test -run XXX -fuzz FuzzContainerLogsQuery -fuzztime 60s ./pkg/server/
 
 clean:

@@ -1,4 +1,4 @@
-// Command coremirror writes package core (pkg/config/internal/core): one
+// Command coremirror writes package core (pkg/podsources/internal/core): one
 // type for every type of k8s.io/api/core/v1 that a v1.Pod reaches, with
 // the same name, fields and layout, declared in a package named core.
 //
@@ -9,7 +9,7 @@
 // so the same pod seen through these mirror types dumps exactly as
 // upstream's does, without nodelet linking k8s.io/kubernetes.
 //
-// Usage: go run ./hack/coremirror -out pkg/config/internal/core/zz_generated.go
+// Usage: go run ./hack/coremirror -out pkg/podsources/internal/core/zz_generated.go
 package main
 
 import (

@@ -11,7 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
@@ -47,7 +47,7 @@ func TestStuckSyncLoopIsUnhealthyAndNotReady(t *testing.T) {
 		t.Fatalf("an iterating loop is not ready: %v", err)
 	}
 
-	f.updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("w", "wedge", now)}, Source: "api"}
+	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Pods: []*v1.Pod{apiPod("w", "wedge", now)}, Source: "api"}
 	<-entered
 	f.clock.Step(health.DefaultSyncLoopThreshold - time.Second)
 	if err := f.health.Healthz(); err != nil {

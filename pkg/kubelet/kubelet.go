@@ -29,7 +29,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/cm"
-	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
@@ -144,9 +144,9 @@ type Deps struct {
 	GC        GC
 	PLEG      PLEG
 	Status    statusStore
-	Sources   *config.SourcesReady
+	Sources   *podsources.SourcesReady
 	// Updates are the merged pod sources' changes.
-	Updates  <-chan config.PodUpdate
+	Updates  <-chan podsources.PodUpdate
 	Health   Health
 	Recorder record.EventRecorder
 	Clock    clock.WithTicker
@@ -185,12 +185,12 @@ type Kubelet struct {
 	runtime   Runtime
 	pleg      PLEG
 	status    statusStore
-	sources   *config.SourcesReady
+	sources   *podsources.SourcesReady
 	recorder  record.EventRecorder
 	clock     clock.WithTicker
 	probes    Probes
 	health    Health
-	updates   <-chan config.PodUpdate
+	updates   <-chan podsources.PodUpdate
 
 	// cleaner does housekeeping's slow work off the sync loop.
 	cleaner   *cleaner
@@ -235,7 +235,7 @@ func (kl *Kubelet) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate) {
+func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan podsources.PodUpdate) {
 	klog.InfoS("Starting the sync loop")
 	syncTicker := kl.clock.NewTicker(syncTickPeriod)
 	defer syncTicker.Stop()
@@ -269,7 +269,7 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan config.PodUpdate
 func nextRuntimeBackOff(d time.Duration) time.Duration { return min(2*d, runtimeBackOffMax) }
 
 // syncLoopIteration handles one event and reports whether to go on.
-func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event, probeCh <-chan prober.Update) bool {
+func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan podsources.PodUpdate, syncCh, housekeepingCh <-chan time.Time, plegCh <-chan *pleg.Event, probeCh <-chan prober.Update) bool {
 	failpoint.Inject("sync-loop-iteration")
 	select {
 	case <-ctx.Done():
@@ -328,21 +328,21 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan config.
 	return true
 }
 
-func (kl *Kubelet) dispatch(u config.PodUpdate) {
+func (kl *Kubelet) dispatch(u podsources.PodUpdate) {
 	switch u.Op {
-	case config.ADD:
+	case podsources.ADD:
 		klog.V(2).InfoS("SyncLoop ADD", "source", u.Source, "pods", klog.KObjSlice(u.Pods), "restored", u.Restored)
 		kl.handlePodAdditions(u.Pods, u.Restored)
-	case config.UPDATE:
+	case podsources.UPDATE:
 		klog.V(2).InfoS("SyncLoop UPDATE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
 		kl.HandlePodUpdates(u.Pods)
-	case config.REMOVE:
+	case podsources.REMOVE:
 		klog.V(2).InfoS("SyncLoop REMOVE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
 		kl.HandlePodRemoves(u.Pods)
-	case config.RECONCILE:
+	case podsources.RECONCILE:
 		klog.V(4).InfoS("SyncLoop RECONCILE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
 		kl.HandlePodReconcile(u.Pods)
-	case config.DELETE:
+	case podsources.DELETE:
 		klog.V(2).InfoS("SyncLoop DELETE", "source", u.Source, "pods", klog.KObjSlice(u.Pods))
 		// Graceful deletion is an update carrying a deletion timestamp.
 		kl.HandlePodUpdates(u.Pods)

@@ -24,7 +24,7 @@ import (
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/allocation"
-	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/health"
@@ -116,10 +116,10 @@ type coreFixture struct {
 	workers  *fakeWorkers
 	runtime  *fakeRuntime
 	status   *status.Manager
-	sources  *config.PodConfig
+	sources  *podsources.PodConfig
 	recorder *record.FakeRecorder
 	clock    *testingclock.FakeClock
-	updates  chan config.PodUpdate
+	updates  chan podsources.PodUpdate
 	health   *countingHealth
 }
 
@@ -147,9 +147,9 @@ func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 	clk := testingclock.NewFakeClock(now)
 	f := &coreFixture{workers: &fakeWorkers{known: map[types.UID]podworkers.PodWorkerSync{}}, runtime: &fakeRuntime{},
 		status: status.New(clk), recorder: record.NewFakeRecorder(100), clock: clk}
-	f.sources = config.New(f.recorder, clk)
-	f.updates = make(chan config.PodUpdate, 10)
-	var updates <-chan config.PodUpdate = f.updates
+	f.sources = podsources.New(f.recorder, clk)
+	f.updates = make(chan podsources.PodUpdate, 10)
+	var updates <-chan podsources.PodUpdate = f.updates
 	if fromSources {
 		updates = f.sources.Updates()
 	}
@@ -159,7 +159,7 @@ func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 		nodestatus.Machine{CPUs: 4, MemoryBytes: 8 << 30, EphemeralStorage: 100 << 30})
 	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), Node: func() *v1.Node { return node }, DeadContainersKept: 1}, Deps{
 		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, GC: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
-		Status: f.status, Sources: config.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
+		Status: f.status, Sources: podsources.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
 		Updates: updates, Health: f.health,
 	})
 	return f
@@ -250,11 +250,11 @@ func TestDispatch(t *testing.T) {
 	deleted := p.DeepCopy()
 	ts := metav1.NewTime(now)
 	deleted.DeletionTimestamp = &ts
-	for _, u := range []config.PodUpdate{
-		{Op: config.ADD, Pods: []*v1.Pod{p}, Source: "api"},
-		{Op: config.UPDATE, Pods: []*v1.Pod{p}, Source: "api"},
-		{Op: config.DELETE, Pods: []*v1.Pod{deleted}, Source: "api"},
-		{Op: config.RECONCILE, Pods: []*v1.Pod{p}, Source: "api"},
+	for _, u := range []podsources.PodUpdate{
+		{Op: podsources.ADD, Pods: []*v1.Pod{p}, Source: "api"},
+		{Op: podsources.UPDATE, Pods: []*v1.Pod{p}, Source: "api"},
+		{Op: podsources.DELETE, Pods: []*v1.Pod{deleted}, Source: "api"},
+		{Op: podsources.RECONCILE, Pods: []*v1.Pod{p}, Source: "api"},
 	} {
 		f.kl.dispatch(u)
 	}
@@ -521,7 +521,7 @@ func TestSyncLoopWaitsWhileTheRuntimeIsUnhealthy(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = f.kl.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	f.updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "file"}
+	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "file"}
 	// While unhealthy, time passes and nothing is dispatched: the loop
 	// asks, backs off and asks again (counted), but never reads the update.
 	for i := 0; i < 20; i++ {
@@ -787,7 +787,7 @@ func TestAdmissionDecisionsStand(t *testing.T) {
 	d := decisionLog{"old-admitted": "admitted", "old-rejected": "OutOfcpu", "live": "admitted"}
 	f.kl.admission.decisions = d
 	restore := func(p *v1.Pod) {
-		f.kl.dispatch(config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{p}, Source: "api", Restored: true})
+		f.kl.dispatch(podsources.PodUpdate{Op: podsources.ADD, Pods: []*v1.Pod{p}, Source: "api", Restored: true})
 	}
 	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("new", "new", now)})
 	restore(apiPod("old-admitted", "old-admitted", now.Add(time.Second)))
@@ -815,7 +815,7 @@ func TestRestoredUpdatesDoNotMakeTheSourceReady(t *testing.T) {
 	f := newCore(t, 10)
 	f.sources.Register("api")
 	ctx := context.Background()
-	f.updates <- config.PodUpdate{Op: config.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "api", Restored: true}
+	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "api", Restored: true}
 	f.kl.syncLoopIteration(ctx, f.updates, nil, nil, nil, nil)
 	if got := strings.Join(f.workers.take(), ";"); got != "create a" {
 		t.Fatalf("workers got %q", got)
@@ -823,7 +823,7 @@ func TestRestoredUpdatesDoNotMakeTheSourceReady(t *testing.T) {
 	if f.kl.sources.AllReady() {
 		t.Fatal("restored pods made the source ready")
 	}
-	f.updates <- config.PodUpdate{Op: config.ADD, Source: "api"}
+	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Source: "api"}
 	f.kl.syncLoopIteration(ctx, f.updates, nil, nil, nil, nil)
 	if !f.kl.sources.AllReady() {
 		t.Fatal("the source's own report did not make it ready")

@@ -168,7 +168,7 @@ ephemeral containers alike.
 - **reported** / **not reported**: status fields nodelet writes, or does not.
 
 No field is accepted and ignored. Static pods are defaulted and validated
-by nodelet as the API server would (` + "`pkg/config`" + `).
+by nodelet as the API server would (` + "`pkg/podsources`" + `).
 
 `
 

@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
@@ -52,9 +52,9 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
 		Clock: b.clock, ResyncInterval: b.cfg.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
 	})
-	podConfig := config.New(b.recorder, b.clock, config.WithSteps(b.timelines), config.WithJournal(b.journal))
+	podConfig := podsources.New(b.recorder, b.clock, podsources.WithSteps(b.timelines), podsources.WithJournal(b.journal))
 	sources := podSources(b, podConfig)
-	ready := config.NewSourcesReady(podConfig.Sources)
+	ready := podsources.NewSourcesReady(podConfig.Sources)
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
 		AllowedUnsafeSysctls: b.cfg.AllowedUnsafeSysctls, DeadContainersKept: b.opts.DeadContainersKept,
@@ -80,22 +80,22 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 // podSources registers the configured pod sources with the merge: a
 // source counts as ready only once it has delivered, so none may be
 // registered that never runs.
-func podSources(b *base, podConfig *config.PodConfig) []component {
+func podSources(b *base, podConfig *podsources.PodConfig) []component {
 	c := b.cfg
 	var out []component
 	if c.StaticPodPath != "" {
 		podConfig.Register(podutil.FileSource)
-		src := config.NewFileSource(c.StaticPodPath, b.nodeName, c.FileCheckFrequency.Duration, podConfig, b.recorder, b.clock)
+		src := podsources.NewFileSource(c.StaticPodPath, b.nodeName, c.FileCheckFrequency.Duration, podConfig, b.recorder, b.clock)
 		out = append(out, runs("static pod files", src.Run))
 	}
 	if c.StaticPodURL != "" {
 		podConfig.Register(podutil.HTTPSource)
-		src := config.NewHTTPSource(c.StaticPodURL, http.Header(c.StaticPodURLHeader), b.nodeName, c.HTTPCheckFrequency.Duration, podConfig, b.recorder, b.clock)
+		src := podsources.NewHTTPSource(c.StaticPodURL, http.Header(c.StaticPodURLHeader), b.nodeName, c.HTTPCheckFrequency.Duration, podConfig, b.recorder, b.clock)
 		out = append(out, runs("static pod URL", src.Run))
 	}
 	if b.client != nil {
 		podConfig.Register(podutil.APISource)
-		src := config.NewAPISource(b.client, b.nodeName, podConfig)
+		src := podsources.NewAPISource(b.client, b.nodeName, podConfig)
 		out = append(out, runs("API pod source", src.Run))
 	}
 	return out

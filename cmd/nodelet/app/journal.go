@@ -10,7 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/objects"
@@ -77,7 +77,7 @@ func restoreFromJournal(b *base) {
 // journalComponents run the journal's writer and stand the journal's
 // pods in for a remote source's (the API server, the static pod URL)
 // until that source answers. Manifest files are read again at once.
-func journalComponents(b *base, podConfig *config.PodConfig) []component {
+func journalComponents(b *base, podConfig *podsources.PodConfig) []component {
 	out := []component{{"node journal", b.journal.Run}}
 	var remote []string
 	if b.client != nil {
@@ -97,7 +97,7 @@ func journalComponents(b *base, podConfig *config.PodConfig) []component {
 // restoreSource delivers a source's pods from the journal if the source
 // has not delivered its own within journalRestoreAfter; the merge drops
 // them if it has.
-func restoreSource(b *base, podConfig *config.PodConfig, source string, pods []*v1.Pod) component {
+func restoreSource(b *base, podConfig *podsources.PodConfig, source string, pods []*v1.Pod) component {
 	return runs("node journal restore of source "+source, func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
@@ -131,7 +131,7 @@ func (o journaledObjects) GetConfigMap(ctx context.Context, namespace, name stri
 // The journal is what the status manager and the merge keep in it.
 var (
 	_ status.Journal = (*journal.Journal)(nil)
-	_ config.Journal = (*journal.Journal)(nil)
+	_ podsources.Journal = (*journal.Journal)(nil)
 )
 
 // journaledClaims keeps the claims pods mount and their volumes in the

@@ -1,4 +1,4 @@
-package config
+package podsources
 
 import (
 	v1 "k8s.io/api/core/v1"

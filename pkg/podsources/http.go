@@ -1,4 +1,4 @@
-package config
+package podsources
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package config
+package podsources
 
 import (
 	"encoding/hex"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/dump"
 
-	"github.com/nodelet/nodelet/pkg/config/internal/core"
+	"github.com/nodelet/nodelet/pkg/podsources/internal/core"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )

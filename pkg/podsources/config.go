@@ -4,7 +4,7 @@
 // keeps what each source last delivered, diffs the new set against it and
 // sends the sync loop incremental updates: ADD, UPDATE, DELETE, REMOVE and
 // RECONCILE (seed 004).
-package config
+package podsources
 
 import (
 	"context"

@@ -4,7 +4,7 @@
 // dump names each type as package.Name: seen through these types, a v1
 // pod dumps exactly as upstream's internal pod does, so nodelet gives a
 // static pod the same UID as the upstream kubelet (see
-// pkg/config/static.go). zz_generated.go is written by hack/coremirror;
+// pkg/podsources/static.go). zz_generated.go is written by hack/coremirror;
 // TestLayoutIsV1s proves the two sets of types share one layout.
 package core
 
