@@ -11,8 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/health"
+	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 

@@ -6,10 +6,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
+	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
