@@ -124,24 +124,11 @@ func walkValue(v reflect.Value, prefix string, visit func(path string) bool) boo
 }
 
 func walkFields(v reflect.Value, prefix string, visit func(path string) bool) bool {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+	return eachField(v.Type(), func(i int, name string, inline bool) bool {
+		if !inline {
+			return walkValue(v.Field(i), prefix+"."+name, visit)
 		}
-		name, inline := jsonName(f)
-		switch {
-		case inline:
-			fv := reflect.Indirect(v.Field(i))
-			if fv.IsValid() && fv.Kind() == reflect.Struct && !walkFields(fv, prefix, visit) {
-				return false
-			}
-		case name != "":
-			if !walkValue(v.Field(i), prefix+"."+name, visit) {
-				return false
-			}
-		}
-	}
-	return true
+		fv := reflect.Indirect(v.Field(i))
+		return !fv.IsValid() || fv.Kind() != reflect.Struct || walkFields(fv, prefix, visit)
+	})
 }

@@ -55,21 +55,34 @@ func walkType(t reflect.Type, prefix string, out *[]string) {
 		*out = append(*out, prefix)
 		return
 	}
+	eachField(t, func(i int, name string, inline bool) bool {
+		f := t.Field(i)
+		if inline {
+			walkType(f.Type, prefix, out)
+			return true
+		}
+		p := name
+		if prefix != "" {
+			p = prefix + "." + name
+		}
+		walkType(f.Type, p, out)
+		return true
+	})
+}
+
+// eachField calls fn with each exported field of a struct type that JSON
+// carries: its index, JSON name, and whether it is inlined; until fn
+// returns false.
+func eachField(t reflect.Type, fn func(i int, name string, inline bool) bool) bool {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
 			continue
 		}
 		name, inline := jsonName(f)
-		switch {
-		case inline:
-			walkType(f.Type, prefix, out)
-		case name != "":
-			p := name
-			if prefix != "" {
-				p = prefix + "." + name
-			}
-			walkType(f.Type, p, out)
+		if (inline || name != "") && !fn(i, name, inline) {
+			return false
 		}
 	}
+	return true
 }

@@ -126,63 +126,44 @@ func DefaultPullPolicy(image string) v1.PullPolicy {
 
 // QOSClass classifies a pod: Guaranteed when every container has equal,
 // non-zero cpu and memory requests and limits; BestEffort when none sets
-// any; Burstable otherwise.
+// any; Burstable otherwise. Pod-level resources, where the pod has them,
+// decide the class alone, as upstream computes it.
 func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	var q qosTally
 	if pod.Spec.Resources != nil {
-		return podLevelQOSClass(pod.Spec.Resources)
+		q.add(pod.Spec.Resources)
+		return q.class()
 	}
-	var all []v1.Container
-	all = append(all, pod.Spec.InitContainers...)
-	all = append(all, pod.Spec.Containers...)
-	anySet := false
-	guaranteed := true
-	for i := range all {
-		r := &all[i].Resources
-		for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-			req, hasReq := r.Requests[name]
-			lim, hasLim := r.Limits[name]
-			if (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero()) {
-				anySet = true
-			}
-			if !hasLim || lim.IsZero() {
-				guaranteed = false
-				continue
-			}
-			// A missing request defaults to the limit.
-			if hasReq && req.Cmp(lim) != 0 {
-				guaranteed = false
-			}
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			q.add(&cs[i].Resources)
 		}
 	}
-	switch {
-	case !anySet:
-		return v1.PodQOSBestEffort
-	case guaranteed:
-		return v1.PodQOSGuaranteed
-	default:
-		return v1.PodQOSBurstable
-	}
+	return q.class()
 }
 
-// podLevelQOSClass is the class of a pod with pod-level resources, which
-// decide it alone, as upstream computes it: Guaranteed needs CPU and
-// memory limits each equal to its request (a missing request defaults to
-// the limit); no CPU or memory requested or limited is BestEffort.
-func podLevelQOSClass(r *v1.ResourceRequirements) v1.PodQOSClass {
-	anySet, guaranteed := false, true
+// qosTally gathers what decides a QoS class from resource requirements.
+type qosTally struct{ anySet, notGuaranteed bool }
+
+func (q *qosTally) add(r *v1.ResourceRequirements) {
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
 		req, hasReq := r.Requests[name]
 		lim, hasLim := r.Limits[name]
-		hasReq, hasLim = hasReq && !req.IsZero(), hasLim && !lim.IsZero()
-		anySet = anySet || hasReq || hasLim
-		if !hasLim || (hasReq && req.Cmp(lim) != 0) {
-			guaranteed = false
+		if (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero()) {
+			q.anySet = true
+		}
+		// A missing request defaults to the limit.
+		if !hasLim || lim.IsZero() || (hasReq && req.Cmp(lim) != 0) {
+			q.notGuaranteed = true
 		}
 	}
+}
+
+func (q qosTally) class() v1.PodQOSClass {
 	switch {
-	case !anySet:
+	case !q.anySet:
 		return v1.PodQOSBestEffort
-	case guaranteed:
+	case !q.notGuaranteed:
 		return v1.PodQOSGuaranteed
 	}
 	return v1.PodQOSBurstable
