@@ -6,7 +6,10 @@
 # prints that directory.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-VERSION=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$HERE/tools/go.mod")
+# The pinned version, whether go.mod requires it on one line or in a
+# block: the cache is keyed by it, so a new pin builds anew.
+VERSION=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3} $1=="k8s.io/kubernetes" {print $2}' "$HERE/tools/go.mod")
+[ -n "$VERSION" ] || { echo "hack/cluster/build.sh: no k8s.io/kubernetes version in tools/go.mod" >&2; exit 1; }
 BIN=${NODELET_CACHE:-/var/cache/nodelet}/kubernetes-$VERSION
 mkdir -p "$BIN"
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kubeadm; do

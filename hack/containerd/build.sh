@@ -9,6 +9,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # A module's version in the tools module: "require m v" or a block's "m v".
 version() { awk -v m="$1" '$1=="require" && $2==m {print $3} $1==m {print $2}' "$HERE/tools/go.mod"; }
 VERSION=$(version github.com/containerd/containerd/v2)
+[ -n "$VERSION" ] || { echo "hack/containerd/build.sh: no containerd version in tools/go.mod" >&2; exit 1; }
 BIN=${NODELET_CACHE:-/var/cache/nodelet}/containerd-$VERSION
 mkdir -p "$BIN"
 for cmd in containerd containerd-shim-runc-v2; do
