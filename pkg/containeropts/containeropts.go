@@ -3,8 +3,6 @@ package containeropts
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -166,25 +164,10 @@ func (o *Provider) hostsMount(pod *v1.Pod, c *v1.Container, podIPs []string) (*r
 		return nil, fmt.Errorf("writing /etc/hosts: %w", err)
 	}
 	path := o.dirs.EtcHosts(pod.UID)
-	if err := writeFileAtomic(path, content, 0o644); err != nil {
+	if err := poddirs.WriteFileAtomic(path, content, 0o644); err != nil {
 		return nil, fmt.Errorf("writing /etc/hosts: %w", err)
 	}
 	return &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: path}, nil
-}
-
-// writeFileAtomic replaces a file by renaming a complete copy over it.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // env builds the environment as upstream does: the service variables,

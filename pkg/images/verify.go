@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/distribution/reference"
+	"github.com/nodelet/nodelet/pkg/poddirs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
@@ -260,9 +261,6 @@ func writeRecord(dir, name string, v any) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, name))
+	// The directory stays the node's alone: records name pods' secrets.
+	return poddirs.WriteFileAtomic(filepath.Join(dir, name), data, 0o600)
 }

@@ -90,3 +90,20 @@ func (r Root) VolumeSubpaths(uid types.UID) string {
 func (r Root) VolumeSubpath(uid types.UID, volume, container string, index int) string {
 	return filepath.Join(r.VolumeSubpaths(uid), volume, container, strconv.Itoa(index))
 }
+
+// WriteFileAtomic replaces a file by renaming a complete copy over it, so
+// a reader (or nodelet after a crash) never sees half of it; the parent
+// directory is made if missing. mode holds whatever the umask says.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

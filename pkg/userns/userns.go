@@ -246,12 +246,8 @@ func (a *Allocator) write(uid types.UID, host uint32) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(a.dirs.Pod(uid), 0o750); err != nil {
-		return err
-	}
-	tmp := a.path(uid) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	if err := poddirs.WriteFileAtomic(a.path(uid), data, 0o600); err != nil {
 		return fmt.Errorf("writing the pod's user namespace: %w", err)
 	}
-	return os.Rename(tmp, a.path(uid))
+	return nil
 }
