@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nodelet/nodelet/pkg/journal"
+	"github.com/nodelet/nodelet/pkg/kubeletconfig"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -25,7 +26,7 @@ func JournalCommand(args []string, out io.Writer) error {
 	}
 	fs := pflag.NewFlagSet("nodelet journal inspect", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	rootDir := fs.String("root-dir", DefaultRootDir, "nodelet's root directory, which holds "+journalFile)
+	rootDir := fs.String("root-dir", kubeletconfig.DefaultRootDir, "nodelet's root directory, which holds "+journalFile)
 	output := fs.StringP("output", "o", "text", "text or json")
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
 		return fmt.Errorf("journal inspect: bad arguments (%v)\n%s\n%s", err, usage, fs.FlagUsages())

@@ -4,32 +4,27 @@
 package app
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	fieldpath "k8s.io/apimachinery/pkg/util/validation/field"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // logging.format: json
 	"k8s.io/klog/v2"
 	kubeletconfigv1 "k8s.io/kubelet/config/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/pkg/credentialprovider"
+	"github.com/nodelet/nodelet/pkg/kubeletconfig"
 )
 
 // Options is nodelet's resolved configuration: the config file's values
@@ -71,19 +66,6 @@ type Options struct {
 	Config                   kubeletv1beta1.KubeletConfiguration
 }
 
-// Defaults nodelet applies to fields left unset. The v1beta1 package has
-// no defaulting code of its own; these are upstream's defaults. As
-// upstream's, the read-only port is off unless asked for: it serves every
-// pod's spec without authentication.
-const (
-	DefaultRootDir         = "/var/lib/kubelet"
-	DefaultRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
-	DefaultPodLogsDir      = "/var/log/pods"
-	DefaultPort            = 10250
-	DefaultMaxPods         = 110
-	DefaultSandboxImage    = "registry.k8s.io/pause:3.10"
-)
-
 // flagValues holds the flags that override config file fields.
 type flagValues struct {
 	podManifestPath    string
@@ -120,9 +102,6 @@ type Answer struct{ Text string }
 
 func (a *Answer) Error() string { return a.Text }
 
-// kubernetesVersion is the Kubernetes release nodelet implements.
-const kubernetesVersion = "v1.37.2"
-
 // Parse reads the command line (without the program name) and the config
 // file it names. Errors are one line and name the problem.
 func Parse(args []string) (*Options, error) {
@@ -143,7 +122,7 @@ func Parse(args []string) (*Options, error) {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if o.ConfigFile != "" {
-		cfg, err := LoadConfigFile(o.ConfigFile)
+		cfg, err := kubeletconfig.Load(o.ConfigFile)
 		if err != nil {
 			return nil, err
 		}
@@ -152,11 +131,11 @@ func Parse(args []string) (*Options, error) {
 	if err := applyFlags(fs, &f, o); err != nil {
 		return nil, err
 	}
-	setDefaults(&o.Config)
+	kubeletconfig.SetDefaults(&o.Config)
 	if o.CertDir == "" {
 		o.CertDir = filepath.Join(o.RootDir, "pki")
 	}
-	if err := validate(&o.Config); err != nil {
+	if err := kubeletconfig.Validate(&o.Config); err != nil {
 		return nil, err
 	}
 	return o, validateOptions(o)
@@ -175,11 +154,11 @@ func newFlagSet(o *Options, f *flagValues, version *string) *pflag.FlagSet {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig for the API server (cluster mode); written by TLS bootstrapping when --bootstrap-kubeconfig is set")
 	fs.StringVar(&o.BootstrapKubeconfig, "bootstrap-kubeconfig", "", "kubeconfig with bootstrap credentials, used to obtain a client certificate when --kubeconfig is missing or expired")
 	fs.StringVar(&o.CertDir, "cert-dir", "", "directory of the client and serving certificates nodelet obtains (default <root-dir>/pki)")
-	fs.StringVar(&o.RootDir, "root-dir", DefaultRootDir, "directory for nodelet's files (pod directories)")
+	fs.StringVar(&o.RootDir, "root-dir", kubeletconfig.DefaultRootDir, "directory for nodelet's files (pod directories)")
 	fs.StringVar(&o.HostnameOverride, "hostname-override", "", "node name to use instead of the hostname")
 	fs.IntVar(&o.DeadContainersKept, "maximum-dead-containers-per-container", 1, "dead instances of each container a pod keeps (their last state and logs)")
 	fs.StringToStringVar(&o.NodeLabels, "node-labels", nil, "labels for the node, key=value,... (checked by nodeSelector and node affinity)")
-	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", DefaultSandboxImage, "the runtime's sandbox image, never garbage collected")
+	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", kubeletconfig.DefaultSandboxImage, "the runtime's sandbox image, never garbage collected")
 	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")
 	fs.DurationVar(&o.PLEGRelistPeriod, "pleg-relist-period", time.Second, "how often every pod is relisted; container exits are seen sooner through the runtime's event stream")
 	fs.StringVar(&f.nodeIP, "node-ip", "", "the node's IP address, or comma-separated IPv4 and IPv6 addresses (0.0.0.0 or :: picks the default route's address of that family)")
@@ -218,8 +197,8 @@ func addConfigFlags(fs *pflag.FlagSet, f *flagValues) {
 	fs.StringVar(&f.healthzAddress, "healthz-bind-address", "127.0.0.1", "address of the plain-HTTP /healthz (healthzBindAddress)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA bundle that signs the client certificates the kubelet API accepts, the API server's among them (authentication.x509.clientCAFile)")
 	for name, def := range map[string]string{
-		"container-runtime-endpoint": DefaultRuntimeEndpoint, "read-only-port": "0",
-		"port": fmt.Sprint(DefaultPort), "max-pods": fmt.Sprint(DefaultMaxPods), "sync-frequency": "1m0s",
+		"container-runtime-endpoint": kubeletconfig.DefaultRuntimeEndpoint, "read-only-port": "0",
+		"port": fmt.Sprint(kubeletconfig.DefaultPort), "max-pods": fmt.Sprint(kubeletconfig.DefaultMaxPods), "sync-frequency": "1m0s",
 		"file-check-frequency": "20s", "http-check-frequency": "20s", "cgroup-driver": "cgroupfs",
 		"address": "0.0.0.0", "resolv-conf": "/etc/resolv.conf",
 	} {
@@ -366,47 +345,6 @@ func parseNodeIPs(value string) ([]net.IP, error) {
 	return ips, nil
 }
 
-// LoadConfigFile reads a KubeletConfiguration strictly: a wrong
-// apiVersion or kind, or any unknown field, is an error.
-func LoadConfigFile(path string) (*kubeletv1beta1.KubeletConfiguration, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading config file: %w", err)
-	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("config file %s is not valid YAML: %v", path, oneLine(err))
-	}
-	var head struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-	}
-	if err := json.Unmarshal(js, &head); err != nil {
-		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
-	}
-	if want := kubeletv1beta1.SchemeGroupVersion.String(); head.APIVersion != want || head.Kind != "KubeletConfiguration" {
-		return nil, fmt.Errorf("config file %s: want apiVersion %s and kind KubeletConfiguration, got %q and %q", path, want, head.APIVersion, head.Kind)
-	}
-	cfg := &kubeletv1beta1.KubeletConfiguration{}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(cfg); err != nil {
-		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(js, &raw); err != nil {
-		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
-	}
-	warnings, err := checkFields(raw)
-	for _, w := range warnings {
-		klog.Warningf("config file %s: %s", path, w)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
 // parseHeaders reads --manifest-url-header values: comma-separated
 // name:value pairs; a name given again adds a value.
 func parseHeaders(values []string) (map[string][]string, error) {
@@ -424,244 +362,6 @@ func parseHeaders(values []string) (map[string][]string, error) {
 	return h, nil
 }
 
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
-
-// setDefaults fills in upstream's v1beta1 defaults. As upstream's
-// defaulting does, a zero value (kubeadm writes "0s" durations, for one)
-// means "the default".
-func setDefaults(c *kubeletv1beta1.KubeletConfiguration) {
-	if c.ContainerRuntimeEndpoint == "" {
-		c.ContainerRuntimeEndpoint = DefaultRuntimeEndpoint
-	}
-	if c.SyncFrequency.Duration == 0 {
-		c.SyncFrequency.Duration = time.Minute
-	}
-	if c.FileCheckFrequency.Duration == 0 {
-		c.FileCheckFrequency.Duration = 20 * time.Second
-	}
-	if c.HTTPCheckFrequency.Duration == 0 {
-		c.HTTPCheckFrequency.Duration = 20 * time.Second
-	}
-	if c.Address == "" {
-		c.Address = "0.0.0.0"
-	}
-	if c.Port == 0 {
-		c.Port = DefaultPort
-	}
-	if c.MaxPods == 0 {
-		c.MaxPods = DefaultMaxPods
-	}
-	if c.CgroupDriver == "" {
-		c.CgroupDriver = "cgroupfs"
-	}
-	if c.ResolverConfig == nil {
-		c.ResolverConfig = new("/etc/resolv.conf")
-	}
-	if c.PodLogsDir == "" {
-		c.PodLogsDir = DefaultPodLogsDir
-	}
-	// Container log rotation, as upstream's defaults.
-	if c.ContainerLogMaxSize == "" {
-		c.ContainerLogMaxSize = "10Mi"
-	}
-	if c.ContainerLogMaxFiles == nil {
-		c.ContainerLogMaxFiles = new(int32(5))
-	}
-	if c.ContainerLogMaxWorkers == nil {
-		c.ContainerLogMaxWorkers = new(int32(1))
-	}
-	if c.ContainerLogMonitorInterval == nil {
-		c.ContainerLogMonitorInterval = &metav1.Duration{Duration: 10 * time.Second}
-	}
-	if c.RuntimeRequestTimeout.Duration == 0 {
-		c.RuntimeRequestTimeout.Duration = 2 * time.Minute
-	}
-	if c.ImageGCHighThresholdPercent == nil {
-		high := int32(85)
-		c.ImageGCHighThresholdPercent = &high
-	}
-	if c.ImageGCLowThresholdPercent == nil {
-		low := int32(80)
-		c.ImageGCLowThresholdPercent = &low
-	}
-	if c.EvictionPressureTransitionPeriod.Duration == 0 {
-		c.EvictionPressureTransitionPeriod = metav1.Duration{Duration: 5 * time.Minute}
-	}
-	if c.ImageMinimumGCAge.Duration == 0 {
-		c.ImageMinimumGCAge.Duration = 2 * time.Minute
-	}
-	if c.SerializeImagePulls == nil {
-		serialize := true
-		c.SerializeImagePulls = &serialize
-	}
-	// Cluster mode: the kubelet's client rates and reporting periods.
-	if c.KubeAPIQPS == nil {
-		c.KubeAPIQPS = new(int32(50))
-	}
-	if c.KubeAPIBurst == 0 {
-		c.KubeAPIBurst = 100
-	}
-	if c.EventRecordQPS == nil {
-		c.EventRecordQPS = new(int32(50))
-	}
-	if c.EventBurst == 0 {
-		c.EventBurst = 100
-	}
-	if c.ContentType == "" {
-		c.ContentType = "application/vnd.kubernetes.protobuf"
-	}
-	if c.NodeStatusUpdateFrequency.Duration == 0 {
-		c.NodeStatusUpdateFrequency.Duration = 10 * time.Second
-	}
-	if c.NodeStatusReportFrequency.Duration == 0 {
-		c.NodeStatusReportFrequency.Duration = 5 * time.Minute
-	}
-	if c.NodeLeaseDurationSeconds == 0 {
-		c.NodeLeaseDurationSeconds = 40
-	}
-	// The kubelet API's security, with the v1beta1 defaults: no
-	// anonymous access, tokens and access checked with the API server.
-	if c.Authentication.Anonymous.Enabled == nil {
-		c.Authentication.Anonymous.Enabled = new(false)
-	}
-	if c.Authentication.Webhook.Enabled == nil {
-		c.Authentication.Webhook.Enabled = new(true)
-	}
-	if c.Authentication.Webhook.CacheTTL.Duration == 0 {
-		c.Authentication.Webhook.CacheTTL.Duration = 2 * time.Minute
-	}
-	if c.Authorization.Mode == "" {
-		c.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationModeWebhook
-	}
-	if c.Authorization.Webhook.CacheAuthorizedTTL.Duration == 0 {
-		c.Authorization.Webhook.CacheAuthorizedTTL.Duration = 5 * time.Minute
-	}
-	if c.Authorization.Webhook.CacheUnauthorizedTTL.Duration == 0 {
-		c.Authorization.Webhook.CacheUnauthorizedTTL.Duration = 30 * time.Second
-	}
-	setServingDefaults(c)
-	logsapi.SetRecommendedLoggingConfiguration(&c.Logging)
-}
-
-// setServingDefaults fills in upstream's defaults for serving,
-// registration and the host: the servers on, the plain /healthz on
-// 127.0.0.1:10248, the Node registered, cgroup v1 refused.
-func setServingDefaults(c *kubeletv1beta1.KubeletConfiguration) {
-	if c.EnableServer == nil {
-		c.EnableServer = new(true)
-	}
-	if c.HealthzPort == nil {
-		c.HealthzPort = new(int32(10248))
-	}
-	if c.HealthzBindAddress == "" {
-		c.HealthzBindAddress = "127.0.0.1"
-	}
-	if c.RegisterNode == nil {
-		c.RegisterNode = new(true)
-	}
-	if c.FailCgroupV1 == nil {
-		c.FailCgroupV1 = new(true)
-	}
-	if c.FailSwapOn == nil {
-		c.FailSwapOn = new(true)
-	}
-	if c.CPUCFSQuota == nil {
-		c.CPUCFSQuota = new(true)
-	}
-}
-
-func validate(c *kubeletv1beta1.KubeletConfiguration) error {
-	var errs []error
-	if c.SyncFrequency.Duration < 0 {
-		errs = append(errs, fmt.Errorf("syncFrequency (%v) must not be negative", c.SyncFrequency.Duration))
-	}
-	if c.HTTPCheckFrequency.Duration < 0 {
-		errs = append(errs, fmt.Errorf("httpCheckFrequency (%v) must not be negative", c.HTTPCheckFrequency.Duration))
-	}
-	for _, ip := range c.ClusterDNS {
-		if net.ParseIP(ip) == nil {
-			errs = append(errs, fmt.Errorf("clusterDNS: %q is not an IP address", ip))
-		}
-	}
-	if c.ClusterDomain != "" {
-		if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(c.ClusterDomain, ".")); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("clusterDomain %q: %s", c.ClusterDomain, strings.Join(msgs, "; ")))
-		}
-	}
-	if c.StaticPodURL != "" {
-		if u, err := url.Parse(c.StaticPodURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("staticPodURL %q is not an http(s) URL", c.StaticPodURL))
-		}
-	}
-	if c.FileCheckFrequency.Duration < 0 {
-		errs = append(errs, fmt.Errorf("fileCheckFrequency (%v) must not be negative", c.FileCheckFrequency.Duration))
-	}
-	if c.MaxPods < 0 {
-		errs = append(errs, fmt.Errorf("maxPods (%d) must not be negative", c.MaxPods))
-	}
-	for name, p := range map[string]int32{"port": c.Port, "readOnlyPort": c.ReadOnlyPort} {
-		if p < 0 || p > 65535 {
-			errs = append(errs, fmt.Errorf("%s (%d) must be between 0 and 65535", name, p))
-		}
-	}
-	high, low := *c.ImageGCHighThresholdPercent, *c.ImageGCLowThresholdPercent
-	if high < 0 || high > 100 || low < 0 || low > 100 || low > high {
-		errs = append(errs, fmt.Errorf("imageGCHighThresholdPercent (%d) and imageGCLowThresholdPercent (%d) must be percentages with low <= high", high, low))
-	}
-	if *c.KubeAPIQPS < 0 || c.KubeAPIBurst < 0 || *c.EventRecordQPS < 0 || c.EventBurst < 0 {
-		errs = append(errs, errors.New("kubeAPIQPS, kubeAPIBurst, eventRecordQPS and eventBurst must not be negative"))
-	}
-	if c.NodeLeaseDurationSeconds < 0 {
-		errs = append(errs, fmt.Errorf("nodeLeaseDurationSeconds (%d) must not be negative", c.NodeLeaseDurationSeconds))
-	}
-	if p := c.MaxParallelImagePulls; p != nil && *p < 1 {
-		errs = append(errs, fmt.Errorf("maxParallelImagePulls (%d) must be at least 1", *p))
-	}
-	if q, err := resource.ParseQuantity(c.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
-		errs = append(errs, fmt.Errorf("containerLogMaxSize %q must be a positive quantity such as 10Mi", c.ContainerLogMaxSize))
-	}
-	if *c.ContainerLogMaxFiles < 2 {
-		errs = append(errs, fmt.Errorf("containerLogMaxFiles (%d) must be at least 2", *c.ContainerLogMaxFiles))
-	}
-	if *c.ContainerLogMaxWorkers < 1 {
-		errs = append(errs, fmt.Errorf("containerLogMaxWorkers (%d) must be at least 1", *c.ContainerLogMaxWorkers))
-	}
-	if c.ContainerLogMonitorInterval.Duration <= 0 {
-		errs = append(errs, fmt.Errorf("containerLogMonitorInterval (%v) must be positive", c.ContainerLogMonitorInterval.Duration))
-	}
-	switch c.Authorization.Mode {
-	case kubeletv1beta1.KubeletAuthorizationModeWebhook, kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow:
-	default:
-		errs = append(errs, fmt.Errorf("authorization.mode %q is not one of Webhook, AlwaysAllow", c.Authorization.Mode))
-	}
-	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
-		errs = append(errs, errors.New("tlsCertFile and tlsPrivateKeyFile go together"))
-	}
-	errs = append(errs, validateServing(c)...)
-	errs = append(errs, validateFeatureGates(c.FeatureGates)...)
-	errs = append(errs, validateEvictionSoft(c)...)
-	errs = append(errs, validateShutdown(c)...)
-	if c.PodsPerCore < 0 {
-		errs = append(errs, fmt.Errorf("podsPerCore (%d) must not be negative", c.PodsPerCore))
-	}
-	switch c.CgroupDriver {
-	case "cgroupfs", "systemd":
-	default:
-		errs = append(errs, fmt.Errorf("cgroupDriver %q is not one of cgroupfs, systemd", c.CgroupDriver))
-	}
-	for _, e := range logsapi.Validate(&c.Logging, nil, fieldpath.NewPath("logging")) {
-		errs = append(errs, e)
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	return fmt.Errorf("invalid configuration: %s", strings.Join(msgs, "; "))
-}
-
 // ApplyLogging sets up logging as the configuration's logging block says
 // (format, verbosity, vmodule, flush frequency). It must run once, before
 // anything logs from another goroutine.
@@ -676,7 +376,7 @@ func ApplyLogging(o *Options) error {
 // --help does.
 func usage(fs *pflag.FlagSet) string {
 	return "nodelet runs pods from static manifests, an HTTP URL or a kube-apiserver on a CRI runtime,\n" +
-		"in place of the kubelet (" + kubernetesVersion + "). Most settings belong in the --config file\n" +
+		"in place of the kubelet (" + kubeletconfig.KubernetesVersion + "). Most settings belong in the --config file\n" +
 		"(a KubeletConfiguration); the flags below override it.\n\n" +
 		"Usage:\n  nodelet [flags]\n\nFlags:\n" + fs.FlagUsages()
 }
@@ -689,7 +389,7 @@ func versionAnswer(format string) error {
 		return &Answer{Text: "Kubernetes " + Version + "\n"}
 	case "raw":
 		b, err := json.MarshalIndent(map[string]string{
-			"major": "1", "minor": "37", "gitVersion": Version, "kubernetesVersion": kubernetesVersion,
+			"major": "1", "minor": "37", "gitVersion": Version, "kubernetesVersion": kubeletconfig.KubernetesVersion,
 		}, "", "  ")
 		if err != nil {
 			return err

@@ -255,12 +255,12 @@ func containerIDs(t *testing.T, cd *testbed.Containerd) map[string]string {
 func TestKubeadmJoin(t *testing.T) {
 	ns := namespace(t)
 	const name = "kubeadm-join"
-	fixture, err := os.ReadFile(filepath.Join(testbed.RepoRoot(), "cmd", "nodelet", "app", "testdata", "kubeadm-kubelet-config.yaml"))
+	fixture, err := os.ReadFile(filepath.Join(testbed.RepoRoot(), "pkg", "kubeletconfig", "testdata", "kubeadm-kubelet-config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(fixture, kubeadmConfig(t)) {
-		t.Errorf("cmd/nodelet/app/testdata/kubeadm-kubelet-config.yaml is not what kubeadm %s generates:\n%s", cl.BinDir, kubeadmConfig(t))
+		t.Errorf("pkg/kubeletconfig/testdata/kubeadm-kubelet-config.yaml is not what kubeadm %s generates:\n%s", cl.BinDir, kubeadmConfig(t))
 	}
 	k := newKubeadmNode(t, name, 5)
 	k.installNodelet()

@@ -1,7 +1,7 @@
 // Validation of the configuration groups that need more than a line or
 // two of validate: serving, eviction thresholds, node shutdown.
 
-package app
+package kubeletconfig
 
 import (
 	"errors"

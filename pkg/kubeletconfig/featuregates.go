@@ -1,4 +1,4 @@
-package app
+package kubeletconfig
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func validateFeatureGates(gates map[string]bool) []error {
 			errs = append(errs, fmt.Errorf("featureGates: unknown feature gate %q", name))
 		case gates[name] != g.Default:
 			errs = append(errs, fmt.Errorf("featureGates: %s=%t is not supported: nodelet implements %s as in the upstream kubelet %s by default (%t, %s); remove it or set it to %t",
-				name, gates[name], name, kubernetesVersion, g.Default, g.PreRelease, g.Default))
+				name, gates[name], name, KubernetesVersion, g.Default, g.PreRelease, g.Default))
 		}
 	}
 	return errs

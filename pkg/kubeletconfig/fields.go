@@ -1,4 +1,4 @@
-package app
+package kubeletconfig
 
 import (
 	"encoding/json"

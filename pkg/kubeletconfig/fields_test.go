@@ -1,4 +1,4 @@
-package app
+package kubeletconfig
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
@@ -81,7 +83,7 @@ func TestEachFieldClass(t *testing.T) {
 		{"tlsCipherSuites: [NOPE]\n", "tlsCipherSuites"},
 		{"podsPerCore: -1\n", "podsPerCore (-1) must not be negative"},
 	} {
-		_, err := Parse([]string{"--config", writeConfig(t, tc.body)})
+		_, err := loadDefaulted(writeConfig(t, tc.body))
 		switch {
 		case tc.wantErr == "" && err != nil:
 			t.Errorf("%q: %v", tc.body, err)
@@ -108,26 +110,26 @@ func TestIgnoredFieldsWarn(t *testing.T) {
 // TestServingSettingsApply: the defaults and the settings reach the
 // options the servers and the reporter are built from.
 func TestServingSettingsApply(t *testing.T) {
-	o, err := Parse(nil)
+	o, err := defaulted()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !*o.Config.EnableServer || *o.Config.HealthzPort != 10248 || o.Config.HealthzBindAddress != "127.0.0.1" || !*o.Config.RegisterNode {
-		t.Fatalf("serving defaults %+v", o.Config)
+	if !*o.EnableServer || *o.HealthzPort != 10248 || o.HealthzBindAddress != "127.0.0.1" || !*o.RegisterNode {
+		t.Fatalf("serving defaults %+v", o)
 	}
-	o, err = Parse([]string{"--config", writeConfig(t, "enableServer: false\nhealthzPort: 0\nregisterNode: false\n")})
+	o, err = loadDefaulted(writeConfig(t, "enableServer: false\nhealthzPort: 0\nregisterNode: false\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *o.Config.EnableServer || *o.Config.HealthzPort != 0 || *o.Config.RegisterNode {
-		t.Fatalf("settings not kept: %+v", o.Config)
+	if *o.EnableServer || *o.HealthzPort != 0 || *o.RegisterNode {
+		t.Fatalf("settings not kept: %+v", o)
 	}
 }
 
 // TestConfigFieldsDoc: docs/config-fields.md is the table (go test
 // ./cmd/nodelet/app -run ConfigFieldsDoc -rewrite after a change).
 func TestConfigFieldsDoc(t *testing.T) {
-	const path = "../../../docs/config-fields.md"
+	const path = "../../docs/config-fields.md"
 	want := configFieldsDoc()
 	if *rewrite {
 		if err := os.WriteFile(path, want, 0o644); err != nil {
@@ -147,7 +149,7 @@ func configFieldsDoc() []byte {
 	var b bytes.Buffer
 	b.WriteString("# KubeletConfiguration fields\n\n")
 	b.WriteString("What nodelet does with each field of `kubelet.config.k8s.io/v1beta1` `KubeletConfiguration`\n")
-	b.WriteString("(written from `cmd/nodelet/app/fields.go`; do not edit). **honoured**: nodelet does what the field\n")
+	b.WriteString("(written from `pkg/kubeletconfig/fields.go`; do not edit). **honoured**: nodelet does what the field\n")
 	b.WriteString("says. **ignored**: nodelet does not act on it; a value other than the default is logged as a\n")
 	b.WriteString("warning at start. **refused**: a value other than the default stops nodelet at start with an error\n")
 	b.WriteString("naming the field. Flags that set a field behave as the field.\n\n")
@@ -171,4 +173,25 @@ func configFieldsDoc() []byte {
 	b.WriteString("\n`featureGates` accepts every gate the upstream kubelet v1.37 knows, set to its v1.37 default;\n")
 	b.WriteString("nodelet implements each feature as that release does by default, so any other value is refused.\n")
 	return b.Bytes()
+}
+
+// TestKubeadmConfigurationHasNothingToWarnAbout: nothing in the
+// KubeletConfiguration kubeadm v1.37 generates is refused or warned about.
+func TestKubeadmConfigurationHasNothingToWarnAbout(t *testing.T) {
+	data, err := os.ReadFile("testdata/kubeadm-kubelet-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]json.RawMessage{}
+	if err := json.Unmarshal(js, &raw); err != nil {
+		t.Fatal(err)
+	}
+	warnings, err := checkFields(raw)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("kubeadm's configuration draws %v, warnings %q", err, warnings)
+	}
 }

@@ -1,0 +1,166 @@
+package kubeletconfig
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// Defaults nodelet applies to fields left unset. The v1beta1 package has
+// no defaulting code of its own; these are upstream's defaults. As
+// upstream's, the read-only port is off unless asked for: it serves every
+// pod's spec without authentication.
+const (
+	DefaultRootDir         = "/var/lib/kubelet"
+	DefaultRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	DefaultPodLogsDir      = "/var/log/pods"
+	DefaultPort            = 10250
+	DefaultMaxPods         = 110
+	DefaultSandboxImage    = "registry.k8s.io/pause:3.10"
+)
+
+// SetDefaults fills in upstream's v1beta1 defaults. As upstream's
+// defaulting does, a zero value (kubeadm writes "0s" durations, for one)
+// means "the default".
+func SetDefaults(c *kubeletv1beta1.KubeletConfiguration) {
+	if c.ContainerRuntimeEndpoint == "" {
+		c.ContainerRuntimeEndpoint = DefaultRuntimeEndpoint
+	}
+	if c.SyncFrequency.Duration == 0 {
+		c.SyncFrequency.Duration = time.Minute
+	}
+	if c.FileCheckFrequency.Duration == 0 {
+		c.FileCheckFrequency.Duration = 20 * time.Second
+	}
+	if c.HTTPCheckFrequency.Duration == 0 {
+		c.HTTPCheckFrequency.Duration = 20 * time.Second
+	}
+	if c.Address == "" {
+		c.Address = "0.0.0.0"
+	}
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.MaxPods == 0 {
+		c.MaxPods = DefaultMaxPods
+	}
+	if c.CgroupDriver == "" {
+		c.CgroupDriver = "cgroupfs"
+	}
+	if c.ResolverConfig == nil {
+		c.ResolverConfig = new("/etc/resolv.conf")
+	}
+	if c.PodLogsDir == "" {
+		c.PodLogsDir = DefaultPodLogsDir
+	}
+	// Container log rotation, as upstream's defaults.
+	if c.ContainerLogMaxSize == "" {
+		c.ContainerLogMaxSize = "10Mi"
+	}
+	if c.ContainerLogMaxFiles == nil {
+		c.ContainerLogMaxFiles = new(int32(5))
+	}
+	if c.ContainerLogMaxWorkers == nil {
+		c.ContainerLogMaxWorkers = new(int32(1))
+	}
+	if c.ContainerLogMonitorInterval == nil {
+		c.ContainerLogMonitorInterval = &metav1.Duration{Duration: 10 * time.Second}
+	}
+	if c.RuntimeRequestTimeout.Duration == 0 {
+		c.RuntimeRequestTimeout.Duration = 2 * time.Minute
+	}
+	if c.ImageGCHighThresholdPercent == nil {
+		high := int32(85)
+		c.ImageGCHighThresholdPercent = &high
+	}
+	if c.ImageGCLowThresholdPercent == nil {
+		low := int32(80)
+		c.ImageGCLowThresholdPercent = &low
+	}
+	if c.EvictionPressureTransitionPeriod.Duration == 0 {
+		c.EvictionPressureTransitionPeriod = metav1.Duration{Duration: 5 * time.Minute}
+	}
+	if c.ImageMinimumGCAge.Duration == 0 {
+		c.ImageMinimumGCAge.Duration = 2 * time.Minute
+	}
+	if c.SerializeImagePulls == nil {
+		serialize := true
+		c.SerializeImagePulls = &serialize
+	}
+	// Cluster mode: the kubelet's client rates and reporting periods.
+	if c.KubeAPIQPS == nil {
+		c.KubeAPIQPS = new(int32(50))
+	}
+	if c.KubeAPIBurst == 0 {
+		c.KubeAPIBurst = 100
+	}
+	if c.EventRecordQPS == nil {
+		c.EventRecordQPS = new(int32(50))
+	}
+	if c.EventBurst == 0 {
+		c.EventBurst = 100
+	}
+	if c.ContentType == "" {
+		c.ContentType = "application/vnd.kubernetes.protobuf"
+	}
+	if c.NodeStatusUpdateFrequency.Duration == 0 {
+		c.NodeStatusUpdateFrequency.Duration = 10 * time.Second
+	}
+	if c.NodeStatusReportFrequency.Duration == 0 {
+		c.NodeStatusReportFrequency.Duration = 5 * time.Minute
+	}
+	if c.NodeLeaseDurationSeconds == 0 {
+		c.NodeLeaseDurationSeconds = 40
+	}
+	// The kubelet API's security, with the v1beta1 defaults: no
+	// anonymous access, tokens and access checked with the API server.
+	if c.Authentication.Anonymous.Enabled == nil {
+		c.Authentication.Anonymous.Enabled = new(false)
+	}
+	if c.Authentication.Webhook.Enabled == nil {
+		c.Authentication.Webhook.Enabled = new(true)
+	}
+	if c.Authentication.Webhook.CacheTTL.Duration == 0 {
+		c.Authentication.Webhook.CacheTTL.Duration = 2 * time.Minute
+	}
+	if c.Authorization.Mode == "" {
+		c.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationModeWebhook
+	}
+	if c.Authorization.Webhook.CacheAuthorizedTTL.Duration == 0 {
+		c.Authorization.Webhook.CacheAuthorizedTTL.Duration = 5 * time.Minute
+	}
+	if c.Authorization.Webhook.CacheUnauthorizedTTL.Duration == 0 {
+		c.Authorization.Webhook.CacheUnauthorizedTTL.Duration = 30 * time.Second
+	}
+	setServingDefaults(c)
+	logsapi.SetRecommendedLoggingConfiguration(&c.Logging)
+}
+
+// setServingDefaults fills in upstream's defaults for serving,
+// registration and the host: the servers on, the plain /healthz on
+// 127.0.0.1:10248, the Node registered, cgroup v1 refused.
+func setServingDefaults(c *kubeletv1beta1.KubeletConfiguration) {
+	if c.EnableServer == nil {
+		c.EnableServer = new(true)
+	}
+	if c.HealthzPort == nil {
+		c.HealthzPort = new(int32(10248))
+	}
+	if c.HealthzBindAddress == "" {
+		c.HealthzBindAddress = "127.0.0.1"
+	}
+	if c.RegisterNode == nil {
+		c.RegisterNode = new(true)
+	}
+	if c.FailCgroupV1 == nil {
+		c.FailCgroupV1 = new(true)
+	}
+	if c.FailSwapOn == nil {
+		c.FailSwapOn = new(true)
+	}
+	if c.CPUCFSQuota == nil {
+		c.CPUCFSQuota = new(true)
+	}
+}
