@@ -34,7 +34,7 @@ type cleaner struct {
 	gc                 GC
 	workers            PodWorkers
 	pods               *podManager
-	status             statusStore
+	status             StatusStore
 	mirrors            MirrorPods
 	cgroups            Cgroups
 	volumes            VolumeTearDown

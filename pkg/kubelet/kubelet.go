@@ -1,6 +1,6 @@
-// Package kubelet is the core between the pod sources and the runtime: the
-// "syncLoop" box of the pipeline, plus the sync scripts the pod workers
-// call (PodSyncer).
+// Package kubelet is the core between the pod sources and the pod
+// workers: the "syncLoop" box of the pipeline. The sync scripts the pod
+// workers call are pkg/podsync's.
 //
 // The sync loop (seeds 000 and 001) selects over the merged config
 // updates, PLEG events, a one-second sync tick and a two-second
@@ -28,12 +28,14 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/allocation"
+	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podsources"
+	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
@@ -71,6 +73,27 @@ type PLEG interface {
 type Probes interface {
 	Updates() <-chan prober.Update
 	CleanupPods(keep map[types.UID]bool)
+}
+
+// noProbes is the prober when nothing is probed.
+type noProbes struct{}
+
+func (noProbes) Updates() <-chan prober.Update  { return nil }
+func (noProbes) CleanupPods(map[types.UID]bool) {}
+
+// StatusStore is the status manager as the core uses it.
+type StatusStore interface {
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
+	RemoveOrphanedStatuses(keep map[types.UID]bool)
+	Reopen(pod *v1.Pod)
+}
+
+// MirrorPods deletes mirror pods whose static pod is gone.
+type MirrorPods interface {
+	// DeleteMirrorPod deletes the mirror pod with the full name; with a
+	// UID, only that instance. It reports whether it deleted one.
+	DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error)
 }
 
 // Config is the node-level configuration the core acts on.
@@ -143,7 +166,7 @@ type Deps struct {
 	Runtime   Runtime
 	GC        GC
 	PLEG      PLEG
-	Status    statusStore
+	Status    StatusStore
 	Sources   *podsources.SourcesReady
 	// Updates are the merged pod sources' changes.
 	Updates  <-chan podsources.PodUpdate
@@ -168,6 +191,12 @@ type VolumeTearDown interface {
 	TearDown(uid types.UID) error
 }
 
+// noVolumes tears down nothing: the runtime manager's helper resolved the
+// volumes by itself.
+type noVolumes struct{}
+
+func (noVolumes) TearDown(types.UID) error { return nil }
+
 const (
 	syncTickPeriod     = time.Second
 	housekeepingPeriod = 2 * time.Second
@@ -184,7 +213,7 @@ type Kubelet struct {
 	workQueue *podworkers.WorkQueue
 	runtime   Runtime
 	pleg      PLEG
-	status    statusStore
+	status    StatusStore
 	sources   *podsources.SourcesReady
 	recorder  record.EventRecorder
 	clock     clock.WithTicker
@@ -202,7 +231,7 @@ func New(cfg Config, d Deps) *Kubelet {
 	cfg.Cgroups = orNone[Cgroups](cfg.Cgroups, cm.Disabled{})
 	cfg.Decisions = orNone[Decisions](cfg.Decisions, noDecisions{})
 	d.Probes = orNone[Probes](d.Probes, noProbes{})
-	d.Mirrors = orNone[MirrorPods](d.Mirrors, NoAPIServer{})
+	d.Mirrors = orNone[MirrorPods](d.Mirrors, apiclient.None{})
 	d.Volumes = orNone[VolumeTearDown](d.Volumes, noVolumes{})
 	pods := newPodManager()
 	cleaner := newCleaner(cleaner{
@@ -373,8 +402,7 @@ func (kl *Kubelet) deadlinePassed(p *v1.Pod, now time.Time) bool {
 	if p.Spec.ActiveDeadlineSeconds == nil {
 		return false
 	}
-	s := oldStatus(kl.status, p)
-	return !podutil.IsTerminal(s.Phase) && pastDeadline(p, s.StartTime, now)
+	return podsync.DeadlinePassed(p, podsync.LastStatus(kl.status, p), now)
 }
 
 // HandlePodAdditions admits new pods, oldest first, and starts them.
@@ -466,29 +494,13 @@ func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
 		if pod == nil {
 			continue
 		}
-		if podutil.IsTerminal(pod.Status.Phase) || readinessNeedsReconcile(pod) {
+		if podutil.IsTerminal(pod.Status.Phase) || podsync.ReadinessNeedsReconcile(pod) {
 			kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateSync, StartTime: start})
 		}
 		if isEvicted(pod.Status) {
 			kl.cleaner.containerDied(pod.UID)
 		}
 	}
-}
-
-// readinessNeedsReconcile reports whether a pod with readiness gates has
-// a Ready condition its gates' conditions no longer agree with.
-func readinessNeedsReconcile(pod *v1.Pod) bool {
-	if len(pod.Spec.ReadinessGates) == 0 {
-		return false
-	}
-	s := &pod.Status
-	want := readyCondition(pod, s.Conditions, allContainerStatuses(s), s.Phase)
-	for _, c := range s.Conditions {
-		if c.Type == v1.PodReady {
-			return c.Status != want.Status || c.Message != want.Message
-		}
-	}
-	return false
 }
 
 // isEvicted reports whether a pod was evicted (upstream's eviction

@@ -18,14 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
@@ -164,6 +161,8 @@ func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 	})
 	return f
 }
+
+var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func apiPod(uid, name string, created time.Time) *v1.Pod {
 	p := &v1.Pod{}
@@ -358,150 +357,6 @@ func TestSyncLoopStopsWithContext(t *testing.T) {
 	<-done
 }
 
-// Syncer tests run the real runtime manager on the fake CRI.
-
-func newSyncer(t *testing.T, network func() error) (*PodSyncer, *status.Manager, *fakecri.Runtime) {
-	clk := testingclock.NewFakeClock(now)
-	rt := fakecri.New(clk, "img")
-	st := status.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
-		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
-	return NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, Network: network, RootDir: t.TempDir(),
-		Recorder: record.NewFakeRecorder(100), Clock: clk}), st, rt
-}
-
-func TestSyncPodWaitsForTheNetwork(t *testing.T) {
-	s, _, rt := newSyncer(t, func() error { return errors.New("cni not ready") })
-	_, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, apiPod("a", "a", now), nil, &container.PodStatus{ID: "a"})
-	if !errors.Is(err, podworkers.ErrNetworkNotReady) {
-		t.Fatalf("err %v", err)
-	}
-	if n, _ := rt.Counts(); n != 0 {
-		t.Fatal("a sandbox started without a network")
-	}
-	host := apiPod("h", "h", now)
-	host.Spec.HostNetwork = true
-	if _, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, host, nil, &container.PodStatus{ID: "h"}); err != nil {
-		t.Fatalf("host network pod: %v", err)
-	}
-}
-
-func TestSyncPodReportsTerminal(t *testing.T) {
-	s, st, _ := newSyncer(t, nil)
-	p := apiPod("a", "a", now)
-	p.Spec.RestartPolicy = v1.RestartPolicyNever
-	exited := rs(false, nil, ctrStatus("c", container.StateExited, 0, now))
-	terminal, err := s.SyncPod(context.Background(), podworkers.UpdateSync, p, nil, exited)
-	if err != nil || !terminal {
-		t.Fatalf("terminal=%v err=%v", terminal, err)
-	}
-	if got, _ := st.GetPodStatus("a"); got.Phase != v1.PodSucceeded {
-		t.Fatalf("phase %s", got.Phase)
-	}
-}
-
-type stubbornRuntime struct{ syncRuntime }
-
-func (stubbornRuntime) KillPod(context.Context, *v1.Pod, container.Pod, *int64) error { return nil }
-func (stubbornRuntime) GetPodStatus(ctx context.Context, uid types.UID, name, ns string) (*container.PodStatus, error) {
-	return rs(true, nil, ctrStatus("c", container.StateRunning, 0, now)), nil
-}
-
-func TestSyncTerminatingPodVerifiesNothingRuns(t *testing.T) {
-	s, st, rt := newSyncer(t, nil)
-	p := apiPod("a", "a", now)
-	ctx := context.Background()
-	if _, err := s.SyncPod(ctx, podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	cur, _ := s.runtime.GetPodStatus(ctx, "a", "a", "ns")
-	statusFnCalled := false
-	if err := s.SyncTerminatingPod(ctx, p, cur, nil, func(s *v1.PodStatus) { statusFnCalled = true }); err != nil {
-		t.Fatal(err)
-	}
-	if _, n := rt.Counts(); n != 1 || !statusFnCalled {
-		t.Fatalf("containers %d, status function called %v", n, statusFnCalled)
-	}
-	final, _ := st.GetPodStatus("a")
-	if final.ContainerStatuses[0].State.Terminated == nil {
-		t.Fatalf("final container state %+v", final.ContainerStatuses[0].State)
-	}
-
-	// A runtime that says it killed the pod but still runs it is caught.
-	s.runtime = stubbornRuntime{s.runtime}
-	if err := s.SyncTerminatingPod(ctx, p, cur, nil, nil); err == nil || !strings.Contains(err.Error(), "CRI violation") {
-		t.Fatalf("err %v", err)
-	}
-}
-
-func TestSyncPodWaitingForABackOffAsksToRetryWhenItEnds(t *testing.T) {
-	s, _, rt := newSyncer(t, nil)
-	ctx := context.Background()
-	p := apiPod("a", "a", now)
-	sync := func() error {
-		st, _ := s.runtime.GetPodStatus(ctx, "a", "a", "ns")
-		_, err := s.SyncPod(ctx, podworkers.UpdateSync, p, nil, st)
-		return err
-	}
-	if err := sync(); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		running := runtimeapi.ContainerState_CONTAINER_RUNNING
-		ids := rt.ContainerIDs("c", &running)
-		if len(ids) != 1 {
-			t.Fatalf("running containers %v", ids)
-		}
-		rt.Exit(ids[0], 1)
-		err := sync()
-		var retry *podworkers.RetryAfterError
-		switch {
-		case i == 0 && err != nil:
-			t.Fatalf("first failure restarts at once, got %v", err)
-		case i == 1 && (!errors.As(err, &retry) || retry.Delay != 10*time.Second):
-			t.Fatalf("second failure: %v, want a retry after the 10 s back-off", err)
-		}
-	}
-	// The container shows why it waits.
-	if r := s.reasons.get("a")["c"]; !errors.Is(r.err, container.ErrCrashLoopBackOff) {
-		t.Fatalf("reason %v", r.err)
-	}
-}
-
-func TestSoftAdmissionBlocksWithoutStarting(t *testing.T) {
-	clk := testingclock.NewFakeClock(now)
-	rt := fakecri.New(clk, "img")
-	st := status.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
-		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
-	blockAppArmor := func(p *v1.Pod) *Rejection {
-		if wantsAppArmor(p) {
-			return &Rejection{"AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
-		}
-		return nil
-	}
-	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: record.NewFakeRecorder(100),
-		Clock: clk, CanRun: []func(*v1.Pod) *Rejection{blockAppArmor}})
-	p := apiPod("a", "a", now)
-	p.Annotations = map[string]string{appArmorAnnotationPrefix + "c": "runtime/default"}
-	_, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "a"})
-	if err == nil || !strings.Contains(err.Error(), "cannot be run") {
-		t.Fatalf("err %v", err)
-	}
-	got, _ := st.GetPodStatus("a")
-	if got.Phase != v1.PodPending || got.Reason != "AppArmor" || got.ContainerStatuses[0].State.Waiting.Reason != "Blocked" {
-		t.Fatalf("status %+v", got)
-	}
-	if n, _ := rt.Counts(); n != 0 {
-		t.Fatal("a blocked pod got a sandbox")
-	}
-	// Unconfined is not a profile to enforce.
-	p.Annotations[appArmorAnnotationPrefix+"c"] = "unconfined"
-	if _, err := s.SyncPod(context.Background(), podworkers.UpdateSync, p, nil, &container.PodStatus{ID: "a"}); err != nil {
-		t.Fatalf("unconfined pod blocked: %v", err)
-	}
-}
-
 func TestRuntimeBackOffDoublesUpToFiveSeconds(t *testing.T) {
 	d, got := runtimeBackOffBase, []time.Duration{}
 	for i := 0; i < 8; i++ {
@@ -563,47 +418,6 @@ func stepUntil(t *testing.T, clk *testingclock.FakeClock, d time.Duration, cond 
 func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 	t.Helper()
 	testutil.WaitFor(t, "something to wait on the clock", clk.HasWaiters)
-}
-
-// A pod past its active deadline fails with DeadlineExceeded and an event;
-// the deadline counts from the start time the API recorded, so it holds
-// across a nodelet restart (no status of nodelet's own yet).
-func TestActiveDeadline(t *testing.T) {
-	clk := testingclock.NewFakeClock(now)
-	rt := fakecri.New(clk, "img")
-	st := status.New(clk)
-	rec := record.NewFakeRecorder(100)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
-		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
-	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: rec, Clock: clk})
-
-	deadline := int64(30)
-	young, old := apiPod("young", "young", now), apiPod("old", "old", now)
-	for i, p := range []*v1.Pod{young, old} {
-		p.Spec.ActiveDeadlineSeconds = &deadline
-		started := metav1.NewTime(now.Add(-time.Duration(10+20*i) * time.Second))
-		p.Status = v1.PodStatus{Phase: v1.PodRunning, StartTime: &started}
-	}
-	ctx := context.Background()
-	if terminal, err := s.SyncPod(ctx, podworkers.UpdateCreate, young, nil, &container.PodStatus{ID: "young"}); terminal || err != nil {
-		t.Fatalf("pod within its deadline: terminal=%v err=%v", terminal, err)
-	}
-	if got, _ := st.GetPodStatus("young"); !got.StartTime.Equal(young.Status.StartTime) {
-		t.Fatalf("start time %v, want the API's %v", got.StartTime, young.Status.StartTime)
-	}
-	if terminal, err := s.SyncPod(ctx, podworkers.UpdateCreate, old, nil, &container.PodStatus{ID: "old"}); !terminal || err != nil {
-		t.Fatalf("pod past its deadline: terminal=%v err=%v", terminal, err)
-	}
-	got, _ := st.GetPodStatus("old")
-	if got.Phase != v1.PodFailed || got.Reason != "DeadlineExceeded" || got.Message != "Pod was active on the node longer than the specified deadline" {
-		t.Fatalf("status %s %s %q", got.Phase, got.Reason, got.Message)
-	}
-	if e := <-rec.Events; e != "Normal DeadlineExceeded Pod was active on the node longer than the specified deadline" {
-		t.Fatalf("event %q", e)
-	}
-	if n, _ := rt.Counts(); n != 1 {
-		t.Fatalf("%d sandboxes: want only the young pod's", n)
-	}
 }
 
 // The sync loop hands a pod to its worker the moment its deadline passes,

@@ -1,4 +1,6 @@
-// Package periodic runs work on a ticker of an injected clock, the loop
+// Package periodic runs components' background work: on a ticker of an
+// injected clock (Run), and a bounded wait for their goroutines at stop
+// (WaitStopped). Run is the loop
 // several of nodelet's components share: the HTTP pod source, the
 // eviction manager, image garbage collection and the runtime health
 // check.

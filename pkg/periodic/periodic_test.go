@@ -3,6 +3,7 @@ package periodic
 import (
 	"context"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,5 +40,24 @@ func TestRun(t *testing.T) {
 		<-calls
 		cancel()
 		<-done
+	}
+}
+
+// TestWaitStopped: the wait returns as soon as the goroutines have, and
+// gives up on one that never returns once the bound has passed.
+func TestWaitStopped(t *testing.T) {
+	var running sync.WaitGroup
+	release := make(chan struct{})
+	running.Add(1)
+	go func() {
+		defer running.Done()
+		<-release
+	}()
+	if WaitStopped(&running, 20*time.Millisecond, "test") {
+		t.Fatal("reported stopped while a goroutine still runs")
+	}
+	close(release)
+	if !WaitStopped(&running, time.Minute, "test") {
+		t.Fatal("not stopped after the goroutine returned")
 	}
 }

@@ -65,6 +65,12 @@ func IsMirror(pod *v1.Pod) bool {
 	return ok
 }
 
+// IsMirrorOf reports whether mirror is the current mirror of pod.
+func IsMirrorOf(mirror, pod *v1.Pod) bool {
+	return FullName(mirror) == FullName(pod) &&
+		mirror.Annotations[ConfigMirrorAnnotationKey] == pod.Annotations[ConfigHashAnnotationKey]
+}
+
 // Ref formats a pod for logs and errors as namespace/name.
 func Ref(pod *v1.Pod) string {
 	if pod == nil {

@@ -77,6 +77,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/periodic"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -532,16 +533,7 @@ func (p *PodWorkers) Run(ctx context.Context) error {
 	p.stopped = true
 	p.mu.Unlock()
 	p.cancel()
-	done := make(chan struct{})
-	go func() {
-		p.running.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(stopWait): // a real-time bound on shutdown, not a sleep
-		klog.InfoS("Pod workers still running after the stop wait; leaving them", "wait", stopWait)
-	}
+	periodic.WaitStopped(&p.running, stopWait, "pod workers")
 	return nil
 }
 

@@ -14,12 +14,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodelet/nodelet/pkg/timeline"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/periodic"
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Type is a kind of probe.
@@ -177,16 +179,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	m.cancel()
-	done := make(chan struct{})
-	go func() {
-		m.running.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(stopWait): // a real-time bound on shutdown, not a sleep
-		klog.InfoS("Probe workers still running after the stop wait; leaving them", "wait", stopWait)
-	}
+	periodic.WaitStopped(&m.running, stopWait, "probe workers")
 	return nil
 }
 

@@ -5,9 +5,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodelet/nodelet/pkg/timeline"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // worker probes one container of one pod with one probe, every period,

@@ -10,6 +10,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podsources"
+	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
@@ -42,9 +43,9 @@ type coreParts struct {
 }
 
 func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts) *coreParts {
-	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{
+	syncer := podsync.NewPodSyncer(podsync.SyncerOptions{
 		Runtime: runtime.manager, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
-		Recorder: b.recorder, Clock: b.clock, CanRun: kubelet.SoftAdmissionChecks(), Probes: runtime.probes,
+		Recorder: b.recorder, Clock: b.clock, CanRun: podsync.SoftAdmissionChecks(), Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
 		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
 	})

@@ -12,13 +12,14 @@ import (
 	"k8s.io/client-go/rest"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/journal"
-	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/objects"
+	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/stats"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
@@ -57,7 +58,7 @@ type clusterObjects interface {
 }
 
 // clusterClients are the API server's clients the pods' sync needs; on a
-// standalone node, kubelet.NoAPIServer stands in for each.
+// standalone node, apiclient.None stands in for each.
 type clusterClients struct {
 	objects clusterObjects
 	tokens  volume.Tokens
@@ -69,16 +70,16 @@ type clusterClients struct {
 	volumesInUse func() []v1.UniqueVolumeName
 	// csiStats measures CSI volumes for the stats summary; nil standalone.
 	csiStats   stats.CSIVolumeStats
-	mirrors    kubelet.MirrorPods
+	mirrors    podsync.MirrorPods
 	components []component
 }
 
 func buildClusterClients(b *base) *clusterClients {
 	if b.client == nil {
-		none := kubelet.NoAPIServer{}
+		none := apiclient.None{}
 		return &clusterClients{objects: none, tokens: none, claims: none, mirrors: none}
 	}
-	api := kubelet.NewAPIClient(b.client, b.nodeName)
+	api := apiclient.New(b.client, b.nodeName)
 	// A change to an object a pod refers to syncs the pod at once.
 	objs := objects.NewManager(b.client, func(uids []types.UID) {
 		for _, uid := range uids {

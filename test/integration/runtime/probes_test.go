@@ -16,9 +16,9 @@ import (
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/containeropts"
-	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
 	"github.com/nodelet/nodelet/pkg/status"
@@ -38,7 +38,7 @@ func TestNoProbeWorkerLeftBehind(t *testing.T) {
 		Recorder: record.NewFakeRecorder(1000), Clock: clk, PodLogsDir: t.TempDir(), Health: probes,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: time.Second, Clock: clk})
-	syncer := kubelet.NewPodSyncer(kubelet.SyncerOptions{Runtime: manager, Status: statusManager, RootDir: root,
+	syncer := podsync.NewPodSyncer(podsync.SyncerOptions{Runtime: manager, Status: statusManager, RootDir: root,
 		Recorder: record.NewFakeRecorder(1000), Clock: clk, Probes: probes})
 	workers := podworkers.New(podworkers.Options{Syncer: syncer, Status: gpleg, WorkQueue: podworkers.NewWorkQueue(clk),
 		Clock: clk, ResyncInterval: time.Minute, BackOffPeriod: time.Second})

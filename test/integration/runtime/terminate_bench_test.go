@@ -20,9 +20,9 @@ import (
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
-	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/status"
 )
@@ -93,7 +93,7 @@ func BenchmarkDeleteToTerminated(b *testing.B) {
 	go gpleg.Run(ctx)
 	statusManager := status.New(clk)
 	syncer := &timedSyncer{
-		Syncer: kubelet.NewPodSyncer(kubelet.SyncerOptions{Runtime: manager, Status: statusManager, RootDir: root,
+		Syncer: podsync.NewPodSyncer(podsync.SyncerOptions{Runtime: manager, Status: statusManager, RootDir: root,
 			Recorder: record.NewFakeRecorder(10000), Clock: clk}),
 		done: make(chan time.Time, 1),
 	}

@@ -1,4 +1,4 @@
-package kubelet
+package podsync
 
 import (
 	"fmt"
@@ -537,4 +537,20 @@ func readyCondition(pod *v1.Pod, conditions []v1.PodCondition, all []v1.Containe
 // allContainerStatuses lists a status's init and app container statuses.
 func allContainerStatuses(s *v1.PodStatus) []v1.ContainerStatus {
 	return append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
+}
+
+// ReadinessNeedsReconcile reports whether a pod with readiness gates has
+// a Ready condition its gates' conditions no longer agree with.
+func ReadinessNeedsReconcile(pod *v1.Pod) bool {
+	if len(pod.Spec.ReadinessGates) == 0 {
+		return false
+	}
+	s := &pod.Status
+	want := readyCondition(pod, s.Conditions, allContainerStatuses(s), s.Phase)
+	for _, c := range s.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status != want.Status || c.Message != want.Message
+		}
+	}
+	return false
 }

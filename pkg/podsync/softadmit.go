@@ -1,4 +1,4 @@
-package kubelet
+package podsync
 
 import (
 	"os"
@@ -6,6 +6,13 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 )
+
+// Blocked says why an admitted pod cannot run for now: upstream's reason,
+// and a message. The pod stays Pending, its containers stopped, until
+// the check passes.
+type Blocked struct {
+	Reason, Message string
+}
 
 // appArmorAnnotationPrefix is the annotation pods used for AppArmor
 // profiles before the securityContext field existed.
@@ -19,13 +26,13 @@ func appArmorEnabled() bool {
 
 // AppArmorCheck returns the soft admission check of AppArmor profiles:
 // a pod that asks for one cannot run on a host that cannot enforce it.
-func AppArmorCheck() func(*v1.Pod) *Rejection {
+func AppArmorCheck() func(*v1.Pod) *Blocked {
 	enabled := appArmorEnabled()
-	return func(pod *v1.Pod) *Rejection {
+	return func(pod *v1.Pod) *Blocked {
 		if enabled || !wantsAppArmor(pod) {
 			return nil
 		}
-		return &Rejection{"AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
+		return &Blocked{"AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
 	}
 }
 
@@ -50,6 +57,6 @@ func wantsAppArmor(pod *v1.Pod) bool {
 }
 
 // SoftAdmissionChecks are the checks a pod must pass at every sync.
-func SoftAdmissionChecks() []func(*v1.Pod) *Rejection {
-	return []func(*v1.Pod) *Rejection{AppArmorCheck()}
+func SoftAdmissionChecks() []func(*v1.Pod) *Blocked {
+	return []func(*v1.Pod) *Blocked{AppArmorCheck()}
 }

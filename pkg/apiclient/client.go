@@ -1,4 +1,8 @@
-package kubelet
+// Package apiclient is the node's client of the API server for what its
+// pods need: mirror pods of static pods, the secrets, configMaps, claims,
+// volumes, CSI drivers and attachments pods refer to, and service account
+// tokens. On a standalone node, None stands in for it.
+package apiclient
 
 import (
 	"context"
@@ -16,31 +20,23 @@ import (
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
-// MirrorPods creates and deletes the API server's read-only copies of
-// static pods, so the cluster sees what runs on the node.
-type MirrorPods interface {
-	CreateMirrorPod(ctx context.Context, pod *v1.Pod) error
-	// DeleteMirrorPod deletes the mirror pod with the full name; with a
-	// UID, only that instance. It reports whether it deleted one.
-	DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error)
-}
-
-// APIClient is what the sync scripts do with the API server, on a
-// client-go clientset: mirror pods, and reading the objects pods refer to.
-type APIClient struct {
+// Client is what the node does with the API server for its pods, on a
+// client-go clientset: mirror pods, and reading the objects pods refer to
+// (each consumer declares the part it uses).
+type Client struct {
 	client   kubernetes.Interface
 	nodeName string
 }
 
-// NewAPIClient returns the API client of the node's sync scripts.
-func NewAPIClient(client kubernetes.Interface, nodeName string) *APIClient {
-	return &APIClient{client: client, nodeName: nodeName}
+// New returns the node's API client.
+func New(client kubernetes.Interface, nodeName string) *Client {
+	return &Client{client: client, nodeName: nodeName}
 }
 
 // CreateMirrorPod creates the mirror of a static pod: the same pod with
 // the mirror annotation set to the manifest's hash (so an outdated mirror
 // is recognised) and owned by the node (so it goes with the node).
-func (c *APIClient) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
+func (c *Client) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
 	node, err := c.node(ctx)
 	if err != nil {
 		return fmt.Errorf("creating mirror pod: %w", err)
@@ -82,7 +78,7 @@ func (c *APIClient) CreateMirrorPod(ctx context.Context, pod *v1.Pod) error {
 }
 
 // DeleteMirrorPod deletes a mirror pod at once: it runs nothing itself.
-func (c *APIClient) DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error) {
+func (c *Client) DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error) {
 	name, ns, err := podutil.ParseFullName(fullName)
 	if err != nil {
 		return false, err
@@ -105,7 +101,7 @@ func (c *APIClient) DeleteMirrorPod(ctx context.Context, fullName string, uid *t
 
 // node reads the node afresh: a mirror pod is created rarely, and must
 // not be when the node is going away.
-func (c *APIClient) node(ctx context.Context) (*v1.Node, error) {
+func (c *Client) node(ctx context.Context) (*v1.Node, error) {
 	node, err := c.client.CoreV1().Nodes().Get(ctx, c.nodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("node %s not registered: %w", c.nodeName, err)
@@ -113,37 +109,31 @@ func (c *APIClient) node(ctx context.Context) (*v1.Node, error) {
 	return node, nil
 }
 
-// isMirrorOf reports whether mirror is the current mirror of pod.
-func isMirrorOf(mirror, pod *v1.Pod) bool {
-	return podutil.FullName(mirror) == podutil.FullName(pod) &&
-		mirror.Annotations[podutil.ConfigMirrorAnnotationKey] == pod.Annotations[podutil.ConfigHashAnnotationKey]
-}
-
 // GetSecret reads a secret; the Node authorizer lets a node read only
 // the secrets its pods refer to.
-func (c *APIClient) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+func (c *Client) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
 	return c.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // GetConfigMap reads a configMap a pod refers to.
-func (c *APIClient) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+func (c *Client) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
 	return c.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // CreateToken requests a token for a service account, bound to a pod.
 // GetPersistentVolumeClaim reads a claim a pod mounts.
-func (c *APIClient) GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
+func (c *Client) GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
 	return c.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // GetPersistentVolume reads the volume bound to a pod's claim.
-func (c *APIClient) GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error) {
+func (c *Client) GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error) {
 	return c.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 }
 
 // VolumesAttached reads the volumes the attach/detach controller reports
 // attached to the node (node.status.volumesAttached).
-func (c *APIClient) VolumesAttached(ctx context.Context) ([]v1.AttachedVolume, error) {
+func (c *Client) VolumesAttached(ctx context.Context) ([]v1.AttachedVolume, error) {
 	node, err := c.node(ctx)
 	if err != nil {
 		return nil, err
@@ -152,15 +142,15 @@ func (c *APIClient) VolumesAttached(ctx context.Context) ([]v1.AttachedVolume, e
 }
 
 // GetCSIDriver reads a CSI driver's settings.
-func (c *APIClient) GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+func (c *Client) GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
 	return c.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
 }
 
 // GetVolumeAttachment reads whether a volume is attached to the node.
-func (c *APIClient) GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+func (c *Client) GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
 	return c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 }
 
-func (c *APIClient) CreateToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+func (c *Client) CreateToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount, req, metav1.CreateOptions{})
 }

@@ -1,4 +1,11 @@
-package kubelet
+// Package podsync holds the sync scripts the pod workers run for each pod
+// (PodSyncer): seed 002's SyncPod, and seed 003's SyncTerminatingPod,
+// SyncTerminatingRuntimePod and SyncTerminatedPod, with the API status
+// they compute (generateAPIPodStatus) and record. The pod workers decide
+// when each runs; the kubelet core (pkg/kubelet) decides which pods the
+// workers have. podworkers declares the four methods it calls
+// (podworkers.Syncer) and never imports this package.
+package podsync
 
 import (
 	"context"
@@ -14,13 +21,13 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/allocation"
+	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
-	"github.com/nodelet/nodelet/pkg/prober"
 )
 
 // syncRuntime is what the sync scripts ask of the container runtime.
@@ -30,13 +37,20 @@ type syncRuntime interface {
 	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
 }
 
-// statusStore is the status manager as the kubelet core uses it.
+// statusStore is the status manager as the sync scripts use it.
 type statusStore interface {
 	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
 	TerminatePod(pod *v1.Pod)
-	RemoveOrphanedStatuses(keep map[types.UID]bool)
-	Reopen(pod *v1.Pod)
+}
+
+// MirrorPods creates and deletes the API server's read-only copies of
+// static pods, so the cluster sees what runs on the node.
+type MirrorPods interface {
+	CreateMirrorPod(ctx context.Context, pod *v1.Pod) error
+	// DeleteMirrorPod deletes the mirror pod with the full name; with a
+	// UID, only that instance. It reports whether it deleted one.
+	DeleteMirrorPod(ctx context.Context, fullName string, uid *types.UID) (bool, error)
 }
 
 // podCgroups is the container manager as the sync scripts use it.
@@ -75,7 +89,7 @@ type SyncerOptions struct {
 	// the runtime manager's helper.
 	Volumes podVolumes
 	// Objects watches what pods refer to, and Secrets reads the pods'
-	// image pull secrets; nil without an API server (NoAPIServer).
+	// image pull secrets; nil without an API server (apiclient.None).
 	Objects podObjects
 	Secrets SecretGetter
 	// Mirrors manages mirror pods; nil without an API server.
@@ -91,7 +105,7 @@ type SyncerOptions struct {
 	Network func() error
 	// CanRun are soft admission checks: an admitted pod that fails one is
 	// kept Pending with its containers stopped until it passes.
-	CanRun   []func(*v1.Pod) *Rejection
+	CanRun   []func(*v1.Pod) *Blocked
 	RootDir  string
 	HostIPs  []string
 	Recorder record.EventRecorder
@@ -118,8 +132,6 @@ func (noProbes) RemovePod(*v1.Pod)                  {}
 func (noProbes) StopLivenessAndStartup(*v1.Pod)     {}
 func (noProbes) Ready(*v1.Container, string) bool   { return true }
 func (noProbes) Started(*v1.Container, string) bool { return true }
-func (noProbes) Updates() <-chan prober.Update      { return nil }
-func (noProbes) CleanupPods(map[types.UID]bool)     {}
 
 // noVolumes is the volume manager when the runtime manager's helper
 // resolves volumes by itself.
@@ -127,7 +139,6 @@ type noVolumes struct{}
 
 func (noVolumes) WaitForAttachAndMount(context.Context, *v1.Pod) error { return nil }
 func (noVolumes) WaitForUnmount(context.Context, *v1.Pod) error        { return nil }
-func (noVolumes) TearDown(types.UID) error                             { return nil }
 
 // withDefaults fills the optional parts with their null objects.
 func (o SyncerOptions) withDefaults() SyncerOptions {
@@ -135,9 +146,9 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 		o.Network = func() error { return nil }
 	}
 	o.Volumes = orNone[podVolumes](o.Volumes, noVolumes{})
-	o.Objects = orNone[podObjects](o.Objects, NoAPIServer{})
-	o.Secrets = orNone[SecretGetter](o.Secrets, NoAPIServer{})
-	o.Mirrors = orNone[MirrorPods](o.Mirrors, NoAPIServer{})
+	o.Objects = orNone[podObjects](o.Objects, apiclient.None{})
+	o.Secrets = orNone[SecretGetter](o.Secrets, apiclient.None{})
+	o.Mirrors = orNone[MirrorPods](o.Mirrors, apiclient.None{})
 	o.Probes = orNone[probes](o.Probes, noProbes{})
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
 	if o.Features == nil {
@@ -155,7 +166,7 @@ type PodSyncer struct {
 	runtime  syncRuntime
 	status   statusStore
 	network  func() error
-	canRun   []func(*v1.Pod) *Rejection
+	canRun   []func(*v1.Pod) *Blocked
 	cgroups  podCgroups
 	probes   probes
 	mirrors  MirrorPods
@@ -189,7 +200,7 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 	if rs == nil {
 		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
-	old := oldStatus(s.status, pod)
+	old := LastStatus(s.status, pod)
 	in := statusInput{
 		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
 		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs, resources: s.resources,
@@ -343,7 +354,7 @@ func (s *PodSyncer) syncMirrorPod(ctx context.Context, pod, mirrorPod *v1.Pod) {
 	}
 	fullName := podutil.FullName(pod)
 	deleted := false
-	if mirrorPod != nil && (mirrorPod.DeletionTimestamp != nil || !isMirrorOf(mirrorPod, pod)) {
+	if mirrorPod != nil && (mirrorPod.DeletionTimestamp != nil || !podutil.IsMirrorOf(mirrorPod, pod)) {
 		klog.InfoS("Deleting the mirror pod: it is being deleted or is outdated", "pod", klog.KObj(pod), "podUID", pod.UID, "mirrorPodUID", mirrorPod.UID)
 		var err error
 		if deleted, err = s.mirrors.DeleteMirrorPod(ctx, fullName, &mirrorPod.UID); err != nil {
@@ -388,7 +399,7 @@ func (s *PodSyncer) ensurePodCgroup(ctx context.Context, pod *v1.Pod, rs *contai
 }
 
 // softAdmit runs the soft admission checks.
-func (s *PodSyncer) softAdmit(pod *v1.Pod) *Rejection {
+func (s *PodSyncer) softAdmit(pod *v1.Pod) *Blocked {
 	for _, check := range s.canRun {
 		if r := check(pod); r != nil {
 			return r
@@ -535,4 +546,14 @@ func specContainer(pod *v1.Pod, name string) *v1.Container {
 		}
 	}
 	return nil
+}
+
+// orNone is v, or the null object when v is nil: optional dependencies
+// are never nil inside the package.
+func orNone[T comparable](v, none T) T {
+	var unset T
+	if v == unset {
+		return none
+	}
+	return v
 }

@@ -1,10 +1,11 @@
-package kubelet
+package podsync
 
 import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -25,10 +26,22 @@ func pastDeadline(pod *v1.Pod, start *metav1.Time, now time.Time) bool {
 	return now.Sub(start.Time) >= time.Duration(*pod.Spec.ActiveDeadlineSeconds)*time.Second
 }
 
-// oldStatus is the status a pod's new one is computed from: nodelet's
+// DeadlinePassed reports whether a pod whose last status is s is still
+// running past its active deadline at now: its worker must sync it now to
+// fail it.
+func DeadlinePassed(pod *v1.Pod, s v1.PodStatus, now time.Time) bool {
+	return !podutil.IsTerminal(s.Phase) && pastDeadline(pod, s.StartTime, now)
+}
+
+// StatusReader reads the status manager's last status of a pod.
+type StatusReader interface {
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+}
+
+// LastStatus is the status a pod's new one is computed from: nodelet's
 // own, or after a restart the API's, so that what the API recorded (the
 // start time above all, which the active deadline counts from) survives.
-func oldStatus(store statusStore, pod *v1.Pod) v1.PodStatus {
+func LastStatus(store StatusReader, pod *v1.Pod) v1.PodStatus {
 	if s, ok := store.GetPodStatus(pod.UID); ok {
 		return s
 	}
