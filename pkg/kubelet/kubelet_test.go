@@ -30,7 +30,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
-	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 )
 
 // fakeWorkers records what the core asks of the pod workers.
@@ -112,7 +112,7 @@ type coreFixture struct {
 	kl       *Kubelet
 	workers  *fakeWorkers
 	runtime  *fakeRuntime
-	status   *status.Manager
+	status   *podstatus.Manager
 	sources  *podsources.PodConfig
 	recorder *record.FakeRecorder
 	clock    *testingclock.FakeClock
@@ -143,7 +143,7 @@ func newCore(t *testing.T, maxPods int) *coreFixture {
 func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 	clk := testingclock.NewFakeClock(now)
 	f := &coreFixture{workers: &fakeWorkers{known: map[types.UID]podworkers.PodWorkerSync{}}, runtime: &fakeRuntime{},
-		status: status.New(clk), recorder: record.NewFakeRecorder(100), clock: clk}
+		status: podstatus.New(clk), recorder: record.NewFakeRecorder(100), clock: clk}
 	f.sources = podsources.New(f.recorder, clk)
 	f.updates = make(chan podsources.PodUpdate, 10)
 	var updates <-chan podsources.PodUpdate = f.updates

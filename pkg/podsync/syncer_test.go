@@ -19,15 +19,15 @@ import (
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/podworkers"
-	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 )
 
 // Syncer tests run the real runtime manager on the fake CRI.
 
-func newSyncer(t *testing.T, network func() error) (*PodSyncer, *status.Manager, *fakecri.Runtime) {
+func newSyncer(t *testing.T, network func() error) (*PodSyncer, *podstatus.Manager, *fakecri.Runtime) {
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
-	st := status.New(clk)
+	st := podstatus.New(clk)
 	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	return NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, Network: network, RootDir: t.TempDir(),
@@ -135,7 +135,7 @@ func TestSyncPodWaitingForABackOffAsksToRetryWhenItEnds(t *testing.T) {
 func TestSoftAdmissionBlocksWithoutStarting(t *testing.T) {
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
-	st := status.New(clk)
+	st := podstatus.New(clk)
 	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	blockAppArmor := func(p *v1.Pod) *Blocked {
@@ -172,7 +172,7 @@ func TestSoftAdmissionBlocksWithoutStarting(t *testing.T) {
 func TestActiveDeadline(t *testing.T) {
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
-	st := status.New(clk)
+	st := podstatus.New(clk)
 	rec := record.NewFakeRecorder(100)
 	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})

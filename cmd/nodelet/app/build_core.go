@@ -13,7 +13,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
-	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 )
 
 // syncBackOffPeriod is how long a pod waits after a failed sync.
@@ -35,7 +35,7 @@ type coreParts struct {
 	kubelet *kubelet.Kubelet
 	workers *podworkers.PodWorkers
 	// statusSyncer writes the pods' statuses to the API; nil standalone.
-	statusSyncer *status.APISyncer
+	statusSyncer *podstatus.APISyncer
 	// sourcesReady says whether every pod source has delivered and its
 	// pods were admitted.
 	sourcesReady func() bool
@@ -70,7 +70,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	parts := &coreParts{kubelet: core, workers: workers, sourcesReady: ready.AllReady,
 		components: concat(sources, journalComponents(b, podConfig), []component{{"sync loop", core.Run}, {"pod workers", workers.Run}})}
 	if b.client != nil {
-		parts.statusSyncer = status.NewAPISyncer(status.APISyncerOptions{
+		parts.statusSyncer = podstatus.NewAPISyncer(podstatus.APISyncerOptions{
 			Client: b.client, Status: b.status, Pods: apiPods{core, workers}, Clock: b.clock, Steps: b.timelines,
 		})
 		parts.components = append(parts.components, runs("pod status syncer", parts.statusSyncer.Run))

@@ -14,8 +14,8 @@ import (
 	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/podsources"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/status"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 
@@ -130,7 +130,7 @@ func (o journaledObjects) GetConfigMap(ctx context.Context, namespace, name stri
 
 // The journal is what the status manager and the merge keep in it.
 var (
-	_ status.Journal     = (*journal.Journal)(nil)
+	_ podstatus.Journal  = (*journal.Journal)(nil)
 	_ podsources.Journal = (*journal.Journal)(nil)
 )
 

@@ -22,7 +22,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podworkers"
-	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -65,7 +65,7 @@ type base struct {
 	// refers to enqueue it when they change.
 	workQueue *podworkers.WorkQueue
 	// status holds the pods' API statuses.
-	status *status.Manager
+	status *podstatus.Manager
 	// shutdown says whether the node is shutting down.
 	shutdown *nodeshutdown.State
 	// timelines keeps each pod's lifecycle steps; recorder feeds it
@@ -173,7 +173,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		broadcaster.Shutdown()
 		return nil, nil, err
 	}
-	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), status.New(b.clock, status.WithJournal(b.journal))
+	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), podstatus.New(b.clock, podstatus.WithJournal(b.journal))
 	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: timelineKeepFinished,
 		Finished: b.journal.PutTimeline})
 	b.recorder = b.timelines.Events(nodeEvents)

@@ -21,7 +21,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
-	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 )
 
 // Deleting a probed pod leaves no probe worker behind: the goroutine
@@ -31,7 +31,7 @@ func TestNoProbeWorkerLeftBehind(t *testing.T) {
 	defer cancel()
 	clk := clock.RealClock{}
 	root := t.TempDir()
-	statusManager := status.New(clk)
+	statusManager := podstatus.New(clk)
 	probes := prober.New(prober.Options{Exec: cd.Runtime, Status: statusManager, Recorder: record.NewFakeRecorder(1000), Clock: clk})
 	manager := kuberuntime.New(kuberuntime.Options{
 		Runtime: cd.Runtime, Images: cd.Images, Helper: containeropts.New(containeropts.Options{RootDir: root, NodeName: "probes"}),

@@ -24,7 +24,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podworkers"
-	"github.com/nodelet/nodelet/pkg/status"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 )
 
 // timedRuntime notes when StopContainer calls return and how long they
@@ -91,7 +91,7 @@ func BenchmarkDeleteToTerminated(b *testing.B) {
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: time.Second, Clock: clk})
 	go gpleg.Run(ctx)
-	statusManager := status.New(clk)
+	statusManager := podstatus.New(clk)
 	syncer := &timedSyncer{
 		Syncer: podsync.NewPodSyncer(podsync.SyncerOptions{Runtime: manager, Status: statusManager, RootDir: root,
 			Recorder: record.NewFakeRecorder(10000), Clock: clk}),

@@ -1,4 +1,4 @@
-// Package status is the status manager: the kubelet core's record of the
+// Package podstatus is the status manager: the kubelet core's record of the
 // API status of every pod, the "status" box at the end of the pipeline.
 // SyncPod and the termination scripts write it after every sync; the
 // read-only server (and, in cluster mode, the API server) read it.
@@ -6,7 +6,7 @@
 // It guards the invariants the API expects: a terminal phase never goes
 // back, condition transition times change only when the condition does,
 // and a pod's start time is set once.
-package status
+package podstatus
 
 import (
 	"sync"
