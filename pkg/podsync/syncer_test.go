@@ -18,8 +18,8 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/podstatus"
+	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
 // Syncer tests run the real runtime manager on the fake CRI.

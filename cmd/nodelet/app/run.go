@@ -21,8 +21,8 @@ import (
 	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/podstatus"
+	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 

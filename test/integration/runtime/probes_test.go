@@ -18,10 +18,10 @@ import (
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
-	"github.com/nodelet/nodelet/pkg/podstatus"
 )
 
 // Deleting a probed pod leaves no probe worker behind: the goroutine
