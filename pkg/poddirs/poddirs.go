@@ -95,15 +95,46 @@ func (r Root) VolumeSubpath(uid types.UID, volume, container string, index int) 
 // a reader (or nodelet after a crash) never sees half of it; the parent
 // directory is made if missing. mode holds whatever the umask says.
 func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	return writeFile(path, data, mode, false)
+}
+
+// WriteFileDurable is WriteFileAtomic that also survives a power loss:
+// the copy is synced before the rename, and the directory after it. The
+// resource managers' state is written so: after a reboot, what a running
+// container was given must still be known.
+func WriteFileDurable(path string, data []byte, mode os.FileMode) error {
+	return writeFile(path, data, mode, true)
+}
+
+func writeFile(path string, data []byte, mode os.FileMode, durable bool) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
+	_, err = f.Write(data)
+	if err == nil && durable {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil || !durable {
 		return err
 	}
-	return os.Rename(tmp, path)
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/distribution/reference"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -275,6 +276,22 @@ func exitCodesMatch(r *v1.ContainerRestartRuleOnExitCodes, code int32) bool {
 		return in
 	case v1.ContainerRestartRuleOnExitCodesOpNotIn:
 		return !in
+	}
+	return false
+}
+
+// RequestChanged reports whether a container's request of the resource
+// differs between two versions of a pod (a resize).
+func RequestChanged(a, b *v1.Pod, name v1.ResourceName) bool {
+	old := map[string]resource.Quantity{}
+	for _, c := range b.Spec.Containers {
+		old[c.Name] = c.Resources.Requests[name]
+	}
+	for _, c := range a.Spec.Containers {
+		q, o := c.Resources.Requests[name], old[c.Name]
+		if q.Cmp(o) != 0 {
+			return true
+		}
 	}
 	return false
 }
