@@ -2,6 +2,8 @@
 package testutil
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -26,5 +28,24 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond) // polling interval
+	}
+}
+
+// Golden compares got with the golden file at path; with
+// NODELET_UPDATE_GOLDEN=1 in the environment it writes got there
+// instead (review the diff).
+func Golden(t testing.TB, path, got string) {
+	t.Helper()
+	if os.Getenv("NODELET_UPDATE_GOLDEN") == "1" {
+		Must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		Must(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (NODELET_UPDATE_GOLDEN=1 writes it)", err)
+	}
+	if string(want) != got {
+		t.Fatalf("%s differs (NODELET_UPDATE_GOLDEN=1 rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
 	}
 }
