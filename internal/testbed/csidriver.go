@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/csitest"
-	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 )
 
 // CSIDriverOptions say which test CSI driver to run.
@@ -128,7 +128,7 @@ func StartNodeCSIDriver(t testing.TB, n *Nodelet, name string, stage bool) *CSID
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	// A driver may come before nodelet made the registration directory
 	// (node-driver-registrar's is a hostPath volume that makes it).
-	registry := filepath.Join(n.RootDir, csi.RegistryDir)
+	registry := pluginwatcher.Dir(n.RootDir)
 	if err := os.MkdirAll(registry, 0o750); err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,10 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodelet/nodelet/internal/csitest"
+	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 
@@ -119,7 +121,7 @@ func TestAttachRequiredAndDriverGone(t *testing.T) {
 		t.Errorf("publish request %+v", pub)
 	}
 	d.Stop()
-	r.scan(ctx)
+	r.Deregister(ctx, pluginwatcher.Plugin{Type: registerapi.CSIPlugin, Name: "hostpath.test", Socket: d.RegSock})
 	if err := m.TearDown(ctx, "u1"); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("teardown without its driver: %v", err)
 	}

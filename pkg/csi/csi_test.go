@@ -11,6 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nodelet/nodelet/pkg/pluginwatcher"
+
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +32,16 @@ import (
 
 // shortDir is a temporary directory with a short path: unix socket paths
 // are limited to 108 bytes.
+// runWatched runs the registry with the plugin watcher that hands it
+// its drivers, as the composition root does.
+func runWatched(ctx context.Context, r *Registry, root string, clk *testingclock.FakeClock) error {
+	w := pluginwatcher.New(pluginwatcher.Options{RootDir: root, Clock: clk, Handlers: map[string]pluginwatcher.Handler{registerapi.CSIPlugin: r}})
+	var g errgroup.Group
+	g.Go(func() error { return w.Run(ctx) })
+	g.Go(func() error { return r.Run(ctx) })
+	return g.Wait()
+}
+
 func shortDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "csi")
@@ -89,7 +104,7 @@ func TestRegistration(t *testing.T) {
 	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- runWatched(ctx, r, root, clk) }()
 	defer func() { cancel(); <-done }()
 	testutil.WaitFor(t, "the registration directory", func() bool { _, err := os.Stat(r.Dir()); return err == nil && clk.HasWaiters() })
 
@@ -154,7 +169,7 @@ func TestRegistrationInSubdirectories(t *testing.T) {
 	d := startDriver(t, csitest.Options{Name: "sub.test", RegistryDir: filepath.Join(r.Dir(), "sub")})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- runWatched(ctx, r, root, clk) }()
 	defer func() { cancel(); <-done }()
 	testutil.WaitFor(t, "the driver in a subdirectory to register", func() bool { clk.Step(time.Second); return len(d.Statuses()) > 0 })
 	// The walk passes ".tmp" before "sub": it was passed over.
@@ -184,7 +199,7 @@ func TestRegistrationWhileTheAPIIsDown(t *testing.T) {
 	d := startDriver(t, csitest.Options{Name: "hostpath.test", RegistryDir: r.Dir()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- runWatched(ctx, r, root, clk) }()
 	defer func() { cancel(); <-done }()
 	testutil.WaitFor(t, "the driver to register", func() bool { clk.Step(time.Second); return len(d.Statuses()) > 0 })
 	if _, err := r.Driver("hostpath.test"); err != nil || !d.Statuses()[0].PluginRegistered {
@@ -218,7 +233,7 @@ func TestReplacedSocketRegistersAgain(t *testing.T) {
 	first := startDriver(t, csitest.Options{Name: "hostpath.test", RegistryDir: r.Dir(), NodeID: "first"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- runWatched(ctx, r, root, clk) }()
 	defer func() { cancel(); <-done }()
 	testutil.WaitFor(t, "the first driver to register", func() bool { clk.Step(time.Second); return len(first.Statuses()) > 0 })
 
@@ -274,7 +289,8 @@ func registered(t *testing.T, root string, o csitest.Options) (*Registry, *csite
 	}
 	o.RegistryDir = r.Dir()
 	d := startDriver(t, o)
-	r.scan(context.Background())
+	testutil.Must(t, r.Register(context.Background(), pluginwatcher.Plugin{Type: registerapi.CSIPlugin, Name: o.Name, Endpoint: d.CSISock,
+		Versions: []string{"1.0.0"}, Socket: d.RegSock}))
 	if len(r.Drivers()) != 1 {
 		t.Fatal("the driver did not register")
 	}

@@ -1,7 +1,7 @@
 // Package csi is the node side of the Container Storage Interface, as the
-// upstream kubelet speaks it: CSI drivers register through the kubelet
-// plugin watcher (a socket under <root-dir>/plugins_registry answering
-// pluginregistration.v1 GetInfo and NotifyRegistrationStatus), nodelet
+// upstream kubelet speaks it: CSI drivers register through the plugin
+// watcher (pkg/pluginwatcher: a socket under <root-dir>/plugins_registry
+// answering pluginregistration.v1 GetInfo), nodelet
 // asks each driver NodeGetInfo and keeps the CSINode object and the
 // Node's topology labels current, and pods' CSI volumes are staged
 // (NodeStageVolume, for drivers with STAGE_UNSTAGE_VOLUME) to a global
@@ -17,28 +17,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
 )
-
-// RegistryDir is where drivers put their registration sockets, under the
-// root directory (upstream's plugin watcher path).
-const RegistryDir = "plugins_registry"
 
 // Nodes is what registration changes in the API: the driver's entry in
 // the CSINode object, and the Node's topology labels and node ID
@@ -71,10 +63,8 @@ type Driver struct {
 	DriverInfo
 	Node csipb.NodeClient
 	conn *grpc.ClientConn
-	// socket is the registration socket it came through, and socketID
-	// which file that was: a driver started again makes a new socket at
-	// the same path, perhaps between two scans, and must register again.
-	socket, socketID string
+	// socket is the registration socket it came through.
+	socket string
 }
 
 // RegistryOptions configure a Registry.
@@ -82,7 +72,7 @@ type RegistryOptions struct {
 	RootDir string
 	Nodes   Nodes
 	Clock   clock.WithTicker
-	// Poll is how often the registration directory is read; 0 is a
+	// Poll is how often refused CSINode changes are looked at; 0 is a
 	// second.
 	Poll time.Duration
 	// Timeout bounds each call to a driver; 0 is a minute.
@@ -95,18 +85,9 @@ type Registry struct {
 
 	mu      sync.Mutex
 	drivers map[string]*Driver
-	// failed remembers socket files that failed to register, with when, so a
-	// broken driver is retried, not hammered.
-	failed map[string]failure
 	// pending holds the CSINode changes the API server has not taken
 	// yet, by driver.
 	pending map[string]*apiChange
-}
-
-// failure is a socket file's failed registration.
-type failure struct {
-	socketID string
-	at       time.Time
 }
 
 // NewRegistry returns a registry with no drivers; Run watches for them.
@@ -117,11 +98,11 @@ func NewRegistry(o RegistryOptions) *Registry {
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute
 	}
-	return &Registry{o: o, drivers: map[string]*Driver{}, failed: map[string]failure{}, pending: map[string]*apiChange{}}
+	return &Registry{o: o, drivers: map[string]*Driver{}, pending: map[string]*apiChange{}}
 }
 
-// Dir is the registration directory.
-func (r *Registry) Dir() string { return filepath.Join(r.o.RootDir, RegistryDir) }
+// Dir is the registration directory drivers register through.
+func (r *Registry) Dir() string { return pluginwatcher.Dir(r.o.RootDir) }
 
 // Driver returns a registered driver by name.
 func (r *Registry) Driver(name string) (*Driver, error) {
@@ -136,144 +117,48 @@ func (r *Registry) Driver(name string) (*Driver, error) {
 // ErrNotRegistered says no driver of that name registered (yet).
 var ErrNotRegistered = errors.New("CSI driver not registered")
 
-// Run watches the registration directory until ctx ends.
+// Run retries the CSINode changes the API server has not taken yet,
+// until ctx ends; the drivers themselves come from the plugin watcher.
 func (r *Registry) Run(ctx context.Context) error {
-	if err := os.MkdirAll(r.Dir(), 0o750); err != nil {
-		return fmt.Errorf("creating %s: %w", r.Dir(), err)
-	}
 	tick := r.o.Clock.NewTicker(r.o.Poll)
 	defer tick.Stop()
 	defer r.closeAll()
 	for {
-		r.scan(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C():
+			r.retryAPI(ctx)
 		}
 	}
 }
 
-// retryAfter is how long a socket that failed to register waits.
+// retryAfter is how long a CSINode change the API refused waits.
 const retryAfter = 10 * time.Second
-
-// scan registers new sockets and forgets drivers whose socket went. Like
-// upstream's plugin watcher it looks through subdirectories too, and
-// passes over names starting with a dot (a driver's files in the making).
-func (r *Registry) scan(ctx context.Context) {
-	present := map[string]bool{}
-	err := filepath.WalkDir(r.Dir(), func(path string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if path != r.Dir() && strings.HasPrefix(e.Name(), ".") {
-			if e.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if e.Type()&os.ModeSocket != 0 {
-			present[path] = true
-			r.registerNew(ctx, path, fileID(e))
-		}
-		return nil
-	})
-	if err != nil {
-		// Forgetting drivers on a partial scan could drop live ones.
-		klog.ErrorS(err, "Reading the plugin registration directory", "dir", r.Dir())
-		return
-	}
-	r.forgetGone(ctx, present)
-	r.retryAPI(ctx)
-}
-
-// registerNew registers a socket unless it registered, or failed too
-// recently.
-func (r *Registry) registerNew(ctx context.Context, sock, id string) {
-	if r.known(sock, id) {
-		return
-	}
-	if err := r.register(ctx, sock, id); err != nil {
-		klog.ErrorS(err, "CSI driver registration failed; retrying", "socket", sock, "retryIn", retryAfter)
-		r.mu.Lock()
-		r.failed[sock] = failure{socketID: id, at: r.o.Clock.Now()}
-		r.mu.Unlock()
-	}
-}
-
-// fileID names a file by its inode and modification time (a socket's
-// creation), which differ for a socket made again at the same path even
-// when the inode number is reused; "" if it is gone.
-func fileID(e fs.DirEntry) string {
-	fi, err := e.Info()
-	if err != nil {
-		return ""
-	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
-	}
-	return fmt.Sprintf("%d@%d", ino, fi.ModTime().UnixNano())
-}
-
-// known reports whether this socket file registered, or failed too
-// recently.
-func (r *Registry) known(sock, id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, d := range r.drivers {
-		if d.socket == sock && d.socketID == id {
-			return true
-		}
-	}
-	f, failed := r.failed[sock]
-	return failed && f.socketID == id && r.o.Clock.Since(f.at) < retryAfter
-}
 
 func dial(sock string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
-// register runs the registration handshake with one socket.
-func (r *Registry) register(ctx context.Context, sock, id string) error {
-	conn, err := dial(sock)
+// Register implements pluginwatcher.Handler: a CSI driver answering
+// NodeGetInfo is recorded, and the API told.
+func (r *Registry) Register(ctx context.Context, p pluginwatcher.Plugin) error {
+	cctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
+	defer cancel()
+	d, err := r.validate(cctx, p)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	reg := registerapi.NewRegistrationClient(conn)
-	cctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
-	defer cancel()
-	info, err := reg.GetInfo(cctx, &registerapi.InfoRequest{})
-	if err != nil {
-		return fmt.Errorf("GetInfo: %w", err)
-	}
-	d, err := r.validate(cctx, info)
-	if err == nil {
-		d.socket, d.socketID = sock, id
-		r.add(ctx, d)
-	}
-	status := &registerapi.RegistrationStatus{PluginRegistered: err == nil}
-	if err != nil {
-		status.Error = err.Error()
-	}
-	if _, nerr := reg.NotifyRegistrationStatus(cctx, status); nerr != nil {
-		klog.ErrorS(nerr, "NotifyRegistrationStatus", "socket", sock)
-	}
-	return err
+	d.socket = p.Socket
+	r.add(ctx, d)
+	return nil
 }
 
 // validate checks what a plugin says it is and asks the driver about the
 // node.
-func (r *Registry) validate(ctx context.Context, info *registerapi.PluginInfo) (*Driver, error) {
-	if info.Type != registerapi.CSIPlugin {
-		return nil, fmt.Errorf("plugin %q is of type %q; nodelet supports %s plugins only", info.Name, info.Type, registerapi.CSIPlugin)
-	}
-	if info.Name == "" {
-		return nil, fmt.Errorf("plugin has no name")
-	}
-	if !supported(info.SupportedVersions) {
-		return nil, fmt.Errorf("CSI driver %q supports versions %v; nodelet speaks CSI 1.x", info.Name, info.SupportedVersions)
+func (r *Registry) validate(ctx context.Context, info pluginwatcher.Plugin) (*Driver, error) {
+	if !supported(info.Versions) {
+		return nil, fmt.Errorf("CSI driver %q supports versions %v; nodelet speaks CSI 1.x", info.Name, info.Versions)
 	}
 	endpoint := info.Endpoint
 	if endpoint == "" {
@@ -343,7 +228,6 @@ func (r *Registry) add(ctx context.Context, d *Driver) {
 	r.mu.Lock()
 	old := r.drivers[d.Name]
 	r.drivers[d.Name] = d
-	delete(r.failed, d.socket)
 	r.mu.Unlock()
 	if old != nil {
 		old.conn.Close()
@@ -351,28 +235,21 @@ func (r *Registry) add(ctx context.Context, d *Driver) {
 	klog.InfoS("CSI driver registered", "driver", d.Name, "nodeID", d.NodeID, "stages", d.Stages, "topology", d.Topology, "socket", d.socket)
 }
 
-// forgetGone forgets the drivers whose registration socket is gone.
-func (r *Registry) forgetGone(ctx context.Context, present map[string]bool) {
+// Deregister implements pluginwatcher.Handler: the driver's
+// registration socket went, so it is forgotten (unless it registered
+// again through another socket) and removed from CSINode.
+func (r *Registry) Deregister(ctx context.Context, p pluginwatcher.Plugin) {
 	r.mu.Lock()
-	var gone []*Driver
-	for name, d := range r.drivers {
-		if !present[d.socket] {
-			gone = append(gone, d)
-			delete(r.drivers, name)
-		}
+	d, ok := r.drivers[p.Name]
+	if !ok || d.socket != p.Socket {
+		r.mu.Unlock()
+		return
 	}
-	for sock := range r.failed {
-		if !present[sock] {
-			delete(r.failed, sock)
-		}
-	}
+	delete(r.drivers, p.Name)
 	r.mu.Unlock()
-	sort.Slice(gone, func(i, j int) bool { return gone[i].Name < gone[j].Name })
-	for _, d := range gone {
-		d.conn.Close()
-		klog.InfoS("CSI driver deregistered: its registration socket is gone", "driver", d.Name, "socket", d.socket)
-		r.toAPI(ctx, d.Name, nil)
-	}
+	d.conn.Close()
+	klog.InfoS("CSI driver deregistered: its registration socket is gone", "driver", d.Name, "socket", d.socket)
+	r.toAPI(ctx, d.Name, nil)
 }
 
 // apiChange is a driver's CSINode entry still to write (set), or to

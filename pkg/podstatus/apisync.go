@@ -417,7 +417,8 @@ func isFor(obj *v1.Pod, uid types.UID, mirrorOf string) bool {
 
 // mergeStatus lays nodelet's status over the API's, keeping what others
 // own: conditions of types nodelet does not report (readiness gates,
-// disruption targets) and the scheduler's nominated node.
+// disruption targets), the scheduler's nominated node, and the resource
+// claim statuses the resource claim controller and scheduler write.
 func mergeStatus(api, ours v1.PodStatus) v1.PodStatus {
 	out := *ours.DeepCopy()
 	have := map[v1.PodConditionType]bool{}
@@ -432,5 +433,8 @@ func mergeStatus(api, ours v1.PodStatus) v1.PodStatus {
 		}
 	}
 	out.NominatedNodeName = api.NominatedNodeName
+	out.ResourceClaimStatuses = api.ResourceClaimStatuses
+	out.ExtendedResourceClaimStatus = api.ExtendedResourceClaimStatus
+	out.NodeAllocatableResourceClaimStatuses = api.NodeAllocatableResourceClaimStatuses
 	return out
 }
