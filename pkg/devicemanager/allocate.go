@@ -3,6 +3,8 @@ package devicemanager
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,7 +51,7 @@ func (m *Manager) Allocate(pod *v1.Pod, c *v1.Container, affinity topologymanage
 	}
 	m.mu.Unlock()
 	changed := false
-	for _, name := range sortedKeys(reqs) {
+	for _, name := range slices.Sorted(maps.Keys(reqs)) {
 		done, err := m.allocateResource(context.Background(), pod, c, name, reqs[name], affinity)
 		if err != nil {
 			return err
@@ -417,7 +419,7 @@ func (m *Manager) ContainerDevices(pod types.UID, container string) []Device {
 	defer m.mu.Unlock()
 	var out []Device
 	rs := m.pods[string(pod)][container]
-	for _, name := range sortedKeys(rs) {
+	for _, name := range slices.Sorted(maps.Keys(rs)) {
 		a := rs[name]
 		for _, node := range sortedNodes(a.ids) {
 			d := Device{Resource: name, IDs: append([]string(nil), a.ids[node]...)}
@@ -444,7 +446,7 @@ func (m *Manager) AllocatableDevices() []Device {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Device
-	for _, name := range sortedKeys(m.resources) {
+	for _, name := range slices.Sorted(maps.Keys(m.resources)) {
 		r := m.resources[name]
 		for _, id := range sets.List(r.healthy()) {
 			out = append(out, Device{Resource: name, IDs: []string{id}, NUMANodes: numaNodes(r.devices[id])})

@@ -3,6 +3,8 @@ package devicemanager
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -37,7 +39,7 @@ func (m *Manager) PreCreateContainer(ctx context.Context, pod *v1.Pod, c *v1.Con
 			return err
 		}
 	}
-	for _, name := range sortedKeys(reqs) {
+	for _, name := range slices.Sorted(maps.Keys(reqs)) {
 		if err := m.preStart(ctx, pod, c, name); err != nil {
 			return err
 		}
@@ -45,7 +47,7 @@ func (m *Manager) PreCreateContainer(ctx context.Context, pod *v1.Pod, c *v1.Con
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var answers []*pluginapi.ContainerAllocateResponse
-	for _, name := range sortedKeys(m.pods[string(pod.UID)][c.Name]) {
+	for _, name := range slices.Sorted(maps.Keys(m.pods[string(pod.UID)][c.Name])) {
 		answers = append(answers, m.pods[string(pod.UID)][c.Name][name].resp)
 	}
 	apply(cfg, answers)
@@ -76,7 +78,7 @@ func apply(cfg *runtimeapi.ContainerConfig, answers []*pluginapi.ContainerAlloca
 		mounts[mnt.ContainerPath] = true
 	}
 	for _, a := range answers {
-		for _, k := range sortedKeys(a.Envs) {
+		for _, k := range slices.Sorted(maps.Keys(a.Envs)) {
 			if !envs[k] {
 				envs[k] = true
 				cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(a.Envs[k])})
@@ -94,7 +96,7 @@ func apply(cfg *runtimeapi.ContainerConfig, answers []*pluginapi.ContainerAlloca
 				cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: mnt.ContainerPath, HostPath: mnt.HostPath, Readonly: mnt.ReadOnly})
 			}
 		}
-		for _, k := range sortedKeys(a.Annotations) {
+		for _, k := range slices.Sorted(maps.Keys(a.Annotations)) {
 			if cfg.Annotations == nil {
 				cfg.Annotations = map[string]string{}
 			}

@@ -32,10 +32,11 @@ package devicemanager
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -418,9 +419,9 @@ func (m *Manager) allocatedLocked() map[string]sets.Set[string] {
 
 func (m *Manager) saveLocked() error {
 	var entries []checkpoint.PodDevicesEntry
-	for _, pod := range sortedKeys(m.pods) {
-		for _, c := range sortedKeys(m.pods[pod]) {
-			for _, res := range sortedKeys(m.pods[pod][c]) {
+	for _, pod := range slices.Sorted(maps.Keys(m.pods)) {
+		for _, c := range slices.Sorted(maps.Keys(m.pods[pod])) {
+			for _, res := range slices.Sorted(maps.Keys(m.pods[pod][c])) {
 				a := m.pods[pod][c][res]
 				resp, err := proto.Marshal(a.resp)
 				if err != nil {
@@ -435,15 +436,6 @@ func (m *Manager) saveLocked() error {
 		registered[name] = sets.List(r.healthy())
 	}
 	return checkpoint.New(entries, registered).Save(m.path)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // RetainActive frees the devices of every pod not active.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -49,7 +49,7 @@ func (m *Manager) Prepare(ctx context.Context, pod *v1.Pod, sandboxReady bool) e
 	if err != nil {
 		return err
 	}
-	for _, name := range sortedKeys(batches) {
+	for _, name := range slices.Sorted(maps.Keys(batches)) {
 		if err := m.prepareBatch(ctx, name, batches[name]); err != nil {
 			return err
 		}
@@ -213,7 +213,7 @@ func (m *Manager) unprepare(ctx context.Context, infos []*claimInfo) error {
 			batches[name] = append(batches[name], &drapb.Claim{Namespace: info.Namespace, Uid: string(info.ClaimUID), Name: info.ClaimName})
 		}
 	}
-	for _, name := range sortedKeys(batches) {
+	for _, name := range slices.Sorted(maps.Keys(batches)) {
 		d, err := m.driver(name)
 		if err != nil {
 			return err
@@ -341,7 +341,7 @@ func (m *Manager) containerClaims(pod *v1.Pod, c *v1.Container) []containerClaim
 		}
 	}
 	var out []containerClaim
-	for _, name := range sortedKeys(claims) {
+	for _, name := range slices.Sorted(maps.Keys(claims)) {
 		out = append(out, containerClaim{claim: name, requests: claims[name]})
 	}
 	return out
@@ -349,7 +349,7 @@ func (m *Manager) containerClaims(pod *v1.Pod, c *v1.Container) []containerClaim
 
 func cdiDevices(s ClaimState, requests []string) []string {
 	var out []string
-	for _, d := range sortedKeys(s.DriverState) {
+	for _, d := range slices.Sorted(maps.Keys(s.DriverState)) {
 		for _, dev := range s.DriverState[d].Devices {
 			for _, req := range requests {
 				if req == "" || len(dev.RequestNames) == 0 || slices.Contains(dev.RequestNames, req) {
@@ -384,14 +384,5 @@ func (m *Manager) ContainerClaims(pod *v1.Pod, c *v1.Container) []ClaimResources
 		}
 		m.mu.Unlock()
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }

@@ -1,0 +1,106 @@
+package podresources
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/prototext"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/devicemanager"
+	"github.com/nodelet/nodelet/pkg/dra"
+	memstate "github.com/nodelet/nodelet/pkg/memorymanager/state"
+)
+
+type fakes struct{ pods []*v1.Pod }
+
+func (f fakes) ActivePods() []*v1.Pod { return f.pods }
+func (fakes) ContainerDevices(pod types.UID, c string) []devicemanager.Device {
+	if pod == "a" && c == "app" {
+		return []devicemanager.Device{{Resource: "example.com/resource", IDs: []string{"Dev-1"}, NUMANodes: []int64{0}}}
+	}
+	return nil
+}
+func (fakes) AllocatableDevices() []devicemanager.Device {
+	return []devicemanager.Device{{Resource: "example.com/resource", IDs: []string{"Dev-1"}}, {Resource: "example.com/resource", IDs: []string{"Dev-2"}}}
+}
+func (fakes) ExclusiveCPUs(pod types.UID, c string) cpuset.CPUSet {
+	if pod == "a" && c == "app" {
+		return cpuset.New(1)
+	}
+	return cpuset.New()
+}
+func (fakes) AllocatableCPUs() cpuset.CPUSet { return cpuset.New(1) }
+func (fakes) ContainerMemory(pod types.UID, c string) []memstate.Block {
+	if pod == "a" && c == "app" {
+		return []memstate.Block{{NUMAAffinity: []int{0}, Type: v1.ResourceMemory, Size: 64 << 20}}
+	}
+	return nil
+}
+func (fakes) AllocatableMemory() []memstate.Block {
+	return []memstate.Block{{NUMAAffinity: []int{0}, Type: v1.ResourceMemory, Size: 1 << 30}}
+}
+func (fakes) ContainerClaims(pod *v1.Pod, c *v1.Container) []dra.ClaimResources {
+	if pod.UID != "a" || c.Name != "app" {
+		return nil
+	}
+	return []dra.ClaimResources{{Name: "a-gpu", Namespace: "ns", Drivers: map[string][]dra.Device{
+		"test-driver.cdi.k8s.io": {{PoolName: "n1", DeviceName: "device-00", CDIDeviceIDs: []string{"test-driver.cdi.k8s.io/test=a"}}}}}}
+}
+
+// TestAPIOverItsSocket answers a gRPC client on the socket as upstream's
+// does: the sidecars and app containers of active pods with their
+// devices, exclusive CPUs, memory and claims; what the node could give.
+func TestAPIOverItsSocket(t *testing.T) {
+	root, err := os.MkdirTemp("/tmp", "podres")
+	testutil.Must(t, err)
+	defer os.RemoveAll(root)
+	a := &v1.Pod{}
+	a.Name, a.Namespace, a.UID = "a", "ns", "a"
+	always := v1.ContainerRestartPolicyAlways
+	a.Spec.InitContainers = []v1.Container{{Name: "init"}, {Name: "sidecar", RestartPolicy: &always}}
+	a.Spec.Containers = []v1.Container{{Name: "app"}}
+	f := fakes{pods: []*v1.Pod{a}}
+	s := New(Options{RootDir: root, Pods: f, Devices: f, CPUs: f, Memory: f, Claims: f})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); testutil.Must(t, <-done) }()
+	testutil.WaitFor(t, "the socket", func() bool { _, err := os.Stat(SocketPath(root)); return err == nil })
+
+	conn, err := grpc.NewClient("unix://"+SocketPath(root), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	testutil.Must(t, err)
+	defer conn.Close()
+	client := podresourcesapi.NewPodResourcesListerClient(conn)
+	list, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	testutil.Must(t, err)
+	got := prototext.Format(list)
+	for _, want := range []string{`name: "sidecar"`, `resource_name: "example.com/resource"`, `device_ids: "Dev-1"`, `cpu_ids: 1`,
+		`memory_type: "memory"`, `size: 67108864`, `claim_name: "a-gpu"`, `name: "test-driver.cdi.k8s.io/test=a"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("List lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, `name: "init"`) {
+		t.Errorf("a finished init container listed:\n%s", got)
+	}
+	one, err := client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: "a", PodNamespace: "ns"})
+	if err != nil || len(one.PodResources.Containers) != 2 {
+		t.Fatalf("Get: %v %v", one, err)
+	}
+	if _, err := client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: "b", PodNamespace: "ns"}); err == nil || !strings.Contains(err.Error(), "pod b in namespace ns not found") {
+		t.Fatalf("Get of another pod: %v", err)
+	}
+	alloc, err := client.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
+	if err != nil || len(alloc.Devices) != 2 || len(alloc.CpuIds) != 1 || alloc.Memory[0].Size != 1<<30 {
+		t.Fatalf("GetAllocatableResources: %v %v", alloc, err)
+	}
+}
