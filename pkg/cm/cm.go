@@ -62,6 +62,9 @@ type Options struct {
 	// Systemd (cgroupDriver: systemd) makes the cgroups systemd slices,
 	// named and created as the kubelet's systemd driver does.
 	Systemd bool
+	// HugePageSizes are the node's huge page sizes, in bytes: pod
+	// cgroups are limited to what their pods ask of each.
+	HugePageSizes []int64
 }
 
 // hierarchy is one cgroup version's files. Cgroups are named relative to
@@ -88,6 +91,9 @@ type limits struct {
 	cpuQuota  int64  // microseconds per cpuPeriod
 	memory    int64  // bytes
 	pids      int64
+	// hugetlb is the huge pages limit per page size name ("2MB"); every
+	// size of the node is set, 0 for none.
+	hugetlb map[string]int64
 }
 
 // CheckVersion refuses a cgroup v1 host when failV1 is set, as the
@@ -177,7 +183,7 @@ func (m *Manager) Setup(allocatable v1.ResourceList) error {
 	cpu := allocatable[v1.ResourceCPU]
 	mem := allocatable[v1.ResourceMemory]
 	return errors.Join(
-		m.h.set(top, limits{cpuShares: milliToShares(cpu.MilliValue()), memory: mem.Value()}),
+		m.h.set(top, limits{cpuShares: milliToShares(cpu.MilliValue()), memory: mem.Value(), hugetlb: hugePageLimits(m.o.HugePageSizes, allocatable)}),
 		// Best-effort pods get what is left over, and no more than that.
 		m.h.set(m.QoSCgroup(v1.PodQOSBestEffort), limits{cpuShares: minShares}),
 	)
@@ -223,6 +229,7 @@ func (m *Manager) EnsureExists(pod *v1.Pod) error {
 	if m.o.PodPidsLimit > 0 {
 		l.pids = m.o.PodPidsLimit
 	}
+	l.hugetlb = hugePageLimits(m.o.HugePageSizes, req)
 	if err := m.h.set(cg, l); err != nil {
 		return fmt.Errorf("applying the limits of pod %s: %w", podutil.Ref(pod), err)
 	}

@@ -3,8 +3,10 @@ package cm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,7 +19,7 @@ import (
 // controllers (cpuset, devices, freezer, blkio, ...) get the pod's
 // directories from runc, which creates a container's cgroup path in every
 // mounted hierarchy.
-var managedV1 = []string{"cpu", "cpuacct", "memory", "pids"}
+var managedV1 = []string{"cpu", "cpuacct", "memory", "pids", "hugetlb"}
 
 // controllers are the cgroup v1 controllers (superblock options of a
 // cgroup mount that are not controllers are flags like rw).
@@ -103,6 +105,9 @@ func (h v1Hierarchy) set(cgroup string, l limits) error {
 	}
 	if l.pids > 0 {
 		errs = append(errs, h.write("pids", cgroup, "pids.max", strconv.FormatInt(l.pids, 10)))
+	}
+	for _, size := range slices.Sorted(maps.Keys(l.hugetlb)) {
+		errs = append(errs, h.write("hugetlb", cgroup, "hugetlb."+size+".limit_in_bytes", strconv.FormatInt(l.hugetlb[size], 10)))
 	}
 	return errors.Join(errs...)
 }

@@ -3,8 +3,10 @@ package cm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -16,7 +18,7 @@ const unifiedMountpoint = "/sys/fs/cgroup"
 
 // controllersV2 are the controllers nodelet sets limits with; every level
 // down to the pod cgroups enables them for its children.
-var controllersV2 = []string{"cpu", "memory", "pids"}
+var controllersV2 = []string{"cpu", "memory", "pids", "hugetlb"}
 
 // unified is the cgroup v2 hierarchy: one directory per cgroup.
 type unified struct {
@@ -105,6 +107,9 @@ func (u unified) set(cgroup string, l limits) error {
 	r.Memory = l.memory
 	if l.pids > 0 {
 		r.PidsLimit = &l.pids
+	}
+	for _, size := range slices.Sorted(maps.Keys(l.hugetlb)) {
+		r.HugetlbLimit = append(r.HugetlbLimit, &cgroups.HugepageLimit{Pagesize: size, Limit: uint64(l.hugetlb[size])})
 	}
 	m, err := fs2.NewManager(&cgroups.Cgroup{Resources: r}, u.path(cgroup))
 	if err != nil {

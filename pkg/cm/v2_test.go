@@ -30,6 +30,8 @@ var fakeControllerFiles = map[string]map[string]string{
 	"cpu":    {"cpu.weight": "100", "cpu.max": "max 100000", "cpu.stat": ""},
 	"memory": {"memory.max": "max", "memory.min": "0", "memory.low": "0", "memory.high": "max", "memory.current": "0"},
 	"pids":   {"pids.max": "max", "pids.current": "0"},
+	"hugetlb": {"hugetlb.2MB.max": "max", "hugetlb.2MB.current": "0", "hugetlb.1GB.max": "max", "hugetlb.1GB.current": "0",
+		"hugetlb.2MB.rsvd.max": "max", "hugetlb.1GB.rsvd.max": "max"},
 }
 
 func (k fakeKernel) mkdir(dir string) error {
@@ -126,11 +128,11 @@ func TestV2SetupSizesTheQoSCgroups(t *testing.T) {
 		t.Errorf("kubepods memory.max %s", got)
 	}
 	for _, cg := range []string{"", "/kubepods"} {
-		if got := readFile(t, root, cg, "cgroup.subtree_control"); got != "+cpu +memory +pids" {
+		if got := readFile(t, root, cg, "cgroup.subtree_control"); got != "+cpu +memory +pids +hugetlb" {
 			t.Errorf("%s/cgroup.subtree_control %q", cg, got)
 		}
 	}
-	if got := readFile(t, root, "/kubepods/burstable", "cgroup.controllers"); got != "cpu memory pids" {
+	if got := readFile(t, root, "/kubepods/burstable", "cgroup.controllers"); got != "cpu hugetlb memory pids" {
 		t.Errorf("burstable has controllers %q", got)
 	}
 }
@@ -255,6 +257,29 @@ func TestV2PodLevelResources(t *testing.T) {
 	for file, want := range map[string]string{"cpu.max": "100000 100000", "memory.max": strconv.Itoa(128 << 20)} {
 		if got := readFile(t, root, cg, file); got != want {
 			t.Errorf("%s = %s, want %s", file, got, want)
+		}
+	}
+}
+
+// TestV2HugePages: kubepods is limited to the allocatable huge pages of
+// each size, and a pod's cgroup to what it asks of each (0 of a size
+// it does not ask for).
+func TestV2HugePages(t *testing.T) {
+	root := t.TempDir()
+	for f, v := range map[string]string{"cgroup.controllers": "cpu memory hugetlb pids", "cgroup.subtree_control": "", "cgroup.procs": "1"} {
+		testutil.Must(t, os.WriteFile(filepath.Join(root, f), []byte(v), 0o644))
+	}
+	m, err := newManager(unified{mount: root, dirs: fakeKernel{t}}, Options{HugePageSizes: []int64{2 << 20, 1 << 30}})
+	testutil.Must(t, err)
+	testutil.Must(t, m.Setup(v1.ResourceList{"hugepages-2Mi": resource.MustParse("64Mi")}))
+	if got := readFile(t, root, "/kubepods", "hugetlb.2MB.max"); got != strconv.Itoa(64<<20) {
+		t.Errorf("kubepods hugetlb.2MB.max %s", got)
+	}
+	p := podWith("h", rr("cpu=1,memory=64Mi,hugepages-2Mi=32Mi", "cpu=1,memory=64Mi,hugepages-2Mi=32Mi"))
+	testutil.Must(t, m.EnsureExists(p))
+	for file, want := range map[string]string{"hugetlb.2MB.max": strconv.Itoa(32 << 20), "hugetlb.1GB.max": "0"} {
+		if got := readFile(t, root, m.PodCgroup(p), file); got != want {
+			t.Errorf("pod %s = %s, want %s", file, got, want)
 		}
 	}
 }

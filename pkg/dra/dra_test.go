@@ -256,16 +256,23 @@ func TestRestartKeepsClaims(t *testing.T) {
 		t.Fatalf("CDI devices after a restart: %v", cfg.CDIDevices)
 	}
 	g.RetainActive([]*v1.Pod{stays})
+	g.unprepareOrphans(context.Background())
 	if len(g.snapshotLocked()) != 2 {
 		t.Fatal("a claim was forgotten before its driver could unprepare it")
 	}
+
 	f2 := &fixture{m: g, clock: f.clock, root: root}
 	w := pluginwatcher.New(pluginwatcher.Options{RootDir: root, Clock: f.clock, Handlers: map[string]pluginwatcher.Handler{registerapi.DRAPlugin: g}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
 	d := f2.register(t, "v1.DRAPlugin")
-	g.RetainActive([]*v1.Pod{stays})
+	// Marked for unpreparing, the claim takes no new pod meanwhile.
+	g.o.Client = f.client
+	if err := g.Prepare(context.Background(), goes, false); err == nil || !strings.Contains(err.Error(), "is being unprepared") {
+		t.Fatalf("a claim being unprepared: %v", err)
+	}
+	g.unprepareOrphans(context.Background())
 	if got := d.recorded(); got != "registered=true |unprepare ns/p-g-gpu" {
 		t.Fatalf("driver calls %s", got)
 	}

@@ -80,6 +80,8 @@ type claimInfo struct {
 	// (claims read back from the checkpoint are prepared again before a
 	// new sandbox uses them; the call is idempotent).
 	prepared bool
+	// unpreparing: no active pod uses it; Run unprepares it.
+	unpreparing bool
 }
 
 // Manager is the DRA manager.
@@ -92,6 +94,8 @@ type Manager struct {
 	claims  map[string]*claimInfo // by namespace/name
 	// wipes are drivers that went, with when their slices go.
 	wipes map[string]time.Time
+	// kick wakes Run for claims to unprepare.
+	kick chan struct{}
 }
 
 // New reads the checkpoint.
@@ -102,7 +106,8 @@ func New(o Options) (*Manager, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 45 * time.Second
 	}
-	m := &Manager{o: o, path: filepath.Join(o.RootDir, StateFile), drivers: map[string]*driver{}, claims: map[string]*claimInfo{}, wipes: map[string]time.Time{}}
+	m := &Manager{o: o, path: filepath.Join(o.RootDir, StateFile), drivers: map[string]*driver{}, claims: map[string]*claimInfo{}, wipes: map[string]time.Time{},
+		kick: make(chan struct{}, 1)}
 	restored, err := loadState(m.path)
 	if err != nil {
 		return nil, err
@@ -170,7 +175,7 @@ func (m *Manager) Deregister(_ context.Context, p pluginwatcher.Plugin) {
 
 // Run deletes the node's ResourceSlices at start (no driver has
 // registered yet), then those of drivers that went and did not come
-// back, until ctx ends.
+// back, and unprepares the claims no active pod uses, until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	pending := map[string]bool{"": true} // "" is every driver
 	t := m.o.Clock.NewTicker(time.Second)
@@ -193,10 +198,12 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			delete(pending, name)
 		}
+		m.unprepareOrphans(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
+		case <-m.kick:
 		}
 	}
 }

@@ -131,6 +131,8 @@ func (m *Manager) reference(pod *v1.Pod, claims []*resourceapi.ResourceClaim) (m
 			m.claims[key] = info
 		} else if info.ClaimUID != c.UID {
 			return nil, fmt.Errorf("old ResourceClaim with same name %s and different UID %s still exists (previous pod force-deleted?!)", c.Name, info.ClaimUID)
+		} else if info.unpreparing {
+			return nil, fmt.Errorf("ResourceClaim %s is being unprepared", c.Name)
 		}
 		info.PodUIDs.Insert(string(pod.UID))
 		if info.prepared {
@@ -239,20 +241,40 @@ func (m *Manager) unprepare(ctx context.Context, infos []*claimInfo) error {
 	return m.saveLocked()
 }
 
-// RetainActive unprepares the claims no active pod uses any more (pods
-// gone while nodelet was down, or whose termination was cut short).
-// What fails (a driver not back yet) is tried again next time.
+// RetainActive marks the claims no active pod uses any more (pods gone
+// while nodelet was down, or whose termination was cut short) for Run
+// to unprepare; it runs on the sync loop, so it calls no driver itself.
+// A claim so marked takes no new pod until it is unprepared.
 func (m *Manager) RetainActive(active []*v1.Pod) {
 	keep := uids(active)
 	m.mu.Lock()
-	var orphans []*claimInfo
+	defer m.mu.Unlock()
+	marked := false
 	for _, info := range m.claims {
 		for _, uid := range sets.List(info.PodUIDs) {
 			if !keep[uid] && info.PodUIDs.Len() > 1 {
 				info.PodUIDs.Delete(uid)
 			}
 		}
-		if info.PodUIDs.Len() == 0 || !keep[sets.List(info.PodUIDs)[0]] {
+		if !info.unpreparing && (info.PodUIDs.Len() == 0 || !keep[sets.List(info.PodUIDs)[0]]) {
+			info.unpreparing, marked = true, true
+		}
+	}
+	if marked {
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unprepareOrphans unprepares the marked claims; what fails (a driver
+// not back yet) is tried again at the next tick.
+func (m *Manager) unprepareOrphans(ctx context.Context) {
+	m.mu.Lock()
+	var orphans []*claimInfo
+	for _, info := range m.claims {
+		if info.unpreparing {
 			orphans = append(orphans, info)
 		}
 	}
@@ -260,7 +282,7 @@ func (m *Manager) RetainActive(active []*v1.Pod) {
 	if len(orphans) == 0 {
 		return
 	}
-	if err := m.unprepare(context.Background(), orphans); err != nil {
+	if err := m.unprepare(ctx, orphans); err != nil {
 		klog.ErrorS(err, "Unpreparing the ResourceClaims of pods no longer active; retrying")
 	}
 }

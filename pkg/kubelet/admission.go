@@ -34,6 +34,8 @@ type admission struct {
 	alloc *allocation.Store
 	// decisions remember every decision across restarts.
 	decisions Decisions
+	// resizeChecks say why a resize can never be granted ("" if it can).
+	resizeChecks []ResizeCheck
 }
 
 // checkPressure refuses pods the way upstream's eviction manager admits

@@ -126,7 +126,18 @@ type Config struct {
 	// Decisions remember admission decisions across restarts; nil
 	// remembers none.
 	Decisions Decisions
+	// ResizeChecks say why a resize can never be granted (a Guaranteed
+	// pod's CPUs under the static CPU manager, say).
+	ResizeChecks []ResizeCheck
+	// Release are told, at every housekeeping, which pods are active:
+	// what the resource managers hold for any other pod (CPUs, memory,
+	// devices, prepared claims) goes back.
+	Release []func(active []*v1.Pod)
 }
+
+// ResizeCheck says why a resize of the pod from allocated to desired can
+// never be granted, or "".
+type ResizeCheck func(desired, allocated *v1.Pod) string
 
 // Decisions remember each pod's admission decision, so a pod is admitted
 // or rejected once in its life, not again after every restart with the
@@ -244,7 +255,7 @@ func New(cfg Config, d Deps) *Kubelet {
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
 		cleaner: cleaner,
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure, hooks: cfg.Admit,
-			alloc: cfg.Allocations, decisions: cfg.Decisions},
+			alloc: cfg.Allocations, decisions: cfg.Decisions, resizeChecks: cfg.ResizeChecks},
 	}
 }
 
@@ -647,7 +658,13 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	for _, rp := range running {
 		keep[rp.ID] = true
 	}
-	kl.cleaner.request(cleanupRequest{keep: keep, cgroups: cgroups, active: kl.activePods(all)})
+	active := kl.activePods(all)
+	// On the loop, not the cleaner: a pod admitted after this list was
+	// made must not lose what it was given.
+	for _, release := range kl.cfg.Release {
+		release(active)
+	}
+	kl.cleaner.request(cleanupRequest{keep: keep, cgroups: cgroups, active: active})
 	kl.runtime.ForgetBackOffs()
 
 	return nil

@@ -53,6 +53,12 @@ func (a *admission) resize(active func() []*v1.Pod, desired *v1.Pod) *v1.Pod {
 	if desired.DeletionTimestamp != nil || podutil.IsTerminal(desired.Status.Phase) {
 		return run
 	}
+	for _, check := range a.resizeChecks {
+		if msg := check(desired, run); msg != "" {
+			a.pend(run, desired, allocation.ReasonInfeasible, msg)
+			return run
+		}
+	}
 	node := a.node()
 	req := resourcehelper.PodRequests(desired, resourcehelper.PodResourcesOptions{})
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {

@@ -178,6 +178,12 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	// The fault tests stop nodelet here, leaving a created container
 	// that was never started.
 	failpoint.Inject("container-created")
+	for _, h := range m.containerHooks {
+		if err := h.PreStartContainer(ctx, pod, c, id); err != nil {
+			m.warn(ctx, ref, "Failed", "Error: Internal PreStartContainer hook failed: %v", err)
+			return id, err.Error(), container.ErrPreStartHook
+		}
+	}
 
 	cctx, cancel = m.call(ctx)
 	_, err = m.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: id})
@@ -193,26 +199,14 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	return id, "", nil
 }
 
-// containerConfig describes a container to the runtime.
+// containerConfig describes a container to the runtime. The container
+// hooks amend it before its command and arguments are expanded, so a
+// device plugin's variables can be used there as upstream allows.
 func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int, imageRef string, podIPs []string) (*runtimeapi.ContainerConfig, error) {
 	opts, err := m.helper.RunContainerOptions(ctx, pod, c, podIPs)
 	if err != nil {
 		return nil, err
 	}
-	env := make(map[string]string, len(opts.Envs))
-	for _, kv := range opts.Envs {
-		env[kv.Key] = string(kv.Value)
-	}
-	mapping := EnvMapping(env)
-	command := make([]string, len(c.Command))
-	for i, s := range c.Command {
-		command[i] = Expand(s, mapping)
-	}
-	args := make([]string, len(c.Args))
-	for i, s := range c.Args {
-		args[i] = Expand(s, mapping)
-	}
-
 	mounts := opts.Mounts
 	if err := m.recursiveReadOnly(pod, c, mounts); err != nil {
 		return nil, err
@@ -243,11 +237,9 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	if err := verifyRunAsNonRoot(pod, c, linux.SecurityContext, m.images.Image(ctx, imageRef)); err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ContainerConfig{
+	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
-		Command:     command,
-		Args:        args,
 		WorkingDir:  c.WorkingDir,
 		Envs:        opts.Envs,
 		Mounts:      mounts,
@@ -258,7 +250,26 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
 		Linux:       linux,
-	}, nil
+	}
+	for _, h := range m.containerHooks {
+		if err := h.PreCreateContainer(ctx, pod, c, cfg); err != nil {
+			return nil, err
+		}
+	}
+	env := make(map[string]string, len(cfg.Envs))
+	for _, kv := range cfg.Envs {
+		env[kv.Key] = string(kv.Value)
+	}
+	mapping := EnvMapping(env)
+	cfg.Command = make([]string, len(c.Command))
+	for i, s := range c.Command {
+		cfg.Command[i] = Expand(s, mapping)
+	}
+	cfg.Args = make([]string, len(c.Args))
+	for i, s := range c.Args {
+		cfg.Args[i] = Expand(s, mapping)
+	}
+	return cfg, nil
 }
 
 // targetPIDNamespace puts an ephemeral container with a

@@ -110,6 +110,22 @@ type Options struct {
 	// nil records nothing and verifies nothing.
 	ImageRecords *images.PullRecords
 	ImageVerify  images.VerifyPolicy
+	// ContainerHooks take part in every container's start, in order:
+	// the resource managers give it its cpusets and NUMA memory, its
+	// devices and CDI devices.
+	ContainerHooks []ContainerHook
+}
+
+// ContainerHook takes part in a container's start.
+type ContainerHook interface {
+	// PreCreateContainer amends what the runtime is asked to create:
+	// devices, mounts, environment, annotations, CDI devices, Linux
+	// resources. The container's command and arguments are expanded
+	// after it, with the environment it leaves.
+	PreCreateContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error
+	// PreStartContainer runs once the container is created, before it
+	// starts.
+	PreStartContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, containerID string) error
 }
 
 // UserNamespaces is the user namespace a pod's sandbox and containers
@@ -160,11 +176,12 @@ type Manager struct {
 	features       featureState
 	userns         UserNamespaces
 
-	images    imagePuller
-	hooks     *hookRunner
-	steps     StepRecorder
-	resources ResourceState
-	podCgroup func(*v1.Pod) error
+	images         imagePuller
+	hooks          *hookRunner
+	containerHooks []ContainerHook
+	steps          StepRecorder
+	resources      ResourceState
+	podCgroup      func(*v1.Pod) error
 	// starts caps the runtime calls that start sandboxes and containers.
 	starts *startGate
 	// stopping holds what nodelet is stopping itself.
@@ -229,6 +246,7 @@ func New(o Options) *Manager {
 		steps:          o.Steps,
 		resources:      o.Resources,
 		podCgroup:      o.PodCgroup,
+		containerHooks: o.ContainerHooks,
 	}
 	m.crashBackOff.Clock = o.Clock
 	m.hooks = &hookRunner{runtime: o.Runtime, clock: o.Clock, recorder: o.Recorder}

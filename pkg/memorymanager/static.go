@@ -6,18 +6,12 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/pkg/memorymanager/state"
 	"github.com/nodelet/nodelet/pkg/numa"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/topologymanager"
 )
-
-// HugePageResource is a page size's resource name (hugepages-2Mi).
-func HugePageResource(pageBytes int64) v1.ResourceName {
-	return v1.ResourceName(v1.ResourceHugePagesPrefix + resource.NewQuantity(pageBytes, resource.BinarySI).String())
-}
 
 func isMemoryResource(name v1.ResourceName) bool {
 	return name == v1.ResourceMemory || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix)
@@ -32,7 +26,7 @@ func defaultMachine(topo *numa.Topology, reserved map[int]map[v1.ResourceName]ui
 		ns := &state.NUMANodeState{MemoryMap: map[v1.ResourceName]*state.MemoryTable{}, Cells: []int{n.ID}}
 		var huge uint64
 		for size, count := range n.HugePages {
-			name := HugePageResource(size)
+			name := numa.HugePageResource(size)
 			total := uint64(size) * uint64(count)
 			ns.MemoryMap[name] = table(total, reserved[n.ID][name])
 			huge += total

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/cpuset"
 )
 
@@ -265,4 +267,9 @@ func hugePages(dir string) (map[int64]int64, error) {
 		out[n<<10] = int64(count)
 	}
 	return out, nil
+}
+
+// HugePageResource is a page size's resource name (hugepages-2Mi).
+func HugePageResource(pageBytes int64) v1.ResourceName {
+	return v1.ResourceName(v1.ResourceHugePagesPrefix + resource.NewQuantity(pageBytes, resource.BinarySI).String())
 }

@@ -76,6 +76,18 @@ type podVolumes interface {
 	WaitForUnmount(ctx context.Context, pod *v1.Pod) error
 }
 
+// podClaims prepares the resource claims of pods (the DRA manager).
+type podClaims interface {
+	Prepare(ctx context.Context, pod *v1.Pod, sandboxReady bool) error
+	Unprepare(ctx context.Context, pod *v1.Pod) error
+}
+
+// noClaims prepares nothing: a node without DRA.
+type noClaims struct{}
+
+func (noClaims) Prepare(context.Context, *v1.Pod, bool) error { return nil }
+func (noClaims) Unprepare(context.Context, *v1.Pod) error     { return nil }
+
 // podObjects watches the API objects pods refer to.
 type podObjects interface {
 	RegisterPod(pod *v1.Pod)
@@ -115,6 +127,9 @@ type SyncerOptions struct {
 	Resources resizeState
 	// Features is what the runtime supports; nil supports nothing.
 	Features func() kuberuntime.Features
+	// Claims prepares pods' resource claims before their sandbox and
+	// unprepares them once their containers stopped; nil for none.
+	Claims podClaims
 }
 
 // resizeState is what the status reports of resources and resizes
@@ -151,6 +166,7 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	o.Mirrors = orNone[MirrorPods](o.Mirrors, apiclient.None{})
 	o.Probes = orNone[probes](o.Probes, noProbes{})
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
+	o.Claims = orNone[podClaims](o.Claims, noClaims{})
 	if o.Features == nil {
 		o.Features = func() kuberuntime.Features { return kuberuntime.Features{} }
 	}
@@ -181,6 +197,7 @@ type PodSyncer struct {
 	// resources is nil when nodelet keeps no allocations.
 	resources resizeState
 	features  func() kuberuntime.Features
+	claims    podClaims
 }
 
 var _ podworkers.Syncer = (*PodSyncer)(nil)
@@ -191,7 +208,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 	return &PodSyncer{
 		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
 		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
-		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features,
+		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features, claims: o.Claims,
 	}
 }
 
@@ -285,6 +302,10 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		return false, err
 	}
 	s.probes.AddPod(pod)
+	if err := s.claims.Prepare(ctx, pod, sandboxReady(rs)); err != nil {
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
+		return false, fmt.Errorf("failed to prepare dynamic resources: %w", err)
+	}
 
 	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod))
 	s.reasons.update(pod.UID, result)
@@ -304,6 +325,11 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		}
 	}
 	return false, nil
+}
+
+// sandboxReady: the pod's newest sandbox runs.
+func sandboxReady(rs *container.PodStatus) bool {
+	return rs != nil && len(rs.SandboxStatuses) > 0 && rs.SandboxStatuses[0].Ready
 }
 
 func hasCondition(s v1.PodStatus, t v1.PodConditionType) bool {
@@ -442,6 +468,12 @@ func (s *PodSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, rs *con
 			ids[i] = c.ID.String()
 		}
 		return fmt.Errorf("detected running containers after a successful KillPod, CRI violation: %v", ids)
+	}
+	// Claims are unprepared once nothing runs, before the final status:
+	// the claim's allocation is released when the API sees the pod end.
+	if err := s.claims.Unprepare(ctx, pod); err != nil {
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedUnprepareDynamicResources", "Failed to unprepare dynamic resources: %v", err)
+		return fmt.Errorf("failed to unprepare dynamic resources: %w", err)
 	}
 	status = s.apiStatus(pod, final, true)
 	if statusFn != nil {

@@ -28,7 +28,7 @@ func (p *Provider) nodeStats(onlyCPUAndMemory bool) (*statsapi.NodeStats, error)
 	if err != nil {
 		return nil, err
 	}
-	mem, err := p.memory(now)
+	mem, swap, err := p.memory(now)
 	if err != nil {
 		return nil, err
 	}
@@ -38,6 +38,7 @@ func (p *Provider) nodeStats(onlyCPUAndMemory bool) (*statsapi.NodeStats, error)
 		CPU: &statsapi.CPUStats{Time: metav1.NewTime(now), UsageCoreNanoSeconds: &usage,
 			UsageNanoCores: p.nanoCores("node", now, usage)},
 		Memory: mem,
+		Swap:   swap,
 	}
 	if onlyCPUAndMemory {
 		return n, nil
@@ -65,11 +66,11 @@ func (p *Provider) procStat() (usage uint64, boot time.Time, err error) {
 // memory reports the node's memory as the kubelet does: the working set
 // is what is in use minus the page cache the kernel could reclaim
 // first (inactive file pages), and available is what is left of the
-// total after it.
-func (p *Provider) memory(now time.Time) (*statsapi.MemoryStats, error) {
+// total after it. Swap is what the swap areas hold and have left.
+func (p *Provider) memory(now time.Time) (*statsapi.MemoryStats, *statsapi.SwapStats, error) {
 	info, err := p.proc.Meminfo()
 	if err != nil {
-		return nil, fmt.Errorf("node memory: %w", err)
+		return nil, nil, fmt.Errorf("node memory: %w", err)
 	}
 	total, free := deref(info.MemTotalBytes), deref(info.MemFreeBytes)
 	usage := total - free
@@ -83,7 +84,9 @@ func (p *Provider) memory(now time.Time) (*statsapi.MemoryStats, error) {
 	if faults, major, err := p.pageFaults(); err == nil {
 		m.PageFaults, m.MajorPageFaults = &faults, &major
 	}
-	return m, nil
+	swapFree := deref(info.SwapFreeBytes)
+	swapUsed := deref(info.SwapTotalBytes) - min(swapFree, deref(info.SwapTotalBytes))
+	return m, &statsapi.SwapStats{Time: metav1.NewTime(now), SwapAvailableBytes: &swapFree, SwapUsageBytes: &swapUsed}, nil
 }
 
 func deref(v *uint64) uint64 {

@@ -171,6 +171,17 @@ func memoryStats(s *runtimeapi.MemoryUsage) *statsapi.MemoryStats {
 	}
 }
 
+func swapStats(s *runtimeapi.SwapUsage) *statsapi.SwapStats {
+	if s == nil {
+		return nil
+	}
+	return &statsapi.SwapStats{
+		Time:               metav1.NewTime(time.Unix(0, s.Timestamp)),
+		SwapAvailableBytes: value(s.SwapAvailableBytes),
+		SwapUsageBytes:     value(s.SwapUsageBytes),
+	}
+}
+
 func value(v *runtimeapi.UInt64Value) *uint64 {
 	if v == nil {
 		return nil
@@ -233,7 +244,7 @@ func (p *Provider) podStats(ctx context.Context, imageFs *statsapi.FsStats, only
 			name := cs.GetAttributes().GetMetadata().GetName()
 			c := statsapi.ContainerStats{
 				Name: name, StartTime: metav1.NewTime(time.Unix(0, at)),
-				CPU: p.cpuStats(id, cs.GetCpu()), Memory: memoryStats(cs.GetMemory()),
+				CPU: p.cpuStats(id, cs.GetCpu()), Memory: memoryStats(cs.GetMemory()), Swap: swapStats(cs.GetSwap()),
 			}
 			if !onlyCPUAndMemory {
 				c.Rootfs = rootfs(imageFs, cs.GetWritableLayer())

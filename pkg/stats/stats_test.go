@@ -104,6 +104,9 @@ func TestSummaryNode(t *testing.T) {
 	if ws, avail := u(n.Memory.WorkingSetBytes), u(n.Memory.AvailableBytes); ws != 500000*1024 || avail != 500000*1024 {
 		t.Errorf("node working set %d, available %d", ws, avail)
 	}
+	if n.Swap == nil || u(n.Swap.SwapAvailableBytes) != 1500000*1024 || u(n.Swap.SwapUsageBytes) != 500000*1024 {
+		t.Errorf("node swap %+v", n.Swap)
+	}
 	if u(n.Memory.UsageBytes) != 600000*1024 || u(n.Memory.MajorPageFaults) != 7 {
 		t.Errorf("node memory %+v", n.Memory)
 	}

@@ -308,6 +308,14 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 			if err := mountTmpfs(dir, vol.EmptyDir.SizeLimit); err != nil {
 				return "", err
 			}
+		} else if strings.HasPrefix(string(vol.EmptyDir.Medium), string(v1.StorageMediumHugePages)) {
+			size, err := hugePageSize(vol.EmptyDir.Medium, pod)
+			if err != nil {
+				return "", err
+			}
+			if err := mountHugetlbfs(dir, size); err != nil {
+				return "", err
+			}
 		} else if err := os.MkdirAll(dir, 0o777); err != nil {
 			return "", err
 		}

@@ -10,10 +10,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"github.com/nodelet/nodelet/internal/testutil"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -290,5 +292,27 @@ func TestApplyFSGroup(t *testing.T) {
 	}
 	if gidOf(file) != 3000 {
 		t.Error("OnRootMismatch did not walk a volume whose root was wrong")
+	}
+}
+
+// TestHugePagesEmptyDir: an emptyDir of medium HugePages is a hugetlbfs
+// of the page size the pod asks for, torn down with the pod.
+func TestHugePagesEmptyDir(t *testing.T) {
+	f := newFixture(t)
+	pod := testPod(v1.Volume{Name: "huge", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumHugePages}}})
+	pod.Spec.Containers[0].Resources = v1.ResourceRequirements{
+		Requests: v1.ResourceList{"hugepages-2Mi": resource.MustParse("4Mi"), v1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   v1.ResourceList{"hugepages-2Mi": resource.MustParse("4Mi"), v1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	testutil.Must(t, f.m.WaitForAttachAndMount(context.Background(), pod))
+	dir, _ := f.m.HostPath(pod.UID, "huge")
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(dir))
+	testutil.Must(t, err)
+	if len(mounts) != 1 || mounts[0].FSType != "hugetlbfs" || !strings.Contains(mounts[0].VFSOptions, "pagesize=2M") {
+		t.Fatalf("mounts at %s: %+v", dir, mounts)
+	}
+	testutil.Must(t, f.m.WaitForUnmount(context.Background(), pod))
+	if mounted, _ := mountinfo.Mounted(dir); mounted {
+		t.Fatal("the hugetlbfs is still mounted")
 	}
 }

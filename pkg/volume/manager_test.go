@@ -220,3 +220,35 @@ func TestVolumeStepsForTheTimeline(t *testing.T) {
 		t.Fatalf("steps %q\nwant  %q", got, want)
 	}
 }
+
+// TestHugePageSize: the page size of a HugePages emptyDir is the one the
+// pod asks huge pages of, or the one the medium names.
+func TestHugePageSize(t *testing.T) {
+	pod := func(sizes ...string) *v1.Pod {
+		p := &v1.Pod{}
+		for _, s := range sizes {
+			r := v1.ResourceList{v1.ResourceName("hugepages-" + s): resource.MustParse("2Gi")}
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Resources: v1.ResourceRequirements{Requests: r, Limits: r}})
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		medium v1.StorageMedium
+		pod    *v1.Pod
+		want   string
+	}{
+		{v1.StorageMediumHugePages, pod("2Mi"), "2Mi"},
+		{v1.StorageMediumHugePages, pod("2Mi", "1Gi"), "error: medium: HugePages can't be used if container requests multiple huge page sizes"},
+		{"HugePages-1Gi", pod("2Mi", "1Gi"), "1Gi"},
+		{"HugePages-1Gi", pod("2Mi"), "error: medium HugePages-1Gi: hugePages storage requested, but there is no resource request for huge pages"},
+		{v1.StorageMediumHugePages, pod(), "error: medium HugePages: hugePages storage requested, but there is no resource request for huge pages"},
+	} {
+		got, err := hugePageSize(tc.medium, tc.pod)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.medium, got, tc.want)
+		}
+	}
+}

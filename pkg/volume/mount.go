@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -30,6 +32,64 @@ func mountTmpfs(dir string, size *resource.Quantity) error {
 		return fmt.Errorf("mounting a tmpfs on %s: %w", dir, err)
 	}
 	return nil
+}
+
+// mountHugetlbfs mounts a hugetlbfs of the page size on dir (an emptyDir
+// of medium HugePages), unless one is there already.
+func mountHugetlbfs(dir, pageSize string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if mounted, err := mountinfo.Mounted(dir); err != nil || mounted {
+		return err
+	}
+	if err := syscall.Mount("nodev", dir, "hugetlbfs", syscall.MS_NOSUID|syscall.MS_NODEV, "pagesize="+pageSize); err != nil {
+		return fmt.Errorf("mounting a hugetlbfs of %s pages on %s: %w", pageSize, dir, err)
+	}
+	return nil
+}
+
+// hugePageSize is the page size of an emptyDir of medium HugePages (the
+// one size the pod asks huge pages of) or HugePages-<size> (which the pod
+// must ask for), as upstream decides it.
+func hugePageSize(medium v1.StorageMedium, pod *v1.Pod) (string, error) {
+	want, named := strings.CutPrefix(string(medium), string(v1.StorageMediumHugePagesPrefix))
+	var lists []v1.ResourceList
+	if pod.Spec.Resources != nil {
+		lists = append(lists, pod.Spec.Resources.Requests)
+	}
+	for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			lists = append(lists, cs[i].Resources.Requests)
+		}
+	}
+	var found *resource.Quantity
+	for _, l := range lists {
+		for name := range l {
+			size, ok := strings.CutPrefix(string(name), v1.ResourceHugePagesPrefix)
+			if !ok {
+				continue
+			}
+			q, err := resource.ParseQuantity(size)
+			if err != nil {
+				return "", fmt.Errorf("huge page resource %s: %w", name, err)
+			}
+			if named {
+				if w, err := resource.ParseQuantity(want); err == nil && w.Cmp(q) == 0 {
+					found = &q
+				}
+				continue
+			}
+			if found != nil && found.Cmp(q) != 0 {
+				return "", fmt.Errorf("medium: %s can't be used if container requests multiple huge page sizes", medium)
+			}
+			found = &q
+		}
+	}
+	if found == nil {
+		return "", fmt.Errorf("medium %s: hugePages storage requested, but there is no resource request for huge pages", medium)
+	}
+	return found.String(), nil
 }
 
 // unmountUnder unmounts every mount point at or below dir, deepest first.
