@@ -53,6 +53,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/devicemanager/checkpoint"
+	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 )
 
 // endpointStopGracePeriod is how long a stopped plugin's resource is
@@ -458,5 +459,40 @@ func (m *Manager) RetainActive(active []*v1.Pod) {
 		if err := m.saveLocked(); err != nil {
 			klog.ErrorS(err, "Failed to write the device manager checkpoint")
 		}
+	}
+}
+
+// Register implements pluginwatcher.Handler: device plugins may
+// register through the plugin watcher (type DevicePlugin) too, naming
+// their resource and their socket.
+func (m *Manager) Register(ctx context.Context, p pluginwatcher.Plugin) error {
+	if !slices.ContainsFunc(p.Versions, func(v string) bool { return slices.Contains(pluginapi.SupportedVersions[:], v) }) {
+		return fmt.Errorf("requested API versions %q are not supported by kubelet. Supported version is %q", p.Versions, pluginapi.SupportedVersions)
+	}
+	if !isExtendedResourceName(p.Name) {
+		return fmt.Errorf("invalid name of device plugin socket: the ResourceName %q is invalid", p.Name)
+	}
+	e, err := connect(ctx, p.Name, p.Endpoint)
+	if err != nil {
+		return err
+	}
+	// The plugin's stream lives until it goes or Run ends, not with the
+	// registration call.
+	m.connected(context.Background(), e)
+	return nil
+}
+
+// Deregister implements pluginwatcher.Handler: the plugin's
+// registration socket went, so it stopped.
+func (m *Manager) Deregister(_ context.Context, p pluginwatcher.Plugin) {
+	m.mu.Lock()
+	r := m.resources[p.Name]
+	gen := 0
+	if r != nil && r.endpoint != nil && r.endpoint.socket == p.Endpoint {
+		gen = r.generation
+	}
+	m.mu.Unlock()
+	if gen != 0 {
+		m.stopped(p.Name, gen)
 	}
 }

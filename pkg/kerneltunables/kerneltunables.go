@@ -84,3 +84,24 @@ func SwapOn(swaps string) (bool, []string, error) {
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	return len(lines) > 1, lines[1:], nil
 }
+
+// SwapBytes is the size of the swap areas /proc/swaps (or swaps) lists.
+func SwapBytes(swaps string) (int64, error) {
+	_, areas, err := SwapOn(swaps)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, a := range areas {
+		f := strings.Fields(a)
+		if len(f) < 3 {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("swap area %q: %w", a, err)
+		}
+		total += kb << 10
+	}
+	return total, nil
+}

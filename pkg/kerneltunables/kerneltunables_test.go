@@ -86,6 +86,9 @@ func TestSwapOn(t *testing.T) {
 		if on, _, err := SwapOn(path); err != nil || on != want {
 			t.Errorf("%q: %v %v, want %v", content, on, err, want)
 		}
+		if b, err := SwapBytes(path); err != nil || (want && b != 1048572<<10) || (!want && b != 0) {
+			t.Errorf("%q: swap bytes %d %v", content, b, err)
+		}
 	}
 	if on, _, err := SwapOn(filepath.Join(dir, "none")); on || err != nil {
 		t.Errorf("no /proc/swaps: %v %v", on, err)

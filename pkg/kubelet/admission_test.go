@@ -207,10 +207,12 @@ func TestTaintAdmission(t *testing.T) {
 // A pod setting a field nodelet cannot honour is refused naming it.
 func TestUnsupportedFieldAdmission(t *testing.T) {
 	a := admission{node: func() *v1.Node { return admissionNode(110) }}
-	p := mk("claims", func(p *v1.Pod) { p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu"}} })
+	p := mk("nfs", func(p *v1.Pod) {
+		p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}}}
+	})
 	r := a.admit(nil, p)
-	if r == nil || r.Reason != "UnsupportedPodField" || !strings.Contains(r.Message, "spec.resourceClaims") {
-		t.Fatalf("rejection %+v, want UnsupportedPodField naming spec.resourceClaims", r)
+	if r == nil || r.Reason != "UnsupportedPodField" || !strings.Contains(r.Message, "spec.volumes[].nfs") {
+		t.Fatalf("rejection %+v, want UnsupportedPodField naming spec.volumes[].nfs", r)
 	}
 	if r := a.admit(nil, mk("plain")); r != nil {
 		t.Errorf("a plain pod: %+v", r)

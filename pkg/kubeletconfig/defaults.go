@@ -134,8 +134,29 @@ func SetDefaults(c *kubeletv1beta1.KubeletConfiguration) {
 	if c.Authorization.Webhook.CacheUnauthorizedTTL.Duration == 0 {
 		c.Authorization.Webhook.CacheUnauthorizedTTL.Duration = 30 * time.Second
 	}
+	setResourceManagerDefaults(c)
 	setServingDefaults(c)
 	logsapi.SetRecommendedLoggingConfiguration(&c.Logging)
+}
+
+// setResourceManagerDefaults fills in the CPU, memory and topology
+// managers' defaults, as upstream's.
+func setResourceManagerDefaults(c *kubeletv1beta1.KubeletConfiguration) {
+	if c.CPUManagerPolicy == "" {
+		c.CPUManagerPolicy = "none"
+	}
+	if c.CPUManagerReconcilePeriod.Duration == 0 {
+		c.CPUManagerReconcilePeriod.Duration = 10 * time.Second
+	}
+	if c.MemoryManagerPolicy == "" {
+		c.MemoryManagerPolicy = "None"
+	}
+	if c.TopologyManagerPolicy == "" {
+		c.TopologyManagerPolicy = "none"
+	}
+	if c.TopologyManagerScope == "" {
+		c.TopologyManagerScope = "container"
+	}
 }
 
 // setServingDefaults fills in upstream's defaults for serving,

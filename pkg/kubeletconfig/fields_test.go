@@ -58,9 +58,17 @@ func TestEachFieldClass(t *testing.T) {
 		body    string
 		wantErr string
 	}{
-		{"cpuManagerPolicy: static\n", "cpuManagerPolicy: CPU pinning is not implemented (remove it or set it to \"none\")"},
+		{"cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerPolicyOptions: {full-pcpus-only: \"true\"}\n", ""},
 		{"cpuManagerPolicy: none\n", ""},
-		{"memoryManagerPolicy: Static\n", "memoryManagerPolicy: NUMA memory pinning is not implemented"},
+		{"cpuManagerPolicy: dynamic\n", `cpuManagerPolicy "dynamic" is not one of none, static`},
+		{"cpuManagerPolicyOptions: {full-pcpus-only: \"true\"}\n", "cpuManagerPolicyOptions need cpuManagerPolicy static"},
+		{"reservedSystemCPUs: \"0-\"\n", `reservedSystemCPUs "0-" is not a CPU list`},
+		{"memoryManagerPolicy: Static\nreservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n", ""},
+		{"reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n", "reservedMemory needs memoryManagerPolicy Static"},
+		{"topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n", ""},
+		{"topologyManagerPolicy: strict\n", `topologyManagerPolicy "strict" is not one of`},
+		{"memorySwap: {swapBehavior: LimitedSwap}\n", ""},
+		{"memorySwap: {swapBehavior: Unlimited}\n", `memorySwap.swapBehavior "Unlimited" is not one of NoSwap, LimitedSwap`},
 		{"shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n", ""},
 		{"shutdownGracePeriod: 0s\n", ""},
 		{"shutdownGracePeriod: 500ms\n", "shutdownGracePeriod (500ms) must be zero or at least 1s"},

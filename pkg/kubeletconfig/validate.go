@@ -87,6 +87,7 @@ func Validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	errs = append(errs, validateFeatureGates(c.FeatureGates)...)
 	errs = append(errs, validateEvictionSoft(c)...)
 	errs = append(errs, validateShutdown(c)...)
+	errs = append(errs, validateResourceManagers(c)...)
 	if c.PodsPerCore < 0 {
 		errs = append(errs, fmt.Errorf("podsPerCore (%d) must not be negative", c.PodsPerCore))
 	}

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodelet/nodelet/pkg/eviction"
 	cliflag "k8s.io/component-base/cli/flag"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/cpuset"
 )
 
 // validateServing checks the TLS settings (names as the upstream kubelet
@@ -93,6 +96,39 @@ func validateShutdown(c *kubeletv1beta1.KubeletConfiguration) []error {
 		if g.ShutdownGracePeriodSeconds < 0 {
 			errs = append(errs, fmt.Errorf("shutdownGracePeriodByPodPriority[%d].shutdownGracePeriodSeconds (%d) must not be negative", i, g.ShutdownGracePeriodSeconds))
 		}
+	}
+	return errs
+}
+
+// validateResourceManagers checks the CPU, memory and topology managers'
+// settings and swap: the names they take, and a CPU list that parses.
+func validateResourceManagers(c *kubeletv1beta1.KubeletConfiguration) []error {
+	var errs []error
+	oneOf := func(field, value string, allowed ...string) {
+		if !slices.Contains(allowed, value) {
+			errs = append(errs, fmt.Errorf("%s %q is not one of %s", field, value, strings.Join(allowed, ", ")))
+		}
+	}
+	oneOf("cpuManagerPolicy", c.CPUManagerPolicy, "none", "static")
+	oneOf("memoryManagerPolicy", c.MemoryManagerPolicy, "None", "Static")
+	oneOf("topologyManagerPolicy", c.TopologyManagerPolicy, "none", "best-effort", "restricted", "single-numa-node")
+	oneOf("topologyManagerScope", c.TopologyManagerScope, "container", "pod")
+	if b := c.MemorySwap.SwapBehavior; b != "" {
+		oneOf("memorySwap.swapBehavior", b, "NoSwap", "LimitedSwap")
+	}
+	if c.CPUManagerReconcilePeriod.Duration < 0 {
+		errs = append(errs, fmt.Errorf("cpuManagerReconcilePeriod (%v) must not be negative", c.CPUManagerReconcilePeriod.Duration))
+	}
+	if c.ReservedSystemCPUs != "" {
+		if _, err := cpuset.Parse(c.ReservedSystemCPUs); err != nil {
+			errs = append(errs, fmt.Errorf("reservedSystemCPUs %q is not a CPU list such as 0-1,4: %v", c.ReservedSystemCPUs, err))
+		}
+	}
+	if len(c.ReservedMemory) > 0 && c.MemoryManagerPolicy != "Static" {
+		errs = append(errs, errors.New("reservedMemory needs memoryManagerPolicy Static"))
+	}
+	if len(c.CPUManagerPolicyOptions) > 0 && c.CPUManagerPolicy != "static" {
+		errs = append(errs, errors.New("cpuManagerPolicyOptions need cpuManagerPolicy static"))
 	}
 	return errs
 }

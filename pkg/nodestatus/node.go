@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/nodelet/nodelet/pkg/eviction"
+	"github.com/nodelet/nodelet/pkg/numa"
 	"github.com/prometheus/procfs"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -78,6 +79,9 @@ type Machine struct {
 	OSImage          string
 	MachineID        string
 	BootID           string
+	// HugePages maps a page size in bytes to the machine's pages of it
+	// (pre-allocated, so not regular memory).
+	HugePages map[int64]int64
 }
 
 // Measure reads the machine's resources and identity.
@@ -135,28 +139,44 @@ func osImage() string {
 	return goruntime.GOOS
 }
 
-// Capacity is the machine's resources as the node offers them.
+// Capacity is the machine's resources as the node offers them, each huge
+// page size as hugepages-<size> (its bytes).
 func Capacity(m Machine, maxPods int) v1.ResourceList {
-	return v1.ResourceList{
+	out := v1.ResourceList{
 		v1.ResourceCPU:              *resource.NewQuantity(int64(m.CPUs), resource.DecimalSI),
 		v1.ResourceMemory:           *resource.NewQuantity(m.MemoryBytes, resource.BinarySI),
 		v1.ResourceEphemeralStorage: *resource.NewQuantity(m.EphemeralStorage, resource.BinarySI),
 		v1.ResourcePods:             *resource.NewQuantity(int64(maxPods), resource.DecimalSI),
 	}
+	for size, count := range m.HugePages {
+		out[numa.HugePageResource(size)] = *resource.NewQuantity(size*count, resource.BinarySI)
+	}
+	return out
 }
 
-// Allocatable is capacity minus what is reserved, never below zero.
+// Allocatable is capacity minus what is reserved, never below zero;
+// memory also less the huge pages, which are not regular memory (as
+// upstream).
 func Allocatable(capacity, reserved v1.ResourceList) v1.ResourceList {
 	out := v1.ResourceList{}
 	for name, q := range capacity {
 		a := q.DeepCopy()
 		if r, ok := reserved[name]; ok {
 			a.Sub(r)
-			if a.Sign() < 0 {
-				a = *resource.NewQuantity(0, q.Format)
-			}
 		}
 		out[name] = a
+	}
+	for name, q := range capacity {
+		if strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
+			m := out[v1.ResourceMemory]
+			m.Sub(q)
+			out[v1.ResourceMemory] = m
+		}
+	}
+	for name, q := range out {
+		if q.Sign() < 0 {
+			out[name] = *resource.NewQuantity(0, q.Format)
+		}
 	}
 	return out
 }

@@ -62,3 +62,18 @@ func TestNodeAndAllocatable(t *testing.T) {
 		t.Errorf("over-reserved cpu %s", cpu.String())
 	}
 }
+
+// TestHugePagesCapacity: each page size is a resource of its bytes, and
+// memory allocatable leaves the huge pages out, as upstream.
+func TestHugePagesCapacity(t *testing.T) {
+	m := Machine{CPUs: 2, MemoryBytes: 8 << 30, HugePages: map[int64]int64{2 << 20: 512, 1 << 30: 1}}
+	n := Node(Config{NodeName: "n", MaxPods: 10, Reserved: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}, m)
+	for name, want := range map[v1.ResourceName]string{"hugepages-2Mi": "1Gi", "hugepages-1Gi": "1Gi"} {
+		if q := n.Status.Capacity[name]; q.String() != want {
+			t.Errorf("capacity %s = %s, want %s", name, q.String(), want)
+		}
+	}
+	if q := n.Status.Allocatable[v1.ResourceMemory]; q.String() != "5Gi" {
+		t.Errorf("memory allocatable %s, want 8Gi less 1Gi reserved and 2Gi of huge pages", q.String())
+	}
+}

@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -74,6 +75,11 @@ type ReporterOptions struct {
 	// ExternalCloudProvider (--cloud-provider=external): once a cloud
 	// controller has set the Node's addresses, they are its, and stay.
 	ExternalCloudProvider bool
+	// DeviceResources are the device plugins' resources now (capacity,
+	// allocatable), and AdmissionDeviceResources allocatable as admission
+	// counts it; nil for none.
+	DeviceResources          func() (capacity, allocatable v1.ResourceList)
+	AdmissionDeviceResources func() v1.ResourceList
 }
 
 // Reporter registers the node with the API server and keeps it current:
@@ -136,6 +142,10 @@ func (r *Reporter) AdmissionNode() *v1.Node {
 	// the two maps are replaced, never changed in place.
 	n := *api
 	n.Status.Capacity, n.Status.Allocatable = r.o.Node.Status.Capacity, r.o.Node.Status.Allocatable
+	if r.o.AdmissionDeviceResources != nil {
+		n.Status.Allocatable = maps.Clone(n.Status.Allocatable)
+		maps.Copy(n.Status.Allocatable, r.o.AdmissionDeviceResources())
+	}
 	return &n
 }
 
@@ -270,6 +280,11 @@ func (r *Reporter) desiredStatus(old []v1.NodeCondition, now time.Time) v1.NodeS
 	if r.o.VolumesInUse != nil {
 		s.VolumesInUse = r.o.VolumesInUse()
 		slices.Sort(s.VolumesInUse)
+	}
+	if r.o.DeviceResources != nil {
+		capacity, allocatable := r.o.DeviceResources()
+		maps.Copy(s.Capacity, capacity)
+		maps.Copy(s.Allocatable, allocatable)
 	}
 	return s
 }

@@ -76,15 +76,11 @@ func TestUnsupported(t *testing.T) {
 		t.Fatalf("a plain pod refused for %s: %s", path, why)
 	}
 	for want, mutate := range map[string]func(p *v1.Pod){
-		"spec.resourceClaims[]": func(p *v1.Pod) { p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu"}} },
 		"spec.volumes[].nfs": func(p *v1.Pod) {
 			p.Spec.Volumes[0].VolumeSource = v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}
 		},
 		"spec.initContainers[].volumeDevices[]": func(p *v1.Pod) {
 			p.Spec.InitContainers = []v1.Container{{Name: "i", VolumeDevices: []v1.VolumeDevice{{Name: "d", DevicePath: "/dev/x"}}}}
-		},
-		"spec.containers[].resources.claims[]": func(p *v1.Pod) {
-			p.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
 		},
 		"spec.ephemeralContainers[].lifecycle.stopSignal": func(p *v1.Pod) {
 			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{

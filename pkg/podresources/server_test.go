@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/prototext"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -82,15 +81,23 @@ func TestAPIOverItsSocket(t *testing.T) {
 	client := podresourcesapi.NewPodResourcesListerClient(conn)
 	list, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	testutil.Must(t, err)
-	got := prototext.Format(list)
-	for _, want := range []string{`name: "sidecar"`, `resource_name: "example.com/resource"`, `device_ids: "Dev-1"`, `cpu_ids: 1`,
-		`memory_type: "memory"`, `size: 67108864`, `claim_name: "a-gpu"`, `name: "test-driver.cdi.k8s.io/test=a"`} {
-		if !strings.Contains(got, want) {
-			t.Errorf("List lacks %s:\n%s", want, got)
-		}
+	if len(list.PodResources) != 1 || len(list.PodResources[0].Containers) != 2 {
+		t.Fatalf("List: %v", list)
 	}
-	if strings.Contains(got, `name: "init"`) {
-		t.Errorf("a finished init container listed:\n%s", got)
+	sidecar, app := list.PodResources[0].Containers[0], list.PodResources[0].Containers[1]
+	if sidecar.Name != "sidecar" || app.Name != "app" {
+		t.Fatalf("containers %s, %s: want the sidecar and the app, not the finished init container", sidecar.Name, app.Name)
+	}
+	d := app.Devices
+	if len(d) != 1 || d[0].ResourceName != "example.com/resource" || d[0].DeviceIds[0] != "Dev-1" || d[0].Topology.Nodes[0].ID != 0 {
+		t.Errorf("devices %v", d)
+	}
+	if len(app.CpuIds) != 1 || app.CpuIds[0] != 1 || len(app.Memory) != 1 || app.Memory[0].MemoryType != "memory" || app.Memory[0].Size != 64<<20 {
+		t.Errorf("CPUs %v, memory %v", app.CpuIds, app.Memory)
+	}
+	dr := app.DynamicResources
+	if len(dr) != 1 || dr[0].ClaimName != "a-gpu" || dr[0].ClaimResources[0].CdiDevices[0].Name != "test-driver.cdi.k8s.io/test=a" || dr[0].ClaimResources[0].DeviceName != "device-00" {
+		t.Errorf("dynamic resources %v", dr)
 	}
 	one, err := client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: "a", PodNamespace: "ns"})
 	if err != nil || len(one.PodResources.Containers) != 2 {

@@ -42,12 +42,13 @@ type coreParts struct {
 	components   []component
 }
 
-func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts) *coreParts {
+func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts, res *resourceParts) *coreParts {
 	syncer := podsync.NewPodSyncer(podsync.SyncerOptions{
 		Runtime: runtime.manager, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
 		Recorder: b.recorder, Clock: b.clock, CanRun: podsync.SoftAdmissionChecks(), Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
 		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
+		Claims: res.claims,
 	})
 	workers := podworkers.New(podworkers.Options{
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
@@ -59,8 +60,11 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
 		AllowedUnsafeSysctls: b.cfg.AllowedUnsafeSysctls, DeadContainersKept: b.opts.DeadContainersKept,
-		Pressure: node.pressure.Pressure, Cgroups: node.cgroups, Admit: []kubelet.AdmitFunc{b.shutdown.Admit, kubelet.RuntimeFeatureCheck(runtime.manager.Features)},
-		Allocations: b.allocations, Decisions: b.journal,
+		Pressure: node.pressure.Pressure, Cgroups: node.cgroups,
+		// The resource managers allocate after the other checks that run
+		// first here, and before the node's capacity is checked, as upstream.
+		Admit:       []kubelet.AdmitFunc{b.shutdown.Admit, kubelet.RuntimeFeatureCheck(runtime.manager.Features), res.admit},
+		Allocations: b.allocations, Decisions: b.journal, ResizeChecks: res.resizeChecks, Release: res.release,
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
 		Sources: ready, Updates: podConfig.Updates(), Health: health,

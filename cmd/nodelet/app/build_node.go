@@ -3,8 +3,10 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,12 +15,16 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/cpuset"
+
+	"github.com/opencontainers/cgroups"
 
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/nodelet/nodelet/pkg/kerneltunables"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
+	"github.com/nodelet/nodelet/pkg/numa"
 	"github.com/nodelet/nodelet/pkg/stats"
 )
 
@@ -38,7 +44,16 @@ type nodeCgroups interface {
 type nodeParts struct {
 	node    *v1.Node
 	cgroups nodeCgroups
-	stats   *stats.Provider
+	// topology is the machine's CPUs, NUMA nodes and huge pages.
+	topology *numa.Topology
+	// reserved is what allocatable keeps back (systemReserved,
+	// kubeReserved, hard eviction thresholds), and reservedCPUs
+	// reservedSystemCPUs.
+	reserved     v1.ResourceList
+	reservedCPUs cpuset.CPUSet
+	// limits are containers' huge page and swap limits.
+	limits cm.ContainerLimits
+	stats  *stats.Provider
 	// pressure holds the node's pressure conditions, which the eviction
 	// manager keeps.
 	pressure   *eviction.Conditions
@@ -68,10 +83,11 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 	if err != nil {
 		return nil, err
 	}
-	node, cgroups, err := setUpNode(b.opts, b.nodeName, b.hostIPs, driver)
+	machine, err := setUpNode(b.opts, b.nodeName, b.hostIPs, driver)
 	if err != nil {
 		return nil, err
 	}
+	node := machine.node
 	node.Status.NodeInfo.ContainerRuntimeVersion = rt.version.RuntimeName + "://" + rt.version.RuntimeVersion
 	node.Status.NodeInfo.KubeletVersion = Version
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.cfg.Port
@@ -99,7 +115,8 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 		return nil, err
 	}
 	pressure := eviction.NewConditions(b.cfg.EvictionPressureTransitionPeriod.Duration, b.clock)
-	return &nodeParts{node: node, cgroups: cgroups, stats: statsProvider, pressure: pressure}, nil
+	machine.stats, machine.pressure = statsProvider, pressure
+	return machine, nil
 }
 
 // evictionHard is the configured hard eviction thresholds, upstream's
@@ -112,15 +129,20 @@ func evictionHard(c *kubeletv1beta1.KubeletConfiguration) map[string]string {
 }
 
 // setUpNode measures the machine, works out what pods may use (capacity
-// minus systemReserved, kubeReserved and hard eviction thresholds) and,
-// with cgroupsPerQOS, sets up the QoS cgroups, limited to capacity minus
-// the reservations.
-func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*v1.Node, nodeCgroups, error) {
+// minus systemReserved, kubeReserved and hard eviction thresholds, and
+// memory less the huge pages) and, with cgroupsPerQOS, sets up the QoS
+// cgroups, limited to capacity minus the reservations.
+func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*nodeParts, error) {
 	c := &o.Config
 	m, err := nodestatus.Measure(o.RootDir)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	topo, err := numa.Discover("/")
+	if err != nil {
+		return nil, fmt.Errorf("reading the machine's layout: %w", err)
+	}
+	m.HugePages = topo.HugePages
 	maxPods := int(c.MaxPods)
 	if c.PodsPerCore > 0 {
 		maxPods = min(maxPods, int(c.PodsPerCore)*m.CPUs)
@@ -128,11 +150,15 @@ func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*v
 	capacity := nodestatus.Capacity(m, maxPods)
 	eviction, err := nodestatus.EvictionReserved(evictionHard(c), capacity)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	reserved, err := nodestatus.ParseReserved(c.SystemReserved, c.KubeReserved)
+	reservedCPUs, systemReserved, kubeReserved, err := reservedSystemCPUs(c, topo)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	reserved, err := nodestatus.ParseReserved(systemReserved, kubeReserved)
+	if err != nil {
+		return nil, err
 	}
 	enforced := nodestatus.Allocatable(capacity, reserved)
 	for name, q := range eviction {
@@ -144,8 +170,48 @@ func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*v
 		NodeName: nodeName, RootDir: o.RootDir, MaxPods: maxPods, Reserved: reserved,
 		Labels: o.NodeLabels, HostIPs: hostIPs,
 	}, m)
-	cgroups, err := setUpCgroups(c, enforced, driver)
-	return node, cgroups, err
+	sizes := slices.Sorted(maps.Keys(topo.HugePages))
+	limits, err := containerLimits(c, sizes, m.MemoryBytes)
+	if err != nil {
+		return nil, err
+	}
+	cgroups, err := setUpCgroups(c, enforced, driver, sizes)
+	return &nodeParts{node: node, cgroups: cgroups, topology: topo, reserved: reserved, reservedCPUs: reservedCPUs, limits: limits}, err
+}
+
+// reservedSystemCPUs parses reservedSystemCPUs, which must be the node's
+// CPUs; when set, it is the system's CPU reservation, as upstream's
+// --reserved-cpus: systemReserved's cpu becomes its size and
+// kubeReserved keeps none.
+func reservedSystemCPUs(c *kubeletv1beta1.KubeletConfiguration, topo *numa.Topology) (cpuset.CPUSet, map[string]string, map[string]string, error) {
+	if c.ReservedSystemCPUs == "" {
+		return cpuset.New(), c.SystemReserved, c.KubeReserved, nil
+	}
+	cpus, err := cpuset.Parse(c.ReservedSystemCPUs)
+	if err != nil {
+		return cpus, nil, nil, fmt.Errorf("reservedSystemCPUs %q: %w", c.ReservedSystemCPUs, err)
+	}
+	if all := topo.CPUs.CPUs(); !cpus.IsSubsetOf(all) {
+		return cpus, nil, nil, fmt.Errorf("reservedSystemCPUs %q: the node's CPUs are %s", c.ReservedSystemCPUs, all)
+	}
+	system, kube := maps.Clone(c.SystemReserved), maps.Clone(c.KubeReserved)
+	if system == nil {
+		system = map[string]string{}
+	}
+	delete(kube, "cpu")
+	system["cpu"] = strconv.Itoa(cpus.Size())
+	klog.InfoS("reservedSystemCPUs overrides the cpu of kubeReserved and systemReserved", "reservedSystemCPUs", cpus, "systemReserved", system, "kubeReserved", kube)
+	return cpus, system, kube, nil
+}
+
+// containerLimits are the huge page and swap limits containers get.
+func containerLimits(c *kubeletv1beta1.KubeletConfiguration, sizes []int64, memory int64) (cm.ContainerLimits, error) {
+	swapTotal, err := kerneltunables.SwapBytes("")
+	if err != nil {
+		return cm.ContainerLimits{}, err
+	}
+	swap, err := cm.DetectSwap("/sys/fs/cgroup", cgroups.IsCgroup2UnifiedMode(), c.MemorySwap.SwapBehavior, memory, swapTotal)
+	return cm.ContainerLimits{HugePageSizes: sizes, Swap: swap}, err
 }
 
 // cgroupDriver is the cgroup driver the runtime reports (CRI
@@ -201,7 +267,7 @@ func checkKernel(c *kubeletv1beta1.KubeletConfiguration) error {
 
 // setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off. A
 // cgroup v1 host is refused first if failCgroupV1 says so.
-func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList, driver string) (nodeCgroups, error) {
+func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList, driver string, hugePageSizes []int64) (nodeCgroups, error) {
 	if err := cm.CheckVersion(*c.FailCgroupV1); err != nil {
 		return nil, err
 	}
@@ -212,7 +278,8 @@ func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceLi
 	if c.PodPidsLimit != nil {
 		pidsLimit = *c.PodPidsLimit
 	}
-	cgroups, err := cm.New(cm.Options{CgroupRoot: c.CgroupRoot, PodPidsLimit: pidsLimit, NoCPUQuota: !*c.CPUCFSQuota, Systemd: driver == "systemd"})
+	cgroups, err := cm.New(cm.Options{CgroupRoot: c.CgroupRoot, PodPidsLimit: pidsLimit, NoCPUQuota: !*c.CPUCFSQuota, Systemd: driver == "systemd",
+		HugePageSizes: hugePageSizes})
 	if err != nil {
 		return nil, fmt.Errorf("cgroups: %w", err)
 	}

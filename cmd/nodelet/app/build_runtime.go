@@ -74,7 +74,7 @@ type runtimeParts struct {
 	components []component
 }
 
-func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients) (*runtimeParts, error) {
+func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients, res *resourceParts) (*runtimeParts, error) {
 	c := b.cfg
 	usernsAllocator, err := userns.New(userns.Options{RootDir: b.opts.RootDir, MaxPods: int(c.MaxPods), IDsPerPod: idsPerPod(c)})
 	if err != nil {
@@ -114,6 +114,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients)
 		Security:       kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.opts.RootDir, "seccomp")},
 		UserNamespaces: usernsAllocator,
 		ImageRecords:   images.NewPullRecords(b.opts.RootDir, b.clock.Now), ImageVerify: verify,
+		ContainerHooks: res.hooks,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.opts.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

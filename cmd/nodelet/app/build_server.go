@@ -18,15 +18,20 @@ import (
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/metrics"
+	"github.com/nodelet/nodelet/pkg/podresources"
 	"github.com/nodelet/nodelet/pkg/server"
 )
 
 // buildServers opens the read-only and kubelet API ports (unless
 // enableServer is false) and the plain /healthz, so a port in use fails
 // start-up before anything runs.
-func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimeParts, core *coreParts, health *health.Node, reporter *reporterParts) ([]component, error) {
+func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimeParts, core *coreParts, health *health.Node, reporter *reporterParts, res *resourceParts) ([]component, error) {
 	c := b.cfg
-	var out []component
+	// The pod-resources API is a local socket, served whatever
+	// enableServer says, as upstream's.
+	podResources := podresources.New(podresources.Options{RootDir: b.opts.RootDir, Pods: core.kubelet,
+		Devices: res.devices, CPUs: res.cpus, Memory: res.memory, Claims: res.claims})
+	out := []component{{"pod-resources API", podResources.Run}}
 	if p := *c.HealthzPort; p > 0 {
 		l, err := server.Listen(net.JoinHostPort(c.HealthzBindAddress, strconv.Itoa(int(p))), server.Healthz(health.Healthz), nil)
 		if err != nil {

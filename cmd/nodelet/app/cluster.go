@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -69,7 +70,10 @@ type clusterClients struct {
 	// status; nil standalone.
 	volumesInUse func() []v1.UniqueVolumeName
 	// csiStats measures CSI volumes for the stats summary; nil standalone.
-	csiStats   stats.CSIVolumeStats
+	csiStats stats.CSIVolumeStats
+	// csiDrivers take the CSI drivers the plugin watcher finds; nil
+	// standalone.
+	csiDrivers *csi.Registry
 	mirrors    podsync.MirrorPods
 	components []component
 }
@@ -91,7 +95,7 @@ func buildClusterClients(b *base) *clusterClients {
 	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.opts.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journaledCSIAPI{api, b.journal},
 		Timeout: b.cfg.RuntimeRequestTimeout.Duration, Clock: b.clock})
 	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journaledClaims{api, b.journal},
-		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api,
+		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api, csiDrivers: drivers,
 		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run}}}
 }
 
@@ -106,9 +110,14 @@ type reporterParts struct {
 	components []component
 }
 
-func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterClients) *reporterParts {
+func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterClients, res *resourceParts) *reporterParts {
 	if b.client == nil {
-		return &reporterParts{node: func() *v1.Node { return node.node }}
+		return &reporterParts{node: func() *v1.Node {
+			n := *node.node
+			n.Status.Allocatable = maps.Clone(n.Status.Allocatable)
+			maps.Copy(n.Status.Allocatable, res.devices.AdmissionAllocatable())
+			return &n
+		}}
 	}
 	c := b.cfg
 	reporter := nodestatus.NewReporter(nodestatus.ReporterOptions{
@@ -123,6 +132,7 @@ func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterCli
 		SkipRegistration:      !*c.RegisterNode,
 		VolumesInUse:          cl.volumesInUse,
 		ExternalCloudProvider: b.opts.ExternalCloudProvider,
+		DeviceResources:       res.devices.Capacity, AdmissionDeviceResources: res.devices.AdmissionAllocatable,
 	})
 	// Admission sees the labels an administrator put on the Node, and the
 	// resources nodelet measured.

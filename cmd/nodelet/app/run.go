@@ -113,14 +113,18 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	runtime, err := buildRuntime(b, rt, node, cl)
+	res, err := buildResources(b, rt, node, cl)
+	if err != nil {
+		return err
+	}
+	runtime, err := buildRuntime(b, rt, node, cl, res)
 	if err != nil {
 		return err
 	}
 	health := buildHealth(b, runtime)
-	reporter := buildReporter(b, node, health, cl)
-	core := buildCore(b, runtime, node, cl, health, reporter)
-	servers, err := buildServers(b, rt, node, runtime, core, health, reporter)
+	reporter := buildReporter(b, node, health, cl, res)
+	core := buildCore(b, runtime, node, cl, health, reporter, res)
+	servers, err := buildServers(b, rt, node, runtime, core, health, reporter, res)
 	if err != nil {
 		return err
 	}
@@ -130,7 +134,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.cfg.StaticPodPath, "cluster", b.client != nil)
-	err = supervise(ctx, concat(node.components, runtime.components, []component{{"health", health.Run}},
+	err = supervise(ctx, concat(node.components, res.components, runtime.components, []component{{"health", health.Run}},
 		cl.components, reporter.components, core.components, servers, shutdown, eviction))
 	klog.InfoS("nodelet stopped; pods keep running", "err", err)
 	return err
