@@ -1,7 +1,9 @@
 //go:build tools
 
 // Package tools pins the upstream binaries hack/cluster builds: the control
-// plane, kubectl, and the kubelet the interoperability tests run.
+// plane, kubectl, the kubelet the interoperability tests run, and the
+// reference peers of the device tests: the sample device plugin and the
+// DRA test driver.
 package tools
 
 import (
@@ -11,4 +13,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/test/e2e/dra/test-driver"
+	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 )
