@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the integration suites on both runtimes at once: every package but
-# the fault suite on the host's containerd (Debian's 1.6), and the
-# standalone, runtime, systemd, fault and security suites on containerd 2.x
-# (hack/containerd/build.sh), which balances the two halves' time. Lines
+# the fault and devices suites on the host's containerd (Debian's 1.6), and
+# the standalone, runtime, systemd, fault, security and devices suites on
+# containerd 2.x (hack/containerd/build.sh; the devices suite needs its
+# CDI), which balances the two halves' time. Lines
 # are prefixed with the runtime; the exit status is the worse of the two.
 # The tests that wait out certificate lifetimes are make test-long's.
 set -uo pipefail
@@ -10,12 +11,12 @@ GO=${GO:-go}
 FLAGS=(-race -count=1 -timeout 30m -tags integration)
 (
 	set -o pipefail
-	$GO test "${FLAGS[@]}" $($GO list -tags integration ./... | grep -v /test/faults) 2>&1 | sed -u 's/^/[containerd 1.6] /'
+	$GO test "${FLAGS[@]}" $($GO list -tags integration ./... | grep -v -e /test/faults -e /test/integration/devices) 2>&1 | sed -u 's/^/[containerd 1.6] /'
 ) &
 one=$!
 (
 	set -o pipefail
-	NODELET_TEST_CONTAINERD=2 $GO test "${FLAGS[@]}" ./test/integration/standalone/ ./test/integration/runtime/ ./test/integration/systemd/ ./test/faults/ ./test/security/ 2>&1 |
+	NODELET_TEST_CONTAINERD=2 $GO test "${FLAGS[@]}" ./test/integration/standalone/ ./test/integration/runtime/ ./test/integration/systemd/ ./test/faults/ ./test/security/ ./test/integration/devices/ 2>&1 |
 		sed -u 's/^/[containerd 2.x] /'
 ) &
 two=$!
@@ -23,5 +24,5 @@ wait $one
 r1=$?
 wait $two
 r2=$?
-echo "integration: containerd 1.6 (all packages but faults) exit $r1, containerd 2.x (standalone, runtime, systemd, faults, security) exit $r2"
+echo "integration: containerd 1.6 (all packages but faults and devices) exit $r1, containerd 2.x (standalone, runtime, systemd, faults, security, devices) exit $r2"
 [ $r1 = 0 ] && [ $r2 = 0 ]

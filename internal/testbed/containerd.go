@@ -53,6 +53,8 @@ type Containerd struct {
 	Subnet         string
 	// Version is the runtime's version as it reports it (1.6.x, 2.4.x).
 	Version string
+	// CDIDir is where containerd 2.x reads CDI specs (1.6 has no CDI).
+	CDIDir string
 
 	cmd     *exec.Cmd
 	logFile *os.File
@@ -135,6 +137,7 @@ func StartContainerdWith(ctx context.Context, index int, opts ContainerdOptions)
 		Address:        filepath.Join(dir, "containerd.sock"),
 		CNIConf:        filepath.Join(dir, "cni"),
 		RegistryConfig: filepath.Join(dir, "certs.d"),
+		CDIDir:         filepath.Join(dir, "cdi"),
 		Network:        "nodelet-test-" + id,
 		Bridge:         fmt.Sprintf("ntest%d-%d", os.Getpid()%100000, index),
 		cniBinDir:      opts.CNIBinDir,
@@ -187,6 +190,7 @@ func (c *Containerd) start(ctx context.Context) error {
 		"@ROOT@": filepath.Join(c.Dir, "root"), "@STATE@": filepath.Join(c.Dir, "state"),
 		"@ADDRESS@": c.Address, "@CNI_CONF_DIR@": c.CNIConf, "@CNI_BIN_DIR@": c.cniBinDir,
 		"@SANDBOX_IMAGE@": PauseImage, "@REGISTRY_CONFIG_DIR@": c.RegistryConfig, "@SYSTEMD_CGROUP@": strconv.FormatBool(c.bed != nil),
+		"@CDI_DIR@": c.CDIDir,
 	})
 	if err != nil {
 		return err
@@ -197,7 +201,7 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{c.CNIConf, c.RegistryConfig} {
+	for _, d := range []string{c.CNIConf, c.RegistryConfig, c.CDIDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}

@@ -194,6 +194,28 @@ func TestReconcileLoop(t *testing.T) {
 	}
 }
 
+// TestRunningAtStartReconciled: after a restart, the containers already
+// running are reconciled too: the shared one gets the pool as it is now,
+// the exclusive one keeps its CPU (as the state file says).
+func TestRunningAtStartReconciled(t *testing.T) {
+	topo := numatest.Machine(numatest.Shape{Sockets: 1, CoresPerSocket: 2, ThreadsPerCore: 1})
+	first, _, root := newStaticManager(t, topo, "0", nil)
+	g := pod("g", "", ctr("c", "1", "64Mi"))
+	testutil.Must(t, first.Allocate(g, &g.Spec.Containers[0], topologymanager.Hint{}))
+
+	u := &updater{updates: map[string]string{}, gone: map[string]bool{}}
+	m, err := New(Options{Policy: PolicyStatic, Topology: topo, Reserved: cpuset.New(0), NumReserved: 1, RootDir: root,
+		ReconcilePeriod: 10 * time.Second, Runtime: u, Clock: testingclock.NewFakeClock(time.Now()),
+		RunningAtStart: []RunningContainer{{ID: "be-id", Pod: "be", Name: "c"}, {ID: "g-id", Pod: "g", Name: "c"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.reconcile(context.Background())
+	if be, gc := u.get("be-id"), u.get("g-id"); be != "0" || gc != "1" {
+		t.Fatalf("after the restart: shared container %q, exclusive %q; want 0 and 1", be, gc)
+	}
+}
+
 // TestFullPhysicalCPUsOnly: whole cores or nothing.
 func TestFullPhysicalCPUsOnly(t *testing.T) {
 	m, _, _ := newStaticManager(t, dualSocketHT(), "0", map[string]string{OptionFullPCPUsOnly: "true"})

@@ -58,6 +58,18 @@ type Options struct {
 	ReconcilePeriod time.Duration
 	Runtime         ContainerUpdater
 	Clock           clock.WithTicker
+	// RunningAtStart are the containers running when nodelet started:
+	// the reconcile loop keeps their cpusets current too (the shared
+	// pool may have changed while nodelet was down, and changes after).
+	RunningAtStart []RunningContainer
+}
+
+// RunningContainer is a running container: its runtime ID, and its pod's
+// UID and its name (the upstream labels).
+type RunningContainer struct {
+	ID   string
+	Pod  types.UID
+	Name string
 }
 
 // Manager is the CPU manager.
@@ -104,6 +116,10 @@ func New(o Options) (*Manager, error) {
 			return nil, fmt.Errorf("CPU manager state %s does not fit this node (drain it and remove the file): %w", m.path, err)
 		}
 		klog.InfoS("Static CPU manager", "reserved", m.static.reserved, "sharedPool", s.defaultSet)
+		// Their cpusets are unknown: the first reconcile sets them all.
+		for _, c := range o.RunningAtStart {
+			m.running[c.ID] = containerRef{pod: string(c.Pod), name: c.Name}
+		}
 	}
 	m.state = s
 	return m, m.state.save(m.path)

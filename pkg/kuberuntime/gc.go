@@ -103,7 +103,7 @@ func (g *ContainerGC) PruneDeadContainers(ctx context.Context, uid types.UID, ke
 	cctx, cancel := g.call(ctx)
 	defer cancel()
 	resp, err := g.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{
-		Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{labelPodUID: string(uid)}},
+		Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{LabelPodUID: string(uid)}},
 	})
 	if err != nil {
 		return err

@@ -17,8 +17,8 @@ import (
 const (
 	labelPodName       = "io.kubernetes.pod.name"
 	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelPodUID        = "io.kubernetes.pod.uid"
-	labelContainerName = "io.kubernetes.container.name"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
 	// labelContainerHash is where the container hash is recorded: an
 	// annotation, as the upstream kubelet records and reads it (so a node
 	// moves between them without restarts), and a label too, so that
@@ -41,7 +41,7 @@ func sandboxLabels(pod *v1.Pod) map[string]string {
 	}
 	l[labelPodName] = pod.Name
 	l[labelPodNamespace] = pod.Namespace
-	l[labelPodUID] = string(pod.UID)
+	l[LabelPodUID] = string(pod.UID)
 	return l
 }
 
@@ -57,8 +57,8 @@ func containerLabels(pod *v1.Pod, c *v1.Container) map[string]string {
 	return map[string]string{
 		labelPodName:       pod.Name,
 		labelPodNamespace:  pod.Namespace,
-		labelPodUID:        string(pod.UID),
-		labelContainerName: c.Name,
+		LabelPodUID:        string(pod.UID),
+		LabelContainerName: c.Name,
 		labelContainerHash: HashContainer(c),
 	}
 }
@@ -96,7 +96,7 @@ type podIdentity struct {
 }
 
 func podIdentityFromLabels(l map[string]string) (podIdentity, bool) {
-	uid, ok := l[labelPodUID]
+	uid, ok := l[LabelPodUID]
 	if !ok || uid == "" {
 		return podIdentity{}, false
 	}

@@ -369,7 +369,7 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespa
 	cctx, cancel := m.call(ctx)
 	defer cancel()
 	now := m.clock.Now()
-	selector := map[string]string{labelPodUID: string(uid)}
+	selector := map[string]string{LabelPodUID: string(uid)}
 	sandboxes, err := m.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{
 		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: selector},
 	})

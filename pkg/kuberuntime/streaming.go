@@ -55,9 +55,9 @@ type LogOptions struct {
 // findContainer returns the container of the pod with the name: the
 // newest instance, or with previous the one before it.
 func (s *Streamer) findContainer(ctx context.Context, namespace, pod, uid, name string, previous bool) (*runtimeapi.Container, error) {
-	labels := map[string]string{labelPodName: pod, labelPodNamespace: namespace, labelContainerName: name}
+	labels := map[string]string{labelPodName: pod, labelPodNamespace: namespace, LabelContainerName: name}
 	if uid != "" {
-		labels[labelPodUID] = uid
+		labels[LabelPodUID] = uid
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -160,7 +160,7 @@ func (s *Streamer) GetAttach(ctx context.Context, namespace, pod, uid, name stri
 func (s *Streamer) GetPortForward(ctx context.Context, namespace, pod, uid string, ports []int32) (*url.URL, error) {
 	labels := map[string]string{labelPodName: pod, labelPodNamespace: namespace}
 	if uid != "" {
-		labels[labelPodUID] = uid
+		labels[LabelPodUID] = uid
 	}
 	cctx, cancel := s.call(ctx)
 	resp, err := s.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{

@@ -49,11 +49,15 @@ func buildResources(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClient
 	if period == 0 {
 		period = cpuManagerReconcilePeriod
 	}
+	running, err := runningContainers(rt)
+	if err != nil {
+		return nil, err
+	}
 	reservedCPU := node.reserved[v1.ResourceCPU]
 	cpus, err := cpumanager.New(cpumanager.Options{
 		Policy: c.CPUManagerPolicy, PolicyOptions: c.CPUManagerPolicyOptions, Topology: node.topology,
 		Reserved: node.reservedCPUs, NumReserved: int(math.Ceil(float64(reservedCPU.MilliValue()) / 1000)),
-		RootDir: b.opts.RootDir, ReconcilePeriod: period, Runtime: containerUpdater{rt}, Clock: b.clock,
+		RootDir: b.opts.RootDir, ReconcilePeriod: period, Runtime: containerUpdater{rt}, Clock: b.clock, RunningAtStart: running,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("CPU manager: %w", err)
@@ -63,11 +67,7 @@ func buildResources(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClient
 	if err != nil {
 		return nil, fmt.Errorf("memory manager: %w", err)
 	}
-	running, err := runningContainers(rt)
-	if err != nil {
-		return nil, err
-	}
-	devices, err := devicemanager.New(devicemanager.Options{RootDir: b.opts.RootDir, Clock: b.clock, RunningAtStart: running})
+	devices, err := devicemanager.New(devicemanager.Options{RootDir: b.opts.RootDir, Clock: b.clock, RunningAtStart: byPod(running)})
 	if err != nil {
 		return nil, fmt.Errorf("device manager: %w", err)
 	}
@@ -112,9 +112,9 @@ func (u containerUpdater) UpdateContainerResources(ctx context.Context, id strin
 	return err
 }
 
-// runningContainers are the containers running as nodelet starts, by pod
-// UID and container name (the upstream labels).
-func runningContainers(rt *runtimeConn) (map[types.UID]sets.Set[string], error) {
+// runningContainers are the containers running as nodelet starts, with
+// their pods' UIDs and names (the upstream labels).
+func runningContainers(rt *runtimeConn) ([]cpumanager.RunningContainer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
 	resp, err := rt.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
@@ -123,14 +123,23 @@ func runningContainers(rt *runtimeConn) (map[types.UID]sets.Set[string], error) 
 	if err != nil {
 		return nil, fmt.Errorf("listing the running containers: %w", err)
 	}
-	out := map[types.UID]sets.Set[string]{}
+	var out []cpumanager.RunningContainer
 	for _, c := range resp.Containers {
-		uid := types.UID(c.Labels["io.kubernetes.pod.uid"])
-		if out[uid] == nil {
-			out[uid] = sets.New[string]()
-		}
-		out[uid].Insert(c.Labels["io.kubernetes.container.name"])
+		out = append(out, cpumanager.RunningContainer{ID: c.Id, Pod: types.UID(c.Labels[kuberuntime.LabelPodUID]),
+			Name: c.Labels[kuberuntime.LabelContainerName]})
 	}
-	klog.V(2).InfoS("Containers running at start", "pods", len(out))
+	klog.V(2).InfoS("Containers running at start", "containers", len(out))
 	return out, nil
+}
+
+// byPod are the containers' names by pod UID.
+func byPod(cs []cpumanager.RunningContainer) map[types.UID]sets.Set[string] {
+	out := map[types.UID]sets.Set[string]{}
+	for _, c := range cs {
+		if out[c.Pod] == nil {
+			out[c.Pod] = sets.New[string]()
+		}
+		out[c.Pod].Insert(c.Name)
+	}
+	return out
 }
