@@ -233,7 +233,9 @@ func (p *static) release(s *state, pod, container string) {
 func (p *static) hints(available, reusable cpuset.CPUSet, n int) []topologymanager.Hint {
 	nodes := p.topo.CPUs.NUMANodes()
 	narrowest := nodes.Size()
-	var out []topologymanager.Hint
+	// Empty, never nil: nil would say "no preference", and a request
+	// that fits nowhere must be refused by the topology policy.
+	out := []topologymanager.Hint{}
 	topologymanager.IterateMasks(nodes.List(), func(m topologymanager.Mask) {
 		ids := m.IDs()
 		if p.topo.CPUs.CPUsInNUMANodes(ids...).Size() >= n {

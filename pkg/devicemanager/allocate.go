@@ -319,7 +319,8 @@ func (m *Manager) deviceHints(r *resourceState, available, reusable sets.Set[str
 	}
 	sort.Ints(ids)
 	narrowest := len(ids)
-	var out []topologymanager.Hint
+	// Empty, never nil: nil would say "no preference".
+	out := []topologymanager.Hint{}
 	topologymanager.IterateMasks(ids, func(mask topologymanager.Mask) {
 		in := 0
 		for _, d := range r.devices {
