@@ -17,6 +17,9 @@
 //	                                                                    ▼
 //	                                          NodeUnprepareResources ──► (none)
 //
+// testdata/claim_lifecycle.txt is the golden trace of a shared claim's
+// life, across a restart.
+//
 // The claims, their pods and devices are kept in <root>/dra_manager_state
 // (upstream's format): a restarted nodelet, or the kubelet after it,
 // gives restarted containers their devices and unprepares what is left.
