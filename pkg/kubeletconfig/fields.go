@@ -129,7 +129,7 @@ var configFields = map[string]field{
 	"iptablesMasqueradeBit":                     ign("14", "nodelet writes no iptables rules"),
 	"iptablesDropBit":                           ign("15", "nodelet writes no iptables rules"),
 	"featureGates":                              honour("each gate at its v1.37 default is accepted; any other value is refused"),
-	"failSwapOn":                                honour("true (the default) refuses to start on a node with swap on (/proc/swaps); false starts and logs that pods' memory may be swapped"),
+	"failSwapOn":                                honour("true (the default) refuses to start on a node with swap on (/proc/swaps); false starts, and containers get swap only as memorySwap allows"),
 	"memorySwap":                                honour("swapBehavior NoSwap (the default: no swap for containers, memory.swap.max 0 on cgroup v2, memsw equal to the memory limit on v1) or LimitedSwap (on cgroup v2, Burstable containers get their memory request's share of the node's swap)"),
 	"containerLogMaxSize":                       honour("log rotation size"),
 	"containerLogMaxFiles":                      honour("rotated logs kept"),

@@ -260,7 +260,7 @@ func checkKernel(c *kubeletv1beta1.KubeletConfiguration) error {
 	case on && *c.FailSwapOn:
 		return fmt.Errorf("running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn); /proc/swaps lists %q", areas)
 	case on:
-		klog.InfoS("Swap is on and failSwapOn is off: containers' memory may be swapped (swap is not limited per pod)", "swaps", areas)
+		klog.InfoS("Swap is on and failSwapOn is off: containers get swap only as memorySwap.swapBehavior allows", "swaps", areas, "swapBehavior", c.MemorySwap.SwapBehavior)
 	}
 	return nil
 }
