@@ -27,7 +27,7 @@ func TestStartupErrors(t *testing.T) {
 	unknownGate := filepath.Join(dir, "gate.yaml")
 	const head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 	testutil.Must(t, os.WriteFile(badField, []byte(head+"maxPod: 3\n"), 0o644))
-	testutil.Must(t, os.WriteFile(refusedField, []byte(head+"cpuManagerPolicy: static\n"), 0o644))
+	testutil.Must(t, os.WriteFile(refusedField, []byte(head+"kubeReservedCgroup: /kube.slice\n"), 0o644))
 	testutil.Must(t, os.WriteFile(unknownGate, []byte(head+"featureGates: {NoSuchGate: true}\n"), 0o644))
 	for _, tc := range []struct {
 		name string
@@ -38,7 +38,7 @@ func TestStartupErrors(t *testing.T) {
 		{"runtime endpoint that is not a socket", []string{"--container-runtime-endpoint", "unix://" + dir, "--root-dir", dir}, "is not a socket"},
 		{"missing config file", []string{"--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
 		{"unknown config field", []string{"--config", badField}, `unknown field "maxPod"`},
-		{"refused config field", []string{"--config", refusedField}, "cpuManagerPolicy: CPU pinning is not implemented"},
+		{"refused config field", []string{"--config", refusedField}, "kubeReservedCgroup: only pods' allocatable is enforced"},
 		{"unknown feature gate", []string{"--config", unknownGate}, `unknown feature gate "NoSuchGate"`},
 		{"unknown flag", []string{"--cpu-manager-policy", "static"}, "unknown flag: --cpu-manager-policy"},
 	} {
