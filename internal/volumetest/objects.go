@@ -26,6 +26,15 @@ type Objects struct {
 	Secrets    map[string]*v1.Secret
 	Svcs       []*v1.Service
 	tokens     int
+	// tokenErrs are the answers of the next token requests, in order.
+	tokenErrs []error
+}
+
+// FailTokens makes the next token requests fail with errs, in order.
+func (f *Objects) FailTokens(errs ...error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokenErrs = append(f.tokenErrs, errs...)
 }
 
 // New returns an empty fake.
@@ -84,6 +93,11 @@ func (f *Objects) Services(namespace string) []*v1.Service {
 func (f *Objects) CreateToken(ctx context.Context, ns, sa string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.tokenErrs) > 0 {
+		err := f.tokenErrs[0]
+		f.tokenErrs = f.tokenErrs[1:]
+		return nil, err
+	}
 	f.tokens++
 	if req.Spec.BoundObjectRef == nil || req.Spec.BoundObjectRef.Kind != "Pod" {
 		return nil, fmt.Errorf("token not bound to the pod")

@@ -73,7 +73,7 @@ type Options struct {
 	// resourceFieldRef to a limit the container does not set.
 	Allocatable func() v1.ResourceList
 	Recorder    record.EventRecorder
-	Clock       clock.PassiveClock
+	Clock       clock.Clock
 	// ImageVolumes says why the runtime cannot mount image volumes, or
 	// nil when it can; nil means it can.
 	ImageVolumes func() error

@@ -8,6 +8,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 )
 
@@ -20,7 +21,7 @@ const defaultTokenExpiration = 3607
 // token manager does). Volumes are rewritten at every pod sync, so a
 // running pod's token file is renewed before it expires.
 type tokenCache struct {
-	clock clock.PassiveClock
+	clock clock.Clock
 
 	mu     sync.Mutex
 	tokens map[string]cachedToken
@@ -32,7 +33,19 @@ type cachedToken struct {
 	expires time.Time
 }
 
-func newTokenCache(clk clock.PassiveClock) *tokenCache {
+// tokenRetries are the waits before asking again when the API server
+// refuses a token as if the pod were not bound here: a pod just bound to
+// this node can reach nodelet's watch before the API server's node
+// authorizer and NodeRestriction (which follow informers of their own)
+// know the binding, so its first request is Forbidden, or finds no pod,
+// for a moment. Upstream's volume reconciler retries after 500 ms; these
+// waits stay within the sync (3.1 s in all), so such a pod is not held
+// back by the pod worker's 10 s back-off. A refusal that lasts goes to
+// the back-off as any failed set-up.
+var tokenRetries = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+	800 * time.Millisecond, 1600 * time.Millisecond}
+
+func newTokenCache(clk clock.Clock) *tokenCache {
 	return &tokenCache{clock: clk, tokens: map[string]cachedToken{}}
 }
 
@@ -61,6 +74,17 @@ func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.S
 		sa = "default"
 	}
 	resp, err := api.CreateToken(ctx, pod.Namespace, sa, req)
+	for _, wait := range tokenRetries {
+		if err == nil || !(apierrors.IsForbidden(err) || apierrors.IsNotFound(err)) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-c.clock.After(wait):
+		}
+		resp, err = api.CreateToken(ctx, pod.Namespace, sa, req)
+	}
 	if err != nil {
 		return "", fmt.Errorf("requesting a token for service account %s/%s: %w", pod.Namespace, sa, err)
 	}

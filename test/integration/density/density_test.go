@@ -113,6 +113,7 @@ func BenchmarkDensity(b *testing.B) {
 			fmt.Printf("round %d, %d pods: floor all started before nodelet %s, after %s\n", round, n, ms(res.floorBefore), ms(res.floorAfter))
 			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s\n", round, n, res.cpu)
 			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
+			fmt.Printf("round %d, %d pods: the slowest pod's timeline:\n%s", round, n, res.slowest)
 			r.results = append(r.results, res)
 		}
 	}
@@ -146,6 +147,7 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
 	}
 	res.start, res.allReady = burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
+	res.slowest = slowestTimeline(x, names, res.start)
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			b.Fatal(err)
@@ -505,6 +507,27 @@ type result struct {
 	cpu string
 	// ops compares nodelet's mean CRI call latencies with the floor's.
 	ops string
+	// slowest is the lifecycle timeline of the pod that took longest to
+	// be Ready (nodelet's text rendering): where its time went.
+	slowest string
+}
+
+// slowestTimeline fetches the timeline of the pod that took longest from
+// its node's kubelet API, through the API server's node proxy.
+func slowestTimeline(x bench, names []string, start []time.Duration) string {
+	slow := 0
+	for i := range start {
+		if start[i] > start[slow] {
+			slow = i
+		}
+	}
+	body, err := x.client.CoreV1().RESTClient().Get().
+		AbsPath("/api/v1/nodes", x.nodeName, "proxy", "debug", "pods", x.ns, names[slow], "timeline").
+		Param("format", "text").DoRaw(context.Background())
+	if err != nil {
+		return fmt.Sprintf("(the timeline of %s: %v)\n", names[slow], err)
+	}
+	return string(body)
 }
 
 // runtimeOps reads nodelet's kubelet_runtime_operations_duration_seconds

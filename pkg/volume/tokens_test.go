@@ -1,0 +1,80 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/volumetest"
+)
+
+// getToken asks the cache for a token, stepping the fake clock through
+// whatever waits it makes, and returns its answer.
+func getToken(t *testing.T, clk *testingclock.FakeClock, c *tokenCache, api Tokens) (string, error) {
+	t.Helper()
+	type answer struct {
+		token string
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		tok, err := c.get(context.Background(), api, testPod(), &v1.ServiceAccountTokenProjection{Path: "token"})
+		done <- answer{tok, err}
+	}()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case a := <-done:
+			return a.token, a.err
+		case <-deadline:
+			t.Fatal("the token request never returned")
+		case <-time.After(time.Millisecond): // polling the fake clock's waiters
+			if clk.HasWaiters() {
+				clk.Step(2 * time.Second)
+			}
+		}
+	}
+}
+
+// TestTokenRefusedWhileTheBindingPropagates: a Forbidden or NotFound
+// answer (the API server's authorizer has not seen the pod's binding
+// yet) is asked again after a short wait, within the same set-up; a
+// refusal that lasts, or another error, fails the set-up.
+func TestTokenRefusedWhileTheBindingPropagates(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts/token"}, "sa",
+		errors.New(`no relationship found between node "n1" and this object`))
+	notFound := apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p")
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+
+	api := volumetest.New(clk)
+	api.FailTokens(forbidden, notFound)
+	tok, err := getToken(t, clk, newTokenCache(clk), api)
+	if err != nil || tok != "token-sa-1" {
+		t.Fatalf("after two refusals: %q %v", tok, err)
+	}
+
+	lasting := volumetest.New(clk)
+	for range len(tokenRetries) + 1 {
+		lasting.FailTokens(forbidden)
+	}
+	lasting.FailTokens(errors.New("not asked: the retries are spent"))
+	if _, err := getToken(t, clk, newTokenCache(clk), lasting); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "requesting a token for service account ns/sa") {
+		t.Fatalf("a lasting refusal: %v", err)
+	}
+
+	other := volumetest.New(clk)
+	other.FailTokens(apierrors.NewInternalError(errors.New("etcd down")), forbidden)
+	if _, err := getToken(t, clk, newTokenCache(clk), other); !apierrors.IsInternalError(err) {
+		t.Fatalf("an internal error is not retried here: %v", err)
+	}
+	if _, err := getToken(t, clk, newTokenCache(clk), other); err != nil {
+		t.Fatalf("the next set-up: %v (the forbidden answer left should have been retried)", err)
+	}
+}
