@@ -76,6 +76,25 @@ func ClusterBinaries() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// WithCluster is a set-up for Main: it starts a control plane in a
+// fresh directory /var/lib/<prefix>*, stores it in *cl, and its clean-up
+// stops it and removes the directory.
+func WithCluster(cl **Cluster, prefix string) func(ctx context.Context) (func(), error) {
+	return func(ctx context.Context) (func(), error) {
+		dir, err := os.MkdirTemp("/var/lib", prefix)
+		if err != nil {
+			return nil, err
+		}
+		if *cl, err = StartCluster(ctx, dir); err != nil {
+			return func() { RemoveDir(dir) }, err
+		}
+		return func() {
+			(*cl).Stop()
+			RemoveDir(dir)
+		}, nil
+	}
+}
+
 // StartCluster starts a control plane in a fresh directory under dir
 // and waits until the API server is ready and the default service
 // account exists.

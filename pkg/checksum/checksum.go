@@ -29,3 +29,12 @@ func Dump(v any, renames ...string) uint64 {
 	fmt.Fprintf(h, "%v", text)
 	return uint64(h.Sum32())
 }
+
+// DumpZeroed is Dump of v computed with *field, v's checksum field, zero
+// (as upstream checksums a checkpoint); *field is left as it was.
+func DumpZeroed(v any, field *uint64, renames ...string) uint64 {
+	saved := *field
+	*field = 0
+	defer func() { *field = saved }()
+	return Dump(v, renames...)
+}

@@ -264,15 +264,12 @@ func (m *Manager) RetainActive(active []*v1.Pod) {
 	if m.static == nil {
 		return
 	}
-	keep := map[string]bool{}
-	for _, p := range active {
-		keep[string(p.UID)] = true
-	}
+	keep := podutil.UIDs(active)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	released := false
 	for pod, cs := range m.state.assignments {
-		if keep[pod] {
+		if keep[types.UID(pod)] {
 			continue
 		}
 		for name := range cs {
@@ -282,7 +279,7 @@ func (m *Manager) RetainActive(active []*v1.Pod) {
 		klog.InfoS("Released the exclusive CPUs of a pod no longer active", "podUID", pod, "sharedPool", m.state.defaultSet)
 	}
 	for id, ref := range m.running {
-		if !keep[ref.pod] {
+		if !keep[types.UID(ref.pod)] {
 			delete(m.running, id)
 			delete(m.applied, id)
 		}

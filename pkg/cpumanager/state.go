@@ -73,10 +73,7 @@ type checkpointFile struct {
 }
 
 func (c *checkpointV2) checksum() uint64 {
-	saved := c.Checksum
-	c.Checksum = 0
-	defer func() { c.Checksum = saved }()
-	return checksum.Dump(c, "cpumanager.checkpointV2", "state.CPUManagerCheckpoint", "Checksum:(uint64)", "Checksum:(checksum.Checksum)")
+	return checksum.DumpZeroed(c, &c.Checksum, "cpumanager.checkpointV2", "state.CPUManagerCheckpoint", "Checksum:(uint64)", "Checksum:(checksum.Checksum)")
 }
 
 func (s *state) encode() ([]byte, error) {

@@ -54,6 +54,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/devicemanager/checkpoint"
 	"github.com/nodelet/nodelet/pkg/pluginwatcher"
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // endpointStopGracePeriod is how long a stopped plugin's resource is
@@ -441,15 +442,12 @@ func (m *Manager) saveLocked() error {
 
 // RetainActive frees the devices of every pod not active.
 func (m *Manager) RetainActive(active []*v1.Pod) {
-	keep := map[string]bool{}
-	for _, p := range active {
-		keep[string(p.UID)] = true
-	}
+	keep := podutil.UIDs(active)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	freed := false
 	for pod := range m.pods {
-		if !keep[pod] {
+		if !keep[types.UID(pod)] {
 			delete(m.pods, pod)
 			freed = true
 			klog.InfoS("Freed the devices of a pod no longer active", "podUID", pod)

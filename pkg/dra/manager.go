@@ -282,12 +282,3 @@ func (m *Manager) driver(name string) (*driver, error) {
 	}
 	return d, nil
 }
-
-// podUsing reports the active pods' UIDs.
-func uids(pods []*v1.Pod) map[string]bool {
-	out := map[string]bool{}
-	for _, p := range pods {
-		out[string(p.UID)] = true
-	}
-	return out
-}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/nodelet/nodelet/pkg/podutil"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -246,17 +247,17 @@ func (m *Manager) unprepare(ctx context.Context, infos []*claimInfo) error {
 // to unprepare; it runs on the sync loop, so it calls no driver itself.
 // A claim so marked takes no new pod until it is unprepared.
 func (m *Manager) RetainActive(active []*v1.Pod) {
-	keep := uids(active)
+	keep := podutil.UIDs(active)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	marked := false
 	for _, info := range m.claims {
 		for _, uid := range sets.List(info.PodUIDs) {
-			if !keep[uid] && info.PodUIDs.Len() > 1 {
+			if !keep[types.UID(uid)] && info.PodUIDs.Len() > 1 {
 				info.PodUIDs.Delete(uid)
 			}
 		}
-		if !info.unpreparing && (info.PodUIDs.Len() == 0 || !keep[sets.List(info.PodUIDs)[0]]) {
+		if !info.unpreparing && (info.PodUIDs.Len() == 0 || !keep[types.UID(sets.List(info.PodUIDs)[0])]) {
 			info.unpreparing, marked = true, true
 		}
 	}

@@ -339,15 +339,12 @@ func (m *Manager) RetainActive(active []*v1.Pod) {
 	if m.static == nil {
 		return
 	}
-	keep := map[string]bool{}
-	for _, p := range active {
-		keep[string(p.UID)] = true
-	}
+	keep := podutil.UIDs(active)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	released := false
 	for pod, cs := range m.state.Entries {
-		if keep[pod] {
+		if keep[types.UID(pod)] {
 			continue
 		}
 		for name := range cs {

@@ -28,16 +28,7 @@ var (
 
 func TestMain(m *testing.M) {
 	testbed.Main(m, &cd, func(context.Context) (func(), error) { return printTable, nil },
-		func(ctx context.Context) (func(), error) {
-			dir, err := os.MkdirTemp("/var/lib", "nodelet-faults-cluster-")
-			if err != nil {
-				return nil, err
-			}
-			if cl, err = testbed.StartCluster(ctx, dir); err != nil {
-				return func() { testbed.RemoveDir(dir) }, err
-			}
-			return func() { cl.Stop(); testbed.RemoveDir(dir) }, nil
-		})
+		testbed.WithCluster(&cl, "nodelet-faults-cluster-"))
 }
 
 // row is one scenario's line in the table.

@@ -40,16 +40,7 @@ var canary struct {
 
 func TestMain(m *testing.M) {
 	testbed.Main(m, &cd, setUpCanary, func(context.Context) (func(), error) { return printTable, nil },
-		func(ctx context.Context) (func(), error) {
-			dir, err := os.MkdirTemp("/var/lib", "nodelet-security-cluster-")
-			if err != nil {
-				return nil, err
-			}
-			if cl, err = testbed.StartCluster(ctx, dir); err != nil {
-				return func() { testbed.RemoveDir(dir) }, err
-			}
-			return func() { cl.Stop(); testbed.RemoveDir(dir) }, nil
-		})
+		testbed.WithCluster(&cl, "nodelet-security-cluster-"))
 }
 
 func setUpCanary(context.Context) (func(), error) {

@@ -93,10 +93,7 @@ type memoryManagerCheckpointV1 struct {
 }
 
 func (c *memoryManagerCheckpointV1) checksum() uint64 {
-	saved := c.Checksum
-	c.Checksum = 0
-	defer func() { c.Checksum = saved }()
-	return checksum.Dump(c, "state.memoryManagerCheckpointV1", "state.MemoryManagerCheckpoint", "Checksum:(uint64)", "Checksum:(checksum.Checksum)")
+	return checksum.DumpZeroed(c, &c.Checksum, "state.memoryManagerCheckpointV1", "state.MemoryManagerCheckpoint", "Checksum:(uint64)", "Checksum:(checksum.Checksum)")
 }
 
 type checkpointFile struct {

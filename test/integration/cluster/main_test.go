@@ -7,8 +7,6 @@
 package cluster
 
 import (
-	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -24,20 +22,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	testbed.Main(m, &cd, func(ctx context.Context) (func(), error) {
-		dir, err := os.MkdirTemp("/var/lib", "nodelet-cluster-")
-		if err != nil {
-			return nil, err
-		}
-		cl, err = testbed.StartCluster(ctx, dir)
-		if err != nil {
-			return func() { testbed.RemoveDir(dir) }, err
-		}
-		return func() {
-			cl.Stop()
-			testbed.RemoveDir(dir)
-		}, nil
-	})
+	testbed.Main(m, &cd, testbed.WithCluster(&cl, "nodelet-cluster-"))
 }
 
 // startNode runs a nodelet registered as node name on runtime c (see

@@ -56,20 +56,7 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	testbed.Main(m, &cd, func(ctx context.Context) (func(), error) {
-		dir, err := os.MkdirTemp("/var/lib", "nodelet-density-")
-		if err != nil {
-			return nil, err
-		}
-		cl, err = testbed.StartCluster(ctx, dir)
-		if err != nil {
-			return func() { testbed.RemoveDir(dir) }, err
-		}
-		return func() {
-			cl.Stop()
-			testbed.RemoveDir(dir)
-		}, nil
-	})
+	testbed.Main(m, &cd, testbed.WithCluster(&cl, "nodelet-density-"))
 }
 
 // BenchmarkDensity runs the rounds on one nodelet, never restarted, so

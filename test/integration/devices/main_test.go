@@ -10,7 +10,6 @@ package devices
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,20 +38,7 @@ func TestMain(m *testing.M) {
 			return nil, fmt.Errorf("the devices suite needs containerd 2.x for CDI (NODELET_TEST_CONTAINERD=2), not %s", cd.Version)
 		}
 		return nil, nil
-	}, func(ctx context.Context) (func(), error) {
-		dir, err := os.MkdirTemp("/var/lib", "nodelet-devices-")
-		if err != nil {
-			return nil, err
-		}
-		cl, err = testbed.StartCluster(ctx, dir)
-		if err != nil {
-			return func() { testbed.RemoveDir(dir) }, err
-		}
-		return func() {
-			cl.Stop()
-			testbed.RemoveDir(dir)
-		}, nil
-	})
+	}, testbed.WithCluster(&cl, "nodelet-devices-"))
 }
 
 // pod is a pod of one sleeping container on node with the given
