@@ -1,17 +1,18 @@
 package kuberuntime
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"sort"
 	"time"
 
-	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"k8s.io/cri-client/pkg/logs"
 	"k8s.io/utils/clock"
 )
 
@@ -84,9 +85,7 @@ func (s *Streamer) findContainer(ctx context.Context, namespace, pod, uid, name 
 // ContainerLogs writes a container's log, as kubectl logs shows it: the
 // container's own output (or with timestamps, each line prefixed with
 // its time), optionally the last lines only, since a time, up to a byte
-// limit, and followed (across rotations) while the container runs. The
-// reading is the CRI log reader upstream's kubelet uses
-// (k8s.io/cri-client/pkg/logs).
+// limit, and followed while the container runs.
 func (s *Streamer) ContainerLogs(ctx context.Context, namespace, pod, name string, opts LogOptions, w io.Writer) error {
 	c, err := s.findContainer(ctx, namespace, pod, "", name, opts.Previous)
 	if err != nil {
@@ -98,35 +97,178 @@ func (s *Streamer) ContainerLogs(ctx context.Context, namespace, pod, name strin
 	if err != nil {
 		return fmt.Errorf("container status: %w", err)
 	}
-	lo := &logs.LogOptions{Follow: opts.Follow, Timestamp: opts.Timestamps}
-	if opts.TailLines >= 0 {
-		lo.TailLines = &opts.TailLines
+	path := st.GetStatus().GetLogPath()
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening the log of container %q: %w", name, err)
 	}
-	if opts.LimitBytes > 0 {
-		lo.LimitBytes = &opts.LimitBytes
+	var next *os.File
+	defer func() {
+		f.Close()
+		if next != nil {
+			next.Close()
+		}
+	}()
+	lw := &limitWriter{w: w, left: opts.LimitBytes}
+	if opts.TailLines >= 0 {
+		if err := seekTail(f, opts.TailLines); err != nil {
+			return err
+		}
+	}
+	r := bufio.NewReader(f)
+	running := func() bool {
+		cctx, cancel := s.call(ctx)
+		defer cancel()
+		s, err := s.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		return err == nil && s.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
+	}
+	var pending []byte
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			line = append(pending, line[:len(line)-1]...)
+			pending = nil
+			if werr := writeLogLine(lw, line, opts); werr != nil {
+				return werr
+			}
+			continue
+		}
+		pending = append(pending, line...)
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+		if !opts.Follow {
+			return nil
+		}
+		// Rotated: the runtime now writes to a fresh file under the old
+		// name. The old one is read to its end once more, for what was
+		// written to it before the runtime reopened, then left.
+		if next != nil {
+			f.Close()
+			f, r, next = next, bufio.NewReader(next), nil
+			continue
+		}
+		if n, ok := reopened(f, path); ok {
+			next = n
+			continue
+		}
+		if !running() {
+			return nil
+		}
+		if fl, ok := w.(interface{ Flush() }); ok {
+			fl.Flush()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.clock.After(logFollowPoll):
+		}
+	}
+}
+
+// reopened opens path when it names another file than f, as it does
+// once the log has been rotated.
+func reopened(f *os.File, path string) (*os.File, bool) {
+	cur, err := f.Stat()
+	if err != nil {
+		return nil, false
+	}
+	now, err := os.Stat(path)
+	if err != nil || os.SameFile(cur, now) {
+		return nil, false
+	}
+	next, err := os.Open(path)
+	if err != nil {
+		return nil, false
+	}
+	return next, true
+}
+
+// errLimit ends a log read at limitBytes.
+var errLimit = errors.New("log limit reached")
+
+type limitWriter struct {
+	w    io.Writer
+	left int64 // 0: no limit
+	used int64
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.left > 0 {
+		if l.used >= l.left {
+			return 0, errLimit
+		}
+		if rest := l.left - l.used; int64(len(p)) > rest {
+			p = p[:rest]
+		}
+	}
+	n, err := l.w.Write(p)
+	l.used += int64(n)
+	return n, err
+}
+
+// writeLogLine writes one CRI log line ("<time> <stream> <P|F> <text>").
+func writeLogLine(w *limitWriter, line []byte, opts LogOptions) error {
+	fields := bytes.SplitN(line, []byte(" "), 4)
+	if len(fields) < 3 {
+		return nil
 	}
 	if opts.SinceTime != nil {
-		lo.Since = *opts.SinceTime
+		if t, err := time.Parse(time.RFC3339Nano, string(fields[0])); err == nil && t.Before(*opts.SinceTime) {
+			return nil
+		}
 	}
-	if err := logs.ReadLogs(ctx, st.GetStatus().GetLogPath(), c.Id, lo, statusReader{s: s}, w, w); err != nil {
-		return fmt.Errorf("reading the log of container %q: %w", name, err)
+	var out []byte
+	if opts.Timestamps {
+		out = append(append(out, fields[0]...), ' ')
 	}
-	return nil
+	if len(fields) == 4 {
+		out = append(out, fields[3]...)
+	}
+	if string(fields[2]) == "F" {
+		out = append(out, '\n')
+	}
+	_, err := w.Write(out)
+	if errors.Is(err, errLimit) {
+		return nil
+	}
+	return err
 }
 
-// statusReader is what the CRI log reader asks of the runtime: whether a
-// followed container still runs (ContainerStatus, the only call
-// logs.ReadLogs makes). It takes the reader's interface by embedding it,
-// nil: any other call would be a change in the reader, and panics.
-type statusReader struct {
-	internalapi.RuntimeService
-	s *Streamer
-}
-
-func (r statusReader) ContainerStatus(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatusResponse, error) {
-	cctx, cancel := r.s.call(ctx)
-	defer cancel()
-	return r.s.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: verbose})
+// seekTail positions f at the start of its last n lines.
+func seekTail(f *os.File, n int64) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	const chunk = 32 * 1024
+	size := fi.Size()
+	if n == 0 {
+		_, err := f.Seek(size, io.SeekStart)
+		return err
+	}
+	pos := size
+	var newlines int64
+	buf := make([]byte, chunk)
+	for pos > 0 {
+		step := min(int64(chunk), pos)
+		pos -= step
+		if _, err := f.ReadAt(buf[:step], pos); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		for i := step - 1; i >= 0; i-- {
+			if buf[i] != '\n' || pos+i == size-1 {
+				continue
+			}
+			newlines++
+			if newlines == n {
+				_, err := f.Seek(pos+i+1, io.SeekStart)
+				return err
+			}
+		}
+	}
+	_, err = f.Seek(0, io.SeekStart)
+	return err
 }
 
 // GetExec asks the runtime's streaming server for an exec session.

@@ -133,14 +133,15 @@ func (r *Reporter) Node() *v1.Node {
 // allocatable nodelet measured, which it is the authority on. The API's
 // copy may still carry the previous run's until the first status write
 // (a restart with a smaller maxPods, say).
+//
+// The device plugins' resources are added in either case: pods arrive
+// from the API source as soon as nodelet starts, before the Node
+// informer has synced, and a pod holding a device must be admitted again
+// then.
 func (r *Reporter) AdmissionNode() *v1.Node {
-	api := r.Node()
-	if api == r.o.Node {
-		return api
-	}
 	// A shallow copy: admission reads it (once per pod admitted), and only
 	// the two maps are replaced, never changed in place.
-	n := *api
+	n := *r.Node()
 	n.Status.Capacity, n.Status.Allocatable = r.o.Node.Status.Capacity, r.o.Node.Status.Allocatable
 	if r.o.AdmissionDeviceResources != nil {
 		n.Status.Allocatable = maps.Clone(n.Status.Allocatable)

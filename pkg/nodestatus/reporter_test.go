@@ -304,6 +304,27 @@ func TestAdmissionNodeHasTheMeasuredResources(t *testing.T) {
 	}
 }
 
+// TestAdmissionNodeHasDevicesBeforeTheInformer: pods come from the API
+// source before the Node informer has synced; they are admitted against
+// the devices too (a restarted nodelet's running pods hold some).
+func TestAdmissionNodeHasDevicesBeforeTheInformer(t *testing.T) {
+	var ready error
+	r, _, _ := newReporter(t, &ready)
+	r.o.AdmissionDeviceResources = func() v1.ResourceList {
+		return v1.ResourceList{"example.com/resource": resource.MustParse("1")}
+	}
+	if r.Node() != r.o.Node {
+		t.Fatal("the test wants the informer empty")
+	}
+	n := r.AdmissionNode()
+	if q := n.Status.Allocatable["example.com/resource"]; q.Value() != 1 {
+		t.Fatalf("admission node allocatable %v, want the device", n.Status.Allocatable)
+	}
+	if _, ok := r.o.Node.Status.Allocatable["example.com/resource"]; ok {
+		t.Fatal("the node's own description was changed in place")
+	}
+}
+
 // The Node is marked for the attach/detach controller (also when it was
 // registered before without the mark), and the volumes in use are
 // reported, sorted, as they change.
