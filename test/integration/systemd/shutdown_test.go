@@ -85,6 +85,11 @@ func TestLogindShutdown(t *testing.T) {
 	testbed.Eventually(t, podTimeout, func() (bool, string) {
 		return len(testbed.MarksLog(marks)) == 2, fmt.Sprintf("log %v", testbed.MarksLog(marks))
 	})
+	// A container's process writes its mark before the runtime has marked
+	// it running (StartContainer returns after the process starts).
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		return n.RunningContainer("regular", "main") != nil && n.RunningContainer("critical", "main") != nil, "containers not running yet"
+	})
 	before := map[string]string{"regular": n.RunningContainer("regular", "main").Id, "critical": n.RunningContainer("critical", "main").Id}
 
 	// SIGTERM: a service restart. The pods keep running.
