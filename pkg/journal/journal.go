@@ -46,9 +46,10 @@ const (
 	bucketObjects   = "objects"   // kind/namespace/name: a configMap or secret
 	bucketTokens    = "tokens"    // a service account token request's key: the token
 	bucketTimelines = "timelines" // finish time/uid: a finished pod's timeline
+	bucketProbes    = "probes"    // uid/container name/probe: a container's last probe result
 )
 
-var buckets = []string{bucketMeta, bucketPods, bucketDecisions, bucketStatuses, bucketObjects, bucketTokens, bucketTimelines}
+var buckets = []string{bucketMeta, bucketPods, bucketDecisions, bucketStatuses, bucketObjects, bucketTokens, bucketTimelines, bucketProbes}
 
 // schema is the version of the layout above; a file of another version is
 // moved aside rather than misread.

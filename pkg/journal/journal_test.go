@@ -374,3 +374,46 @@ func TestPruneKeepsClaimsTheirVolumesAndDrivers(t *testing.T) {
 		t.Errorf("objects kept %s\nwant %s", got, want)
 	}
 }
+
+// A container's probe results survive a restart, one per container and
+// probe (a new instance's replaces the old one's), and go with their pod.
+func TestProbeResults(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	o := options(t, clk)
+	j := openRunning(t, o)
+	web := testPod("web", "uid-web", "")
+	j.PutPod("api", web)
+	rec := func(pod types.UID, id, probe, result string) ProbeRecord {
+		return ProbeRecord{Pod: pod, Container: "app", ContainerID: id, Probe: probe, Result: result, At: t0, ValidFor: 30 * time.Second}
+	}
+	j.PutProbe(rec(web.UID, "c1", "Readiness", "Failure"))
+	j.PutProbe(rec(web.UID, "c2", "Readiness", "Success")) // a new instance
+	j.PutProbe(rec(web.UID, "c2", "Startup", "Success"))
+	j.PutProbe(rec("uid-gone", "c9", "Readiness", "Success")) // a pod not recorded
+	j.stop()
+
+	j = openRunning(t, o)
+	got := map[string]ProbeRecord{}
+	for _, r := range j.state.Probes {
+		got[string(r.Pod)+"/"+r.Probe] = r
+	}
+	if r := got["uid-web/Readiness"]; r.ContainerID != "c2" || r.Result != "Success" || !r.At.Equal(t0) || r.ValidFor != 30*time.Second {
+		t.Errorf("readiness: %+v", r)
+	}
+	if r := got["uid-web/Startup"]; r.ContainerID != "c2" || r.Result != "Success" {
+		t.Errorf("startup: %+v", r)
+	}
+	// Run pruned the result of the pod that is not recorded at its
+	// start; the restart's load may have seen it before.
+	testutil.WaitFor(t, "the start's prune", func() bool {
+		s, _, err := Inspect(o.Path)
+		return err == nil && len(s.Probes) == 2
+	})
+	j.ForgetPod(web.UID)
+	j.stop()
+	j = openRunning(t, o)
+	j.stop()
+	if s, _, _ := Inspect(o.Path); len(s.Probes) != 0 {
+		t.Errorf("results of a forgotten pod kept: %+v", s.Probes)
+	}
+}

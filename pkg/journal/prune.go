@@ -15,7 +15,7 @@ import (
 
 // prune keeps the journal bounded by what the node runs. A pod's records
 // go when it leaves its source (ForgetPod); prune removes what is left
-// over: statuses and decisions of pods no longer recorded, configMaps,
+// over: statuses, decisions and probe results of pods no longer recorded, configMaps,
 // secrets and tokens no recorded pod refers to, expired tokens, all but
 // the newest KeepTimelines timelines, and, with a retention period, the
 // records of pods that finished longer ago than that.
@@ -53,6 +53,11 @@ func (j *Journal) prune() {
 			{bucketDecisions, func(k string, _ []byte) bool { return !pods[k] && !queued[k] }},
 			{bucketStatuses, func(k string, _ []byte) bool { return !pods[k] && !queued[k] }},
 			{bucketObjects, func(k string, _ []byte) bool { return !refs[k] && !queued[k] }},
+			// A probe result goes with its pod's record.
+			{bucketProbes, func(k string, _ []byte) bool {
+				uid, _, _ := strings.Cut(k, "/")
+				return !pods[uid] && !queued[k]
+			}},
 			{bucketTokens, func(k string, v []byte) bool {
 				var r TokenRecord
 				return !queued[k] && (decode(v, &r) != nil || !r.Expires.After(now) || (r.Pod != "" && !pods[string(r.Pod)]))

@@ -53,6 +53,30 @@ type objectRecord struct {
 	At     time.Time       `json:"at"`
 }
 
+// ProbeRecord is a container's last result of one probe: who it is
+// (pod UID, container name and runtime ID), the probe (Liveness,
+// Readiness or Startup) and its result (Success or Failure), when it was
+// last confirmed, and for how long it may be trusted after that (the
+// probe's period times its failure threshold).
+type ProbeRecord struct {
+	Pod         types.UID     `json:"pod"`
+	Container   string        `json:"container"`
+	ContainerID string        `json:"containerID"`
+	Probe       string        `json:"probe"`
+	Result      string        `json:"result"`
+	At          time.Time     `json:"at"`
+	ValidFor    time.Duration `json:"validFor"`
+}
+
+// probeKey is per container name, not instance: a new instance's result
+// replaces the old one's.
+func probeKey(r ProbeRecord) string {
+	return string(r.Pod) + "/" + r.Container + "/" + r.Probe
+}
+
+// PutProbe records a container's probe result.
+func (j *Journal) PutProbe(r ProbeRecord) { j.put(bucketProbes, probeKey(r), r) }
+
 // PodEntry is what the journal holds about one pod.
 type PodEntry struct {
 	UID    types.UID
@@ -80,6 +104,8 @@ type State struct {
 	Objects   []string
 	Tokens    []TokenInfo
 	Timelines []timeline.Timeline
+	// Probes are the containers' last probe results.
+	Probes []ProbeRecord
 	// Damaged lists the records that failed their checks and were
 	// skipped.
 	Damaged []string
@@ -163,6 +189,14 @@ func load(db *bolt.DB) (*State, error) {
 				return fmt.Errorf("%w: token: %v", ErrDamaged, err)
 			}
 			s.Tokens = append(s.Tokens, TokenInfo{Key: k, Namespace: r.Namespace, ServiceAccount: r.ServiceAccount, Pod: r.Pod, Expires: r.Expires})
+			return nil
+		})
+		each(bucketProbes, func(k string, b []byte) error {
+			var r ProbeRecord
+			if err := json.Unmarshal(b, &r); err != nil {
+				return fmt.Errorf("%w: probe result: %v", ErrDamaged, err)
+			}
+			s.Probes = append(s.Probes, r)
 			return nil
 		})
 		each(bucketTimelines, func(k string, b []byte) error {

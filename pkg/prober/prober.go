@@ -80,6 +80,30 @@ type Options struct {
 	// Observer is told of every probe run (for /metrics/probes); nil
 	// tells nothing.
 	Observer Observer
+	// Restored are the results saved before a restart. A container that
+	// is still the same instance starts from its restored readiness and
+	// passed startup probe, so a restart neither unreadies a ready pod
+	// nor readies one whose startup probe has not passed. Liveness starts
+	// over (its failures count from zero), and a result older than its
+	// ValidFor is ignored.
+	Restored []Saved
+	// Save keeps a result across restarts; it is called on every change
+	// and again before the saved result would expire. nil saves nothing.
+	Save func(Saved)
+}
+
+// Saved is a probe's settled result for a container instance, as of At,
+// to be trusted for ValidFor after that (the probe's period times its
+// failure threshold: no longer than the probe could have taken to
+// change it).
+type Saved struct {
+	Pod         types.UID
+	Container   string
+	ContainerID string
+	Type        Type
+	Result      Result
+	At          time.Time
+	ValidFor    time.Duration
 }
 
 // Observer is told of every probe run, and of a pod whose probes
@@ -119,10 +143,14 @@ type Manager struct {
 	steps    StepRecorder
 	observer Observer
 	updates  chan Update
+	save     func(Saved)
 
 	mu      sync.Mutex
 	workers map[key]*worker
 	results map[Type]map[string]Result // by container ID
+	// restored are the results seeded from before a restart that no
+	// worker has taken over yet, with their pod and save time.
+	restored map[restoredKey]Saved
 
 	// base is every probe's context: Run cancels it when nodelet stops
 	// and waits for the workers (running), so no probe calls the runtime
@@ -139,6 +167,11 @@ type key struct {
 	typ       Type
 }
 
+type restoredKey struct {
+	typ         Type
+	containerID string
+}
+
 // updatesBuffer lets workers report without waiting for the sync loop.
 const updatesBuffer = 20
 
@@ -153,13 +186,65 @@ func New(o Options) *Manager {
 	if o.Observer == nil {
 		o.Observer = noObserver{}
 	}
+	if o.Save == nil {
+		o.Save = func(Saved) {}
+	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Manager{
+	m := &Manager{
 		base: base, cancel: cancel,
 		exec: o.Exec, status: o.Status, recorder: o.Recorder, clock: o.Clock, jitter: o.Jitter, steps: o.Steps, observer: o.Observer,
-		updates: make(chan Update, updatesBuffer),
-		workers: map[key]*worker{},
-		results: map[Type]map[string]Result{Liveness: {}, Readiness: {}, Startup: {}},
+		updates: make(chan Update, updatesBuffer), save: o.Save,
+		workers:  map[key]*worker{},
+		results:  map[Type]map[string]Result{Liveness: {}, Readiness: {}, Startup: {}},
+		restored: map[restoredKey]Saved{},
+	}
+	for _, r := range o.Restored {
+		if trusted(r, o.Clock.Now()) {
+			m.results[r.Type][r.ContainerID] = r.Result
+			m.restored[restoredKey{r.Type, r.ContainerID}] = r
+		}
+	}
+	return m
+}
+
+// trusted reports whether a result saved before a restart may stand:
+// a readiness result or a passed startup probe, saved no longer than
+// ValidFor ago. A failed startup or liveness probe is not restored: its
+// container is probed again from zero rather than restarted for a count
+// the restart interrupted.
+func trusted(r Saved, now time.Time) bool {
+	if r.ContainerID == "" || now.Sub(r.At) > r.ValidFor || r.At.After(now) {
+		return false
+	}
+	switch r.Type {
+	case Readiness:
+		return r.Result == Success || r.Result == Failure
+	case Startup:
+		return r.Result == Success
+	default:
+		return false
+	}
+}
+
+// takeRestored hands a restored result to the worker that probes its
+// container now.
+func (m *Manager) takeRestored(t Type, containerID string) (Saved, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := restoredKey{t, containerID}
+	r, ok := m.restored[k]
+	delete(m.restored, k)
+	return r, ok
+}
+
+// dropRestored forgets the restored results no worker took over of the
+// pods gone returns true for.
+func (m *Manager) dropRestored(gone func(types.UID) bool) {
+	for k, r := range m.restored {
+		if gone(r.Pod) {
+			delete(m.restored, k)
+			delete(m.results[k.typ], k.containerID)
+		}
 	}
 }
 
@@ -243,6 +328,9 @@ func (m *Manager) AddPod(pod *v1.Pod) {
 // RemovePod stops every worker of the pod.
 func (m *Manager) RemovePod(pod *v1.Pod) {
 	m.stopWorkers(pod.UID, Liveness, Readiness, Startup)
+	m.mu.Lock()
+	m.dropRestored(func(uid types.UID) bool { return uid == pod.UID })
+	m.mu.Unlock()
 	m.observer.Forget(pod)
 }
 
@@ -276,6 +364,7 @@ func (m *Manager) CleanupPods(keep map[types.UID]bool) {
 			delete(m.workers, k)
 		}
 	}
+	m.dropRestored(func(uid types.UID) bool { return !keep[uid] })
 }
 
 // Workers counts the running workers.

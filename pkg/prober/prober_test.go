@@ -95,9 +95,15 @@ type fixture struct {
 	pod    *v1.Pod
 }
 
-func newFixture(t *testing.T, c v1.Container) *fixture {
+// newFixture returns a manager of one pod whose container "c" runs as
+// instance c1; with changes the test adjusts the manager's options.
+func newFixture(t *testing.T, c v1.Container, changes ...func(*Options)) *fixture {
 	f := &fixture{exec: &fakeExec{}, status: &fakeStatus{}, clock: testingclock.NewFakeClock(time.Unix(1000, 0)), events: record.NewFakeRecorder(100)}
-	f.m = New(Options{Exec: f.exec, Status: f.status, Recorder: f.events, Clock: f.clock, Jitter: func(time.Duration) time.Duration { return 0 }})
+	o := Options{Exec: f.exec, Status: f.status, Recorder: f.events, Clock: f.clock, Jitter: func(time.Duration) time.Duration { return 0 }}
+	for _, change := range changes {
+		change(&o)
+	}
+	f.m = New(o)
 	c.Name = "c"
 	f.pod = &v1.Pod{}
 	f.pod.UID, f.pod.Name, f.pod.Namespace = "uid", "p", "ns"

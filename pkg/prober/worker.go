@@ -29,6 +29,9 @@ type worker struct {
 	// onHold stops probing after a liveness or startup failure, until the
 	// container is replaced.
 	onHold bool
+	// saved is the result last saved for the instance, at savedAt.
+	saved   Result
+	savedAt time.Time
 }
 
 func newWorker(m *Manager, pod *v1.Pod, c *v1.Container, t Type, spec *v1.Probe) *worker {
@@ -101,11 +104,7 @@ func (w *worker) probeOnce() bool {
 		id = id[i+3:]
 	}
 	if id != w.containerID {
-		if w.containerID != "" {
-			w.m.forget(w.typ, w.containerID)
-		}
-		w.containerID, w.streak, w.onHold = id, 0, false
-		w.m.set(w.typ, id, w.initial())
+		w.adopt(id)
 	}
 	if w.onHold {
 		return true
@@ -120,6 +119,8 @@ func (w *worker) probeOnce() bool {
 	// startup probe stops once it has.
 	started := w.m.Started(w.container, id)
 	if w.typ == Startup && started {
+		// Passed for good: the saved result is renewed, not re-probed.
+		w.keep(Success)
 		return true
 	}
 	if w.typ != Startup && !started {
@@ -162,6 +163,7 @@ func (w *worker) probeOnce() bool {
 	if o.ok {
 		r = Success
 	}
+	w.keep(r)
 	if w.m.set(w.typ, id, r) {
 		var err error
 		if r == Failure {
@@ -175,6 +177,46 @@ func (w *worker) probeOnce() bool {
 		w.onHold, w.streak = true, 0
 	}
 	return true
+}
+
+// adopt starts on a new container instance: from the result restored
+// for it from before a restart, or from the initial one.
+func (w *worker) adopt(id string) {
+	if w.containerID != "" {
+		w.m.forget(w.typ, w.containerID)
+	}
+	w.containerID, w.streak, w.onHold = id, 0, false
+	w.saved, w.savedAt = Unknown, time.Time{}
+	if r, ok := w.m.takeRestored(w.typ, id); ok {
+		// As if the probe had just reached its threshold: the result
+		// stands until the thresholds overturn it.
+		w.last, w.streak = r.Result == Success, 1
+		w.saved, w.savedAt = r.Result, r.At
+		klog.V(2).InfoS("Probe result restored", "probe", w.typ, "pod", klog.KObj(w.pod), "podUID", w.pod.UID, "container", w.container.Name, "result", r.Result, "savedAt", r.At)
+		return
+	}
+	w.m.set(w.typ, id, w.initial())
+}
+
+// validFor is how long a saved result may be trusted: as long as the
+// probe could take to overturn it.
+func (w *worker) validFor() time.Duration {
+	threshold := w.spec.FailureThreshold
+	if threshold <= 0 {
+		threshold = 3
+	}
+	return w.period() * time.Duration(threshold)
+}
+
+// keep saves a settled result when it changed, or before the saved one
+// expires.
+func (w *worker) keep(r Result) {
+	now := w.m.clock.Now()
+	if r == w.saved && now.Sub(w.savedAt) < w.validFor()/2 {
+		return
+	}
+	w.saved, w.savedAt = r, now
+	w.m.save(Saved{Pod: w.pod.UID, Container: w.container.Name, ContainerID: w.containerID, Type: w.typ, Result: r, At: now, ValidFor: w.validFor()})
 }
 
 func findStatus(s v1.PodStatus, name string) *v1.ContainerStatus {

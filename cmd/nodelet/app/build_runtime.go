@@ -96,7 +96,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 		Allocatable: node.allocatable, Recorder: b.recorder,
 	})
 	probes := prober.New(prober.Options{Exec: rt.runtime, Status: b.status, Recorder: b.recorder, Clock: b.clock, Steps: b.timelines,
-		Observer: rt.metrics.Probes()})
+		Observer: rt.metrics.Probes(), Restored: restoredProbes(b.journalState), Save: journalProbe(b.journal)})
 	var plugins images.CredentialPlugins
 	if ps := b.opts.CredentialProviders; len(ps) > 0 {
 		p := credentialprovider.New(credentialprovider.Options{Providers: ps, PluginDir: b.opts.CredentialProviderBinDir, Clock: b.clock})

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/prober"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 
@@ -49,7 +50,7 @@ func openJournal(b *base) error {
 	}
 	b.journal, b.journalState = j, state
 	klog.InfoS("Node journal opened", "path", o.Path, "pods", len(state.Pods), "objects", len(state.Objects),
-		"tokens", len(state.Tokens), "timelines", len(state.Timelines), "damagedRecords", len(state.Damaged), "bytes", state.Size)
+		"tokens", len(state.Tokens), "timelines", len(state.Timelines), "probeResults", len(state.Probes), "damagedRecords", len(state.Damaged), "bytes", state.Size)
 	return nil
 }
 
@@ -109,6 +110,41 @@ func restoreSource(b *base, podConfig *podsources.PodConfig, source string, pods
 		// A component runs as long as nodelet does.
 		<-ctx.Done()
 	})
+}
+
+// restoredProbes are the probe results the journal kept, for the prober
+// to start from; a record it cannot read is left out (the container is
+// probed from scratch).
+func restoredProbes(s *journal.State) []prober.Saved {
+	var out []prober.Saved
+	for _, r := range s.Probes {
+		t, okT := parseProbe(r.Probe, prober.Liveness, prober.Readiness, prober.Startup)
+		res, okR := parseProbe(r.Result, prober.Success, prober.Failure)
+		if !okT || !okR {
+			klog.InfoS("Skipping an unreadable probe result in the node journal", "podUID", r.Pod, "container", r.Container, "probe", r.Probe, "result", r.Result)
+			continue
+		}
+		out = append(out, prober.Saved{Pod: r.Pod, Container: r.Container, ContainerID: r.ContainerID, Type: t, Result: res, At: r.At, ValidFor: r.ValidFor})
+	}
+	return out
+}
+
+func parseProbe[T interface{ String() string }](s string, of ...T) (T, bool) {
+	for _, v := range of {
+		if v.String() == s {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// journalProbe saves a probe result in the journal.
+func journalProbe(j *journal.Journal) func(prober.Saved) {
+	return func(r prober.Saved) {
+		j.PutProbe(journal.ProbeRecord{Pod: r.Pod, Container: r.Container, ContainerID: r.ContainerID,
+			Probe: r.Type.String(), Result: r.Result.String(), At: r.At, ValidFor: r.ValidFor})
+	}
 }
 
 // journaledObjects keeps the configMaps and secrets pods refer to in the
