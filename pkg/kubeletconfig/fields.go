@@ -163,7 +163,7 @@ var configFields = map[string]field{
 	"memoryReservationPolicy":                   refuse(`"None"`, "memory.min is not set"),
 	"registerWithTaints":                        honour("taints of the registered Node"),
 	"registerNode":                              honour("false never creates the Node; an existing one is updated"),
-	"tracing":                                   refuse("", "no OpenTelemetry tracing"),
+	"tracing":                                   honour("each pod's start (until Ready) and its termination as one trace each, over OTLP/gRPC to endpoint (default localhost:4317), sampled at samplingRatePerMillion (default 0: none); a span per timeline step, CRI calls under their sync"),
 	"localStorageCapacityIsolation":             refuse("true", "ephemeral-storage is always reported"),
 	"containerRuntimeEndpoint":                  honour("CRI endpoint"),
 	"imageServiceEndpoint":                      refuse("", "images go through the runtime endpoint"),

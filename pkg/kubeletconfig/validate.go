@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	fieldpath "k8s.io/apimachinery/pkg/util/validation/field"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	tracingapi "k8s.io/component-base/tracing/api/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
 
@@ -97,6 +98,9 @@ func Validate(c *kubeletv1beta1.KubeletConfiguration) error {
 		errs = append(errs, fmt.Errorf("cgroupDriver %q is not one of cgroupfs, systemd", c.CgroupDriver))
 	}
 	for _, e := range logsapi.Validate(&c.Logging, nil, fieldpath.NewPath("logging")) {
+		errs = append(errs, e)
+	}
+	for _, e := range tracingapi.ValidateTracingConfiguration(c.Tracing, nil, fieldpath.NewPath("tracing")) {
 		errs = append(errs, e)
 	}
 	if len(errs) == 0 {

@@ -179,6 +179,16 @@ func (q qosTally) class() v1.PodQOSClass {
 // IsTerminal reports whether a pod phase is final: Succeeded or Failed.
 func IsTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
 
+// IsPodReady reports whether the status's Ready condition is True.
+func IsPodReady(s v1.PodStatus) bool {
+	for _, c := range s.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // ImageVolume is the image source of the pod's volume with the name, or
 // nil when that volume is of another kind (or there is none).
 func ImageVolume(pod *v1.Pod, name string) *v1.ImageVolumeSource {

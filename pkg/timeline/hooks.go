@@ -28,7 +28,7 @@ type StatusGetter interface {
 // running add up to the pod's start latency exactly as the pod start
 // metric measures it; then termination.
 func (r *Recorder) InstrumentSyncer(s podworkers.Syncer, status StatusGetter) podworkers.Syncer {
-	return &syncer{Syncer: s, r: r, status: status, starting: map[types.UID]time.Time{}, ran: map[types.UID]bool{}}
+	return &syncer{Syncer: s, r: r, status: status, starting: map[types.UID]time.Time{}, ran: map[types.UID]bool{}, ready: map[types.UID]bool{}}
 }
 
 type syncer struct {
@@ -40,6 +40,8 @@ type syncer struct {
 	// starting holds, for a pod not yet running, when its last step ended.
 	starting map[types.UID]time.Time
 	ran      map[types.UID]bool
+	// ready holds the pods that reported Ready once.
+	ready map[types.UID]bool
 }
 
 func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, st *container.PodStatus) (bool, error) {
@@ -71,21 +73,30 @@ func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, 
 }
 
 // afterSync notes, at the end of a sync, that the pod first reports
-// Running, or that its next wait begins.
+// Running, then Ready, or that its next wait begins.
 func (s *syncer) afterSync(pod *v1.Pod, starting bool, now time.Time) {
-	if !starting {
+	s.mu.Lock()
+	ready := s.ready[pod.UID]
+	s.mu.Unlock()
+	if !starting && ready {
 		return
 	}
 	status, ok := s.status.GetPodStatus(pod.UID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ok && status.Phase == v1.PodRunning {
+	if starting {
+		if !ok || status.Phase != v1.PodRunning {
+			s.starting[pod.UID] = now
+			return
+		}
 		delete(s.starting, pod.UID)
 		s.ran[pod.UID] = true
 		s.r.Add(pod, Step{Kind: KindRunning, Name: "running", Start: now, End: now, Outcome: "ok"})
-		return
 	}
-	s.starting[pod.UID] = now
+	if ok && podutil.IsPodReady(status) && !s.ready[pod.UID] {
+		s.ready[pod.UID] = true
+		s.r.Add(pod, Step{Kind: KindReady, Name: "ready", Start: now, End: now, Outcome: "ok"})
+	}
 }
 
 func (s *syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus, grace *int64, fn podworkers.PodStatusFunc) error {
@@ -107,6 +118,7 @@ func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *contain
 		s.mu.Lock()
 		delete(s.starting, pod.UID)
 		delete(s.ran, pod.UID)
+		delete(s.ready, pod.UID)
 		s.mu.Unlock()
 		s.r.Finish(pod.UID)
 	}

@@ -38,6 +38,7 @@ const (
 	KindWait             = "wait"        // time between steps, before the pod ran
 	KindSync             = "sync"        // one SyncPod
 	KindRunning          = "running"     // first reported Running
+	KindReady            = "ready"       // first reported Ready
 	KindEvent            = "event"       // an event about the pod or a container
 	KindVolume           = "volume"      // setting up one volume
 	KindImage            = "image"       // making sure an image is present
@@ -89,6 +90,9 @@ type Options struct {
 	// Finished, if set, receives each pod's timeline when the pod
 	// finishes (the node journal keeps the last ones across restarts).
 	Finished func(Timeline)
+	// Observe, if set, is told of every step as it is recorded (the
+	// tracer makes spans of them); it must not block.
+	Observe func(pod *v1.Pod, s Step)
 }
 
 // Recorder keeps the timelines. It is safe for concurrent use.
@@ -115,6 +119,9 @@ func (r *Recorder) Now() time.Time { return r.o.Clock.Now() }
 func (r *Recorder) Add(pod *v1.Pod, s Step) {
 	if pod == nil || pod.UID == "" {
 		return
+	}
+	if r.o.Observe != nil {
+		r.o.Observe(pod, s)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

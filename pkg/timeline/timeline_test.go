@@ -32,6 +32,9 @@ type fakeSyncer struct {
 	clock  *testingclock.FakeClock
 	took   []time.Duration
 	phases []v1.PodPhase
+	// ready says, per sync, whether the pod is Ready after it (not when
+	// left out).
+	ready  []bool
 	status map[types.UID]v1.PodStatus
 	err    error
 }
@@ -39,8 +42,17 @@ type fakeSyncer struct {
 func (f *fakeSyncer) SyncPod(_ context.Context, _ podworkers.UpdateType, pod, _ *v1.Pod, _ *container.PodStatus) (bool, error) {
 	f.clock.Step(f.took[0])
 	f.took = f.took[1:]
-	f.status[pod.UID] = v1.PodStatus{Phase: f.phases[0]}
+	st := v1.PodStatus{Phase: f.phases[0]}
 	f.phases = f.phases[1:]
+	if len(f.ready) > 0 {
+		ready := v1.ConditionFalse
+		if f.ready[0] {
+			ready = v1.ConditionTrue
+		}
+		st.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: ready}}
+		f.ready = f.ready[1:]
+	}
+	f.status[pod.UID] = st
 	return false, f.err
 }
 func (f *fakeSyncer) SyncTerminatingPod(context.Context, *v1.Pod, *container.PodStatus, *int64, podworkers.PodStatusFunc) error {
@@ -58,13 +70,16 @@ func (f *fakeSyncer) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 
 // The steps from first seen to running tile the start: waits and syncs
 // add up to the start latency exactly, as the pod start metric measures
-// it; after the pod runs, syncs are recorded without waits; termination
-// is recorded and the pod's timeline is kept among the finished ones.
+// it; after the pod runs, syncs are recorded without waits, and the
+// first that leaves it Ready is noted; termination is recorded and the
+// pod's timeline is kept among the finished ones. Every step is observed.
 func TestSyncerTilesTheStart(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0.Add(time.Second))
-	r := New(Options{Clock: clk, KeepFinished: 5})
-	f := &fakeSyncer{clock: clk, took: []time.Duration{2 * time.Second, time.Second, 500 * time.Millisecond},
-		phases: []v1.PodPhase{v1.PodPending, v1.PodRunning, v1.PodRunning}, status: map[types.UID]v1.PodStatus{}}
+	observed := 0
+	r := New(Options{Clock: clk, KeepFinished: 5, Observe: func(*v1.Pod, Step) { observed++ }})
+	f := &fakeSyncer{clock: clk, took: []time.Duration{2 * time.Second, time.Second, 500 * time.Millisecond, 100 * time.Millisecond},
+		phases: []v1.PodPhase{v1.PodPending, v1.PodRunning, v1.PodRunning, v1.PodRunning}, ready: []bool{false, false, true, true},
+		status: map[types.UID]v1.PodStatus{}}
 	s := r.InstrumentSyncer(f, f)
 	pod := testPod("web")
 	ctx := context.Background()
@@ -77,7 +92,8 @@ func TestSyncerTilesTheStart(t *testing.T) {
 	clk.Step(2 * time.Second)
 	mustSync() // 5s..6s, Running
 	clk.Step(10 * time.Second)
-	mustSync() // after running: no wait step
+	mustSync() // after running: no wait step; Ready
+	mustSync() // Ready again: noted once
 	grace := int64(30)
 	if err := s.SyncTerminatingPod(ctx, pod, nil, &grace, nil); err != nil {
 		t.Fatal(err)
@@ -105,11 +121,16 @@ func TestSyncerTilesTheStart(t *testing.T) {
 		"sync sync (sync) +5s 1s ",
 		"running running +6s 0s ",
 		"sync sync (sync) +16s 500ms ",
-		"terminating stopping containers +16.5s 2s grace period 30s",
-		"terminated releasing volumes and cgroups +18.5s 0s ",
+		"ready ready +16.5s 0s ",
+		"sync sync (sync) +16.5s 100ms ",
+		"terminating stopping containers +16.6s 2s grace period 30s",
+		"terminated releasing volumes and cgroups +18.6s 0s ",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if observed != len(want) {
+		t.Fatalf("%d steps observed, %d recorded", observed, len(want))
 	}
 	if start, ok := StartLatency(tl); !ok || start != 6*time.Second || tiled != start {
 		t.Fatalf("start latency %v (%v), waits and syncs add up to %v", start, ok, tiled)

@@ -51,7 +51,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Claims: res.claims,
 	})
 	workers := podworkers.New(podworkers.Options{
-		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(syncer, b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
+		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(b.tracer.InstrumentSyncer(syncer), b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
 		Clock: b.clock, ResyncInterval: b.cfg.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
 	})
 	podConfig := podsources.New(b.recorder, b.clock, podsources.WithSteps(b.timelines), podsources.WithJournal(b.journal))

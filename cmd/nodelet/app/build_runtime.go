@@ -49,7 +49,7 @@ type runtimeConn struct {
 func dialRuntime(ctx context.Context, b *base) (*runtimeConn, error) {
 	m := b.metrics
 	conn, version, err := kuberuntime.Dial(ctx, b.cfg.ContainerRuntimeEndpoint, dialTimeout,
-		grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
+		grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor(), b.tracer.UnaryClientInterceptor()))
 	if err != nil {
 		return nil, err
 	}

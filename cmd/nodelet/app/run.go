@@ -24,6 +24,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/timeline"
+	"github.com/nodelet/nodelet/pkg/tracing"
 )
 
 // NodeName is the name the node goes by: --hostname-override or the
@@ -69,8 +70,9 @@ type base struct {
 	// shutdown says whether the node is shutting down.
 	shutdown *nodeshutdown.State
 	// timelines keeps each pod's lifecycle steps; recorder feeds it
-	// every pod event.
+	// every pod event. tracer makes traces of them (when configured).
 	timelines *timeline.Recorder
+	tracer    *tracing.Tracer
 	// allocations keeps what each pod's containers were granted and run
 	// with, for in-place resize.
 	allocations *allocation.Store
@@ -134,7 +136,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.cfg.StaticPodPath, "cluster", b.client != nil)
-	err = supervise(ctx, concat(node.components, res.components, runtime.components, []component{{"health", health.Run}},
+	err = supervise(ctx, concat(node.components, res.components, runtime.components, []component{{"health", health.Run}, {"tracing", b.tracer.Run}},
 		cl.components, reporter.components, core.components, servers, shutdown, eviction))
 	klog.InfoS("nodelet stopped; pods keep running", "err", err)
 	return err
@@ -178,8 +180,12 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		return nil, nil, err
 	}
 	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), podstatus.New(b.clock, podstatus.WithJournal(b.journal))
+	if b.tracer, err = tracing.New(ctx, tracing.Options{Config: c.Tracing, NodeName: nodeName, Version: Version, Clock: b.clock}); err != nil {
+		broadcaster.Shutdown()
+		return nil, nil, err
+	}
 	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: timelineKeepFinished,
-		Finished: b.journal.PutTimeline})
+		Finished: b.journal.PutTimeline, Observe: b.tracer.Observe})
 	b.recorder = b.timelines.Events(nodeEvents)
 	restoreFromJournal(b)
 	return b, broadcaster.Shutdown, nil

@@ -1,0 +1,117 @@
+package tracing
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/podworkers"
+)
+
+// InstrumentSyncer wraps the pod workers' syncer: each sync of a starting
+// pod, and each call of its termination, is a span of the pod's trace
+// live while it runs, and the call's context carries it, so the CRI calls
+// under it are its children. Off, it returns s itself.
+func (t *Tracer) InstrumentSyncer(s podworkers.Syncer) podworkers.Syncer {
+	if !t.on {
+		return s
+	}
+	return &syncer{Syncer: s, t: t}
+}
+
+type syncer struct {
+	podworkers.Syncer
+	t *Tracer
+}
+
+func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, st *container.PodStatus) (bool, error) {
+	ctx, end := s.t.live(ctx, pod, starting, "sync ("+updateType.String()+")")
+	terminal, err := s.Syncer.SyncPod(ctx, updateType, pod, mirrorPod, st)
+	end(err, false)
+	return terminal, err
+}
+
+func (s *syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus, grace *int64, fn podworkers.PodStatusFunc) error {
+	ctx, end := s.t.live(ctx, pod, terminating, "terminating stopping containers")
+	err := s.Syncer.SyncTerminatingPod(ctx, pod, st, grace, fn)
+	end(err, false)
+	return err
+}
+
+func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus) error {
+	ctx, end := s.t.live(ctx, pod, terminating, "terminated releasing volumes and cgroups")
+	err := s.Syncer.SyncTerminatedPod(ctx, pod, st)
+	end(err, err == nil)
+	return err
+}
+
+// live starts a span of the pod's trace in the phase (a sync of a
+// starting pod, or a termination call), opening the trace if need be,
+// and returns ctx carrying it and the function that ends it (and, with
+// last, the whole trace). A sync of a pod past its start is not traced.
+func (t *Tracer) live(ctx context.Context, pod *v1.Pod, ph phase, name string) (context.Context, func(err error, last bool)) {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pods[pod.UID]
+	switch {
+	case ph == starting && p == nil:
+		p = t.begin(pod, starting, firstSeen(pod, now))
+	case ph == starting && p.phase != starting:
+		return ctx, func(error, bool) {}
+	case ph == terminating && (p == nil || p.phase != terminating):
+		if p != nil && p.phase == starting {
+			p.root.SetAttributes(podOutcome("terminated before it was ready"))
+			p.root.End(trace.WithTimestamp(now))
+		}
+		p = t.begin(pod, terminating, now)
+	}
+	if !p.sampled() {
+		return ctx, func(_ error, last bool) { t.forget(pod, p, last) }
+	}
+	_, span := t.tracer.Start(p.ctx, name, trace.WithTimestamp(now), trace.WithAttributes(p.attrs...))
+	spanCtx := trace.ContextWithSpan(ctx, span)
+	p.live, p.liveStart = spanCtx, now
+	return spanCtx, func(err error, last bool) {
+		end := t.clock.Now()
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End(trace.WithTimestamp(end))
+		t.mu.Lock()
+		if p.live == spanCtx {
+			p.live = nil
+		}
+		t.mu.Unlock()
+		if last {
+			p.root.End(trace.WithTimestamp(end))
+			t.forget(pod, p, true)
+		}
+	}
+}
+
+// forget drops a finished pod's trace (if it is still the pod's).
+func (t *Tracer) forget(pod *v1.Pod, p *podTrace, last bool) {
+	if !last {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pods[pod.UID] == p {
+		delete(t.pods, pod.UID)
+	}
+}
+
+// firstSeen is when the pod's source first delivered it (the merge's
+// annotation), or at if it does not say.
+func firstSeen(pod *v1.Pod, at time.Time) time.Time {
+	if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podutil.ConfigFirstSeenAnnotationKey]); err == nil {
+		return seen
+	}
+	return at
+}
