@@ -108,8 +108,15 @@ func execMain(t *testing.T, n *testbed.Nodelet, ns, name string, cmd ...string) 
 // agent does.
 func podResources(t *testing.T, n *testbed.Nodelet) podresourcesapi.PodResourcesListerClient {
 	t.Helper()
+	// nodelet serves the socket a moment after it answers /healthz (and
+	// again after a restart): each call waits for it, for at most 30 s.
 	conn, err := grpc.NewClient("unix://"+filepath.Join(n.RootDir, "pod-resources", "kubelet.sock"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
