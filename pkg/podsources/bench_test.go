@@ -21,7 +21,7 @@ import (
 func BenchmarkFileWriteToAdd(b *testing.B) {
 	dir := b.TempDir()
 	cfg := New(record.NewFakeRecorder(1000), clock.RealClock{})
-	src := NewFileSource(dir, "node1", time.Hour, cfg, record.NewFakeRecorder(1000), clock.RealClock{})
+	src := NewFileSource(dir, Static{NodeName: "node1"}, time.Hour, cfg, record.NewFakeRecorder(1000), clock.RealClock{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go src.Run(ctx)

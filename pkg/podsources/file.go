@@ -30,7 +30,7 @@ type Setter interface {
 // works out what changed.
 type FileSource struct {
 	path     string
-	nodeName string
+	static   Static
 	period   time.Duration
 	out      Setter
 	recorder record.EventRecorder
@@ -58,11 +58,11 @@ type decodedFile struct {
 }
 
 // NewFileSource returns a source reading path every period.
-func NewFileSource(path, nodeName string, period time.Duration, out Setter, recorder record.EventRecorder, clk clock.WithTicker) *FileSource {
+func NewFileSource(path string, static Static, period time.Duration, out Setter, recorder record.EventRecorder, clk clock.WithTicker) *FileSource {
 	return &FileSource{
-		path: filepath.Clean(path), nodeName: nodeName, period: period, out: out,
+		path: filepath.Clean(path), static: static, period: period, out: out,
 		recorder: recorder, clock: clk,
-		nodeRef:   &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: "", APIVersion: "v1"},
+		nodeRef:   &v1.ObjectReference{Kind: "Node", Name: static.NodeName, UID: "", APIVersion: "v1"},
 		firstSeen: map[string]uint64{}, reported: map[string]string{}, decoded: map[string]decodedFile{},
 	}
 }
@@ -212,7 +212,7 @@ func (s *FileSource) readFile(path string) ([]*v1.Pod, error) {
 	}
 	out := make([]*v1.Pod, 0, len(decoded))
 	for _, p := range decoded {
-		sp, err := staticPod(p, s.nodeName, path, true)
+		sp, err := s.static.pod(p, path, true)
 		if err != nil {
 			return nil, err
 		}

@@ -42,7 +42,7 @@ type fileFixture struct {
 func startFileSource(t *testing.T, path string) *fileFixture {
 	f := &fileFixture{t: t, dir: path, clock: testingclock.NewFakeClock(time.Unix(1000, 0)),
 		rec: &setRecorder{sets: make(chan []*v1.Pod, 100)}, events: record.NewFakeRecorder(100)}
-	src := NewFileSource(path, "node1", 20*time.Second, f.rec, f.events, f.clock)
+	src := NewFileSource(path, Static{NodeName: "node1"}, 20*time.Second, f.rec, f.events, f.clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { src.Run(ctx); close(done) }()

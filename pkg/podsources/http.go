@@ -28,7 +28,7 @@ const httpTimeout = 10 * time.Second
 type HTTPSource struct {
 	url      string
 	header   http.Header
-	nodeName string
+	static   Static
 	period   time.Duration
 	out      Setter
 	recorder record.EventRecorder
@@ -44,11 +44,11 @@ type HTTPSource struct {
 }
 
 // NewHTTPSource returns a source polling url every period.
-func NewHTTPSource(url string, header http.Header, nodeName string, period time.Duration, out Setter, recorder record.EventRecorder, clk clock.WithTicker) *HTTPSource {
+func NewHTTPSource(url string, header http.Header, static Static, period time.Duration, out Setter, recorder record.EventRecorder, clk clock.WithTicker) *HTTPSource {
 	return &HTTPSource{
-		url: url, header: header, nodeName: nodeName, period: period, out: out, recorder: recorder, clock: clk,
+		url: url, header: header, static: static, period: period, out: out, recorder: recorder, clock: clk,
 		client:  &http.Client{Timeout: httpTimeout},
-		nodeRef: &v1.ObjectReference{Kind: "Node", Name: nodeName, APIVersion: "v1"},
+		nodeRef: &v1.ObjectReference{Kind: "Node", Name: static.NodeName, APIVersion: "v1"},
 	}
 }
 
@@ -104,7 +104,7 @@ func (s *HTTPSource) fetch(ctx context.Context) error {
 			return err
 		}
 		for _, p := range decoded {
-			sp, err := staticPod(p, s.nodeName, s.url, false)
+			sp, err := s.static.pod(p, s.url, false)
 			if err != nil {
 				return err
 			}

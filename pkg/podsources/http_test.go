@@ -56,7 +56,7 @@ func newHTTPFixture(t *testing.T, status int, body string) *httpFixture {
 	t.Cleanup(srv.Close)
 	f := &httpFixture{t: t, server: fs, rec: &setRecorder{sets: make(chan []*v1.Pod, 100)}, events: record.NewFakeRecorder(100)}
 	header := http.Header{"Authorization": {"Bearer secret"}}
-	f.src = NewHTTPSource(srv.URL+"/pods", header, "node1", 20*time.Second, f.rec, f.events, testingclock.NewFakeClock(time.Unix(0, 0)))
+	f.src = NewHTTPSource(srv.URL+"/pods", header, Static{NodeName: "node1"}, 20*time.Second, f.rec, f.events, testingclock.NewFakeClock(time.Unix(0, 0)))
 	return f
 }
 
@@ -166,7 +166,7 @@ func TestHTTPSourceUIDsDependOnTheURLNotTheNode(t *testing.T) {
 	a := (<-f.rec.sets)[0]
 	g := newHTTPFixture(t, 200, manifest("web", "img:1"))
 	g.src.url = f.src.url
-	g.src.nodeName = "node2"
+	g.src.static.NodeName = "node2"
 	g.src.poll(context.Background())
 	b := (<-g.rec.sets)[0]
 	if a.UID != b.UID {

@@ -12,10 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/dump"
 
 	"github.com/nodelet/nodelet/pkg/podsources/internal/core"
-
+	core135 "github.com/nodelet/nodelet/pkg/podsources/internal/core/v1_35"
+	core136 "github.com/nodelet/nodelet/pkg/podsources/internal/core/v1_36"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -104,11 +106,67 @@ func staticPod(pod *v1.Pod, nodeName, source string, isFile bool) (*v1.Pod, erro
 	return pod, nil
 }
 
+// Static names the pods of the static sources (manifest files and URL).
+type Static struct {
+	NodeName string
+	// Running are the UIDs of the pods whose containers ran when nodelet
+	// started. A static pod that one of the upstream kubelets nodelet
+	// takes over from (v1.35 and v1.36, whose UIDs hash their own types)
+	// started keeps that UID while its manifest is unchanged, so handing
+	// the node over restarts nothing.
+	Running map[types.UID]bool
+}
+
+// pod is staticPod, keeping the UID an earlier kubelet gave the pod if
+// it runs under it.
+func (n Static) pod(pod *v1.Pod, source string, isFile bool) (*v1.Pod, error) {
+	sp, err := staticPod(pod, n.NodeName, source, isFile)
+	if err != nil || pod.UID != "" || n.Running[sp.UID] {
+		return sp, err
+	}
+	// The UID is hashed from the defaulted manifest pod, as staticPod's.
+	defaulted := pod.DeepCopy()
+	setDefaults(defaulted)
+	for _, older := range olderKubelets {
+		uid := hashStatic(older.internal(untyped(defaulted)), n.NodeName, source, isFile)
+		if n.Running[uid] {
+			klog.InfoS("Static pod keeps the UID an earlier kubelet gave it", "pod", klog.KObj(sp), "podUID", uid, "kubelet", older.version, "source", source)
+			sp.UID = uid
+			sp.Annotations[podutil.ConfigHashAnnotationKey] = string(uid)
+			break
+		}
+	}
+	return sp, nil
+}
+
+// olderKubelets are the upstream kubelets whose static pods nodelet
+// adopts, with their internal Pod types (see internal/core).
+var olderKubelets = []struct {
+	version  string
+	internal func(*v1.Pod) any
+}{
+	{"v1.36", func(p *v1.Pod) any { return core136.FromV1(p) }},
+	{"v1.35", func(p *v1.Pod) any { return core135.FromV1(p) }},
+}
+
 func staticPodUID(pod *v1.Pod, nodeName, source string, isFile bool) types.UID {
-	internal := *pod
-	internal.TypeMeta = metav1.TypeMeta{} // an internal object has none
+	return hashStatic(core.FromV1(untyped(pod)), nodeName, source, isFile)
+}
+
+// untyped is a shallow copy of pod without apiVersion and kind, which an
+// internal object has not.
+func untyped(pod *v1.Pod) *v1.Pod {
+	c := *pod
+	c.TypeMeta = metav1.TypeMeta{}
+	return &c
+}
+
+// hashStatic is upstream's static pod UID: FNV-128a of the dump of the
+// pod as the kubelet's internal type (which has no apiVersion or kind),
+// then the node and the source.
+func hashStatic(internal any, nodeName, source string, isFile bool) types.UID {
 	h := fnv.New128a()
-	fmt.Fprintf(h, "%v", dump.ForHash(core.FromV1(&internal)))
+	fmt.Fprintf(h, "%v", dump.ForHash(internal))
 	if isFile {
 		fmt.Fprintf(h, "host:%s", nodeName)
 		fmt.Fprintf(h, "file:%s", source)

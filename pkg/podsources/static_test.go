@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -171,19 +172,26 @@ func qty(s string) *resource.Quantity {
 // manifest in testdata/staticuid, the UID equals the one upstream's own
 // file source gave it (golden.txt, written by hack/cluster/tools/staticuid
 // from k8s.io/kubernetes v1.37), so a node moved between the two agents
-// keeps its static pods.
+// keeps its static pods. A pod that v1.35 or v1.36 started (golden-v1.NN.txt,
+// by the same program in hack/cluster/kubelet-v1.NN) and that runs when
+// nodelet starts keeps the UID that kubelet gave it.
 func TestStaticPodUIDIsUpstreams(t *testing.T) {
-	const dir = "/tmp/nodelet-staticuid/manifests" // the path golden.txt was made with
-	golden, err := os.ReadFile("testdata/staticuid/golden.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(golden)), "\n") {
-		if name, uid, ok := strings.Cut(l, " "); ok && !strings.HasPrefix(l, "#") {
-			want[name] = uid
+	const dir = "/tmp/nodelet-staticuid/manifests" // the path the golden files were made with
+	golden := func(file string) map[string]string {
+		data, err := os.ReadFile(filepath.Join("testdata/staticuid", file))
+		if err != nil {
+			t.Fatal(err)
 		}
+		want := map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			if name, uid, ok := strings.Cut(l, " "); ok && !strings.HasPrefix(l, "#") {
+				want[name] = uid
+			}
+		}
+		return want
 	}
+	current := golden("golden.txt")
+	older := map[string]map[string]string{"v1.35": golden("golden-v1.35.txt"), "v1.36": golden("golden-v1.36.txt")}
 	files, err := filepath.Glob("testdata/staticuid/*.*")
 	if err != nil {
 		t.Fatal(err)
@@ -201,16 +209,37 @@ func TestStaticPodUIDIsUpstreams(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		p, err := staticPod(pods[0], "node-a", filepath.Join(dir, filepath.Base(f)), true)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
+		source := filepath.Join(dir, filepath.Base(f))
+		name := func(running ...string) *v1.Pod {
+			set := map[types.UID]bool{"unrelated": true}
+			for _, uid := range running {
+				set[types.UID(uid)] = true
+			}
+			p, err := Static{NodeName: "node-a", Running: set}.pod(pods[0], source, true)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			return p
 		}
-		if string(p.UID) != want[p.Name] || p.Annotations[podutil.ConfigHashAnnotationKey] != want[p.Name] {
-			t.Errorf("%s: UID %s (hash annotation %s), the upstream kubelet's is %q", f, p.UID, p.Annotations[podutil.ConfigHashAnnotationKey], want[p.Name])
+		check := func(p *v1.Pod, want, who string) {
+			t.Helper()
+			if string(p.UID) != want || p.Annotations[podutil.ConfigHashAnnotationKey] != want {
+				t.Errorf("%s: UID %s (hash annotation %s), %s's is %q", f, p.UID, p.Annotations[podutil.ConfigHashAnnotationKey], who, want)
+			}
+		}
+		p := name()
+		check(p, current[p.Name], "the upstream kubelet v1.37")
+		for version, uids := range older {
+			check(name(uids[p.Name]), uids[p.Name], "the running pod of the upstream kubelet "+version)
+			// The pod v1.37 named runs too: that one stays.
+			check(name(uids[p.Name], current[p.Name]), current[p.Name], "the upstream kubelet v1.37")
+			if len(uids) != len(current) {
+				t.Errorf("golden files of v1.37 and %s list different manifests", version)
+			}
 		}
 		checked++
 	}
-	if checked != len(want) || checked < 6 {
-		t.Fatalf("checked %d manifests, golden.txt has %d", checked, len(want))
+	if checked != len(current) || checked < 6 {
+		t.Fatalf("checked %d manifests, golden.txt has %d", checked, len(current))
 	}
 }

@@ -55,7 +55,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Clock: b.clock, ResyncInterval: b.cfg.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
 	})
 	podConfig := podsources.New(b.recorder, b.clock, podsources.WithSteps(b.timelines), podsources.WithJournal(b.journal))
-	sources := podSources(b, podConfig)
+	sources := podSources(b, podConfig, res)
 	ready := podsources.NewSourcesReady(podConfig.Sources)
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
@@ -85,17 +85,18 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 // podSources registers the configured pod sources with the merge: a
 // source counts as ready only once it has delivered, so none may be
 // registered that never runs.
-func podSources(b *base, podConfig *podsources.PodConfig) []component {
+func podSources(b *base, podConfig *podsources.PodConfig, res *resourceParts) []component {
 	c := b.cfg
 	var out []component
+	static := podsources.Static{NodeName: b.nodeName, Running: res.runningPods}
 	if c.StaticPodPath != "" {
 		podConfig.Register(podutil.FileSource)
-		src := podsources.NewFileSource(c.StaticPodPath, b.nodeName, c.FileCheckFrequency.Duration, podConfig, b.recorder, b.clock)
+		src := podsources.NewFileSource(c.StaticPodPath, static, c.FileCheckFrequency.Duration, podConfig, b.recorder, b.clock)
 		out = append(out, runs("static pod files", src.Run))
 	}
 	if c.StaticPodURL != "" {
 		podConfig.Register(podutil.HTTPSource)
-		src := podsources.NewHTTPSource(c.StaticPodURL, http.Header(c.StaticPodURLHeader), b.nodeName, c.HTTPCheckFrequency.Duration, podConfig, b.recorder, b.clock)
+		src := podsources.NewHTTPSource(c.StaticPodURL, http.Header(c.StaticPodURLHeader), static, c.HTTPCheckFrequency.Duration, podConfig, b.recorder, b.clock)
 		out = append(out, runs("static pod URL", src.Run))
 	}
 	if b.client != nil {

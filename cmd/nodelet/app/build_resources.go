@@ -37,7 +37,9 @@ type resourceParts struct {
 	hooks        []kuberuntime.ContainerHook
 	release      []func(active []*v1.Pod)
 	resizeChecks []kubelet.ResizeCheck
-	components   []component
+	// runningPods are the pods whose containers ran when nodelet started.
+	runningPods map[types.UID]bool
+	components  []component
 }
 
 // cpuManagerReconcilePeriod is upstream's default.
@@ -95,6 +97,7 @@ func buildResources(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClient
 		hooks:        []kuberuntime.ContainerHook{node.limits, cpus, memory, devices, claims},
 		release:      release,
 		resizeChecks: []kubelet.ResizeCheck{cpus.ResizeInfeasible, memory.ResizeInfeasible},
+		runningPods:  podsOf(running),
 		components: []component{
 			{"device plugin registration", devices.Run}, {"CPU manager", cpus.Run}, {"DRA manager", claims.Run}, {"plugin watcher", watcher.Run},
 		},
@@ -130,6 +133,15 @@ func runningContainers(rt *runtimeConn) ([]cpumanager.RunningContainer, error) {
 	}
 	klog.V(2).InfoS("Containers running at start", "containers", len(out))
 	return out, nil
+}
+
+// podsOf are the containers' pods.
+func podsOf(cs []cpumanager.RunningContainer) map[types.UID]bool {
+	out := map[types.UID]bool{}
+	for _, c := range cs {
+		out[c.Pod] = true
+	}
+	return out
 }
 
 // byPod are the containers' names by pod UID.

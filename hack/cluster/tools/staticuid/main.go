@@ -19,6 +19,8 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime/debug"
 	"sort"
 	"time"
 
@@ -30,9 +32,47 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 )
 
+// The start-up SLI observer NewPodConfig wants: v1.37's, and v1.35's and
+// v1.36's (without a logger).
 type noSLI struct{}
 
 func (noSLI) ObservedPodOnWatch(klog.Logger, *v1.Pod, time.Time) {}
+
+type noSLIv136 struct{}
+
+func (noSLIv136) ObservedPodOnWatch(*v1.Pod, time.Time) {}
+
+// newPodConfig calls NewPodConfig as the kubelet this is built against
+// declares it (the program is shared by hack/cluster/tools and
+// hack/cluster/kubelet-v1.NN): v1.35 also takes a notification mode
+// (incremental, 3), and the observer's method lost its logger before v1.37.
+func newPodConfig() *config.PodConfig {
+	fn := reflect.ValueOf(config.NewPodConfig)
+	offers := []reflect.Value{reflect.ValueOf(record.NewFakeRecorder(100)), reflect.ValueOf(noSLI{}), reflect.ValueOf(noSLIv136{})}
+	var args []reflect.Value
+	for i := range fn.Type().NumIn() {
+		in := fn.Type().In(i)
+		if in.Kind() == reflect.Int {
+			args = append(args, reflect.ValueOf(3).Convert(in))
+			continue
+		}
+		for _, o := range offers {
+			if o.Type().Implements(in) {
+				args = append(args, o)
+				break
+			}
+		}
+	}
+	return fn.Call(args)[0].Interface().(*config.PodConfig)
+}
+
+// kubeletModule names the tools module this was built in.
+func kubeletModule() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		return filepath.Base(info.Main.Path)
+	}
+	return "tools"
+}
 
 func main() {
 	manifests := flag.String("manifests", "", "directory of manifests")
@@ -64,7 +104,7 @@ func main() {
 		want++
 	}
 	ctx := context.Background()
-	cfg := config.NewPodConfig(record.NewFakeRecorder(100), noSLI{})
+	cfg := newPodConfig()
 	config.NewSourceFile(klog.Background(), *dir, types.NodeName(*node), time.Hour, cfg.Channel(ctx, kubetypes.FileSource))
 	lines := map[string]string{}
 	deadline := time.After(30 * time.Second)
@@ -83,7 +123,7 @@ func main() {
 		out = append(out, name+" "+uid)
 	}
 	sort.Strings(out)
-	fmt.Printf("# node %s, manifests in %s (go run ./staticuid in hack/cluster/tools)\n", *node, *dir)
+	fmt.Printf("# node %s, manifests in %s (go run ./staticuid in hack/cluster/%s)\n", *node, *dir, kubeletModule())
 	for _, l := range out {
 		fmt.Println(l)
 	}

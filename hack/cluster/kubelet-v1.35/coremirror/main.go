@@ -1,0 +1,1 @@
+../../../coremirror/main.go

@@ -1,0 +1,1 @@
+../../kubelet-v1.36/coremirror/root.go
