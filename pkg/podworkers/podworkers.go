@@ -687,6 +687,12 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 	default:
 		canStart, canEverStart := p.allowPodStart(w.options.Pod, status)
 		switch {
+		case !canEverStart && p.runsInRuntime(uid):
+			// Killed before its first sync, but its containers run: a
+			// pod adopted at a restart (a node shutdown announced right
+			// after it). It is stopped as a started pod is, with its
+			// grace period; housekeeping would only see a finished pod.
+			klog.V(2).InfoS("Pod killed before its first sync runs in the runtime: stopping it", "pod", klog.KObj(w.options.Pod), "podUID", uid)
 		case !canEverStart:
 			klog.V(4).InfoS("Pod cannot start ever", "pod", klog.KObj(w.options.Pod), "podUID", uid, "updateType", w.state)
 			// Terminated before it could start: nothing to tear down.
@@ -734,6 +740,13 @@ func (p *PodWorkers) recordSyncTime(uid types.UID) {
 
 // allowPodStart decides whether a pod may start now and whether it ever
 // can. Only static pods wait: two with the same full name never run at once.
+// runsInRuntime reports whether the status cache shows the pod running
+// a container or a ready sandbox.
+func (p *PodWorkers) runsInRuntime(uid types.UID) bool {
+	s, err := p.status.Get(uid)
+	return err == nil && s != nil && (len(s.RunningContainers()) > 0 || s.ReadySandboxes() > 0)
+}
+
 func (p *PodWorkers) allowPodStart(pod *v1.Pod, status *podSyncStatus) (canStart, canEverStart bool) {
 	if !podutil.IsStatic(pod) {
 		return true, true
