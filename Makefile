@@ -4,7 +4,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all setup build run cluster-up clean-pods test test-long unit integration lint bench bench-density faults fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test test-long test-upgrades unit integration lint bench bench-density faults fuzz clean
 
 all: build
 
@@ -43,6 +43,11 @@ lint:
 # certificates issued for 5 minutes (about 12 minutes).
 test-long: setup
 	$(GO) test -v -race -count=1 -timeout 30m -tags integration,long ./test/integration/long/
+
+# Hand nodes from the upstream kubelets of the previous minor versions
+# (v1.35, v1.36; built once, about 5 minutes each, and cached) to nodelet.
+test-upgrades: setup
+	NODELET_OLD_KUBELETS="$$(bash hack/cluster/build-kubelets.sh)" $(GO) test -v -race -count=1 -timeout 30m -tags integration,upgrades ./test/integration/upgrades/
 
 unit:
 	$(GO) test -race -count=1 ./...

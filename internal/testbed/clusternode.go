@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // StartNode runs a nodelet registered as node name on runtime cd; when
@@ -86,4 +87,51 @@ func PodRunning(p *v1.Pod) (bool, string) {
 		return false, fmt.Sprintf("phase %q, status %+v", p.Status.Phase, p.Status)
 	}
 	return true, ""
+}
+
+// Handover checks pods keep their containers while a node passes from
+// one node agent to another.
+type Handover struct {
+	c  *Cluster
+	n  *Nodelet
+	ns string
+	// first holds each pod's main container as first seen.
+	first map[string]*runtimeapi.Container
+}
+
+// NewHandover watches pods of namespace ns on node n.
+func (c *Cluster) NewHandover(n *Nodelet, ns string) *Handover {
+	return &Handover{c: c, n: n, ns: ns, first: map[string]*runtimeapi.Container{}}
+}
+
+// Note records the pod's running main container.
+func (h *Handover) Note(t *testing.T, name string) {
+	t.Helper()
+	c := h.n.RunningPodContainer(name, "main")
+	if c == nil {
+		t.Fatalf("%s has no running main container", name)
+	}
+	h.first[name] = c
+}
+
+// Kept waits until the agent whose log is log (from offset on) has synced
+// the pod, then checks its main container is the one noted, in the same
+// sandbox, and its API status shows that container with restartCount 0.
+func (h *Handover) Kept(t *testing.T, who string, log func() string, offset int, name string) {
+	t.Helper()
+	Eventually(t, 60*time.Second, func() (bool, string) {
+		return strings.Contains(log()[offset:], fmt.Sprintf(`"SyncPod exit" pod=%q`, h.ns+"/"+name)), "not synced yet: " + name
+	})
+	first := h.first[name]
+	c := h.n.RunningPodContainer(name, "main")
+	if c == nil || c.Id != first.Id || c.PodSandboxId != first.PodSandboxId {
+		t.Fatalf("%s replaced %s's container: %+v, was %s in sandbox %s", who, name, c, first.Id, first.PodSandboxId)
+	}
+	p, err := h.c.Client.CoreV1().Pods(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := p.Status.ContainerStatuses; len(cs) != 1 || cs[0].RestartCount != 0 || cs[0].ContainerID != "containerd://"+first.Id {
+		t.Fatalf("%s: %s's container status %+v", who, name, cs)
+	}
 }

@@ -5,12 +5,10 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -48,30 +46,9 @@ spec:
 	static := n.PodName("static")
 	waitPod(t, 60*time.Second, ns, "moved", running)
 	waitPod(t, 60*time.Second, ns, static, running)
-	started := map[string]*runtimeapi.Container{"moved": n.RunningPodContainer("moved", "main"), static: n.RunningPodContainer(static, "main")}
-	if started["moved"] == nil || started[static] == nil {
-		t.Fatalf("no running container: %v", started)
-	}
-	unchanged := func(who, name string) {
-		t.Helper()
-		first := started[name]
-		c := n.RunningPodContainer(name, "main")
-		if c == nil || c.Id != first.Id || c.PodSandboxId != first.PodSandboxId {
-			t.Fatalf("%s replaced %s's container: %+v, was %s in sandbox %s", who, name, c, first.Id, first.PodSandboxId)
-		}
-		p, err := cl.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cs := p.Status.ContainerStatuses; len(cs) != 1 || cs[0].RestartCount != 0 || cs[0].ContainerID != "containerd://"+first.Id {
-			t.Fatalf("%s: %s's container status %+v", who, name, cs)
-		}
-	}
-	synced := func(log func() string, offset int, name string) func() (bool, string) {
-		return func() (bool, string) {
-			return strings.Contains(log()[offset:], fmt.Sprintf(`"SyncPod exit" pod=%q`, ns+"/"+name)), "not synced yet: " + name
-		}
-	}
+	h := cl.NewHandover(n, ns)
+	h.Note(t, "moved")
+	h.Note(t, static)
 
 	// To nodelet: it has synced the pod (and so decided whether the
 	// container must be replaced) once its log says so.
@@ -79,8 +56,7 @@ spec:
 	offset := len(n.Log())
 	n.Start()
 	for _, name := range []string{"moved", static} {
-		testbed.Eventually(t, 60*time.Second, synced(n.Log, offset, name))
-		unchanged("nodelet", name)
+		h.Kept(t, "nodelet", n.Log, offset, name)
 	}
 
 	// A pod born under nodelet, then everything back to the upstream
@@ -91,13 +67,12 @@ spec:
 		t.Fatal(err)
 	}
 	waitPod(t, 60*time.Second, ns, "native", running)
-	started["native"] = n.RunningPodContainer("native", "main")
+	h.Note(t, "native")
 	n.Stop()
 	offset = len(up.Log())
 	up.Start()
 	for _, name := range []string{"moved", "native", static} {
-		testbed.Eventually(t, 60*time.Second, synced(up.Log, offset, name))
-		unchanged("the upstream kubelet", name)
+		h.Kept(t, "the upstream kubelet", up.Log, offset, name)
 	}
 	up.Stop()
 	n.Start() // the test's cleanup stops the pods through nodelet
