@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/nodelet/nodelet/internal/otlptest"
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 )
@@ -49,6 +50,7 @@ var (
 	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", kuberuntime.MaxParallelPodStarts, "the floor's parallelism (nodelet's cap on concurrent pod starts)")
+	tracing  = flag.Bool("density.tracing", false, "nodelet traces every pod (samplingRatePerMillion 1000000) to an OTLP receiver in the benchmark")
 )
 
 func TestMain(m *testing.M) {
@@ -72,10 +74,18 @@ func BenchmarkDensity(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	extra := fmt.Sprintf("authentication:\n  x509:\n    clientCAFile: %s\n", cl.CAFile())
+	var receiver *otlptest.Receiver
+	if *tracing {
+		if receiver, err = otlptest.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer receiver.Stop()
+		extra += fmt.Sprintf("tracing:\n  endpoint: %s\n  samplingRatePerMillion: 1000000\n", receiver.Addr)
+	}
 	node := testbed.StartNodelet(b, cd, testbed.NodeletOptions{
 		NodeName: nodeName, Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/" + nodeName,
-		ExtraConfig: fmt.Sprintf("authentication:\n  x509:\n    clientCAFile: %s\n", cl.CAFile()),
-		Address:     "0.0.0.0", Args: []string{"-v", "1"},
+		ExtraConfig: extra, Address: "0.0.0.0", Args: []string{"-v", "1"},
 	})
 	client := benchClient(b)
 	ns := namespace(b, client)
@@ -106,6 +116,24 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	r.idleAfter = measure(b, node.PID())
 	fmt.Println(r.String())
+	if receiver != nil {
+		fmt.Println(traceSummary(receiver.Spans()))
+	}
+}
+
+// traceSummary counts what the receiver got: spans, traces, and the pod
+// starts and terminations among them.
+func traceSummary(spans []otlptest.Span) string {
+	traces := map[string]bool{}
+	roots := map[string]int{}
+	for _, s := range spans {
+		traces[s.TraceID] = true
+		if s.ParentID == "" {
+			roots[s.Name]++
+		}
+	}
+	return fmt.Sprintf("tracing on: %d spans in %d traces received (%d pod starts, %d pod terminations)",
+		len(spans), len(traces), roots["pod start"], roots["pod termination"])
 }
 
 // bench is what every burst works with.
