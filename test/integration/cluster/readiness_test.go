@@ -43,6 +43,10 @@ func TestReadinessAcrossARestart(t *testing.T) {
 	waitPod(t, 30*time.Second, ns, "ready", podReady(v1.ConditionTrue))
 	waitPod(t, 30*time.Second, ns, "gated", running)
 	ids := map[string]string{"ready": n.RunningPodContainer("ready", "main").Id, "gated": n.RunningPodContainer("gated", "main").Id}
+	// The gated pod's startup probe has failed at least once.
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		return probeCount(t, n, ids["gated"]) > 0, "the startup probe has not run"
+	})
 	// SIGKILL loses what the journal has not committed: wait for the
 	// ready pod's result to be on disk.
 	path := filepath.Join(n.RootDir, "nodelet_journal.db")
@@ -120,7 +124,7 @@ func podReady(want v1.ConditionStatus) func(*v1.Pod) (bool, string) {
 // probeCount is how many times a test pod's probe ran (a line each).
 func probeCount(t *testing.T, n *testbed.Nodelet, id string) int {
 	t.Helper()
-	out, err := n.Exec(id, "cat", "/tmp/probes")
+	out, err := n.Exec(id, "sh", "-c", "cat /tmp/probes 2>/dev/null || true")
 	if err != nil {
 		t.Fatal(err)
 	}
