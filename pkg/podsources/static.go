@@ -18,6 +18,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podsources/internal/core"
 	core135 "github.com/nodelet/nodelet/pkg/podsources/internal/core/v1_35"
 	core136 "github.com/nodelet/nodelet/pkg/podsources/internal/core/v1_36"
+	"github.com/nodelet/nodelet/pkg/podsources/internal/project"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -145,8 +146,8 @@ var olderKubelets = []struct {
 	version  string
 	internal func(*v1.Pod) any
 }{
-	{"v1.36", func(p *v1.Pod) any { return core136.FromV1(p) }},
-	{"v1.35", func(p *v1.Pod) any { return core135.FromV1(p) }},
+	{"v1.36", func(p *v1.Pod) any { return project.As[core136.Pod](p) }},
+	{"v1.35", func(p *v1.Pod) any { return project.As[core135.Pod](p) }},
 }
 
 func staticPodUID(pod *v1.Pod, nodeName, source string, isFile bool) types.UID {

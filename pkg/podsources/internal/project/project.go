@@ -13,6 +13,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
+// As returns pod as an older kubelet's internal Pod type T (see Pod).
+func As[T any](pod *v1.Pod) *T {
+	out := new(T)
+	Pod(out, pod)
+	return out
+}
+
 // Pod copies pod into *dst, a zero internal Pod of an older kubelet, as
 // its v1-to-internal conversion does: the host namespace fields go into
 // the (then always present) pod security context, and the deprecated
