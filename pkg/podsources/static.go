@@ -1,9 +1,12 @@
 package podsources
 
 import (
+	"crypto/md5"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -128,10 +131,10 @@ func (n Static) pod(pod *v1.Pod, source string, isFile bool) (*v1.Pod, error) {
 	// The UID is hashed from the defaulted manifest pod, as staticPod's.
 	defaulted := pod.DeepCopy()
 	setDefaults(defaulted)
-	for _, older := range olderKubelets {
-		uid := hashStatic(older.internal(untyped(defaulted)), n.NodeName, source, isFile)
+	for _, earlier := range earlierNamings {
+		uid := earlier.uid(defaulted, n.NodeName, source, isFile)
 		if n.Running[uid] {
-			klog.InfoS("Static pod keeps the UID an earlier kubelet gave it", "pod", klog.KObj(sp), "podUID", uid, "kubelet", older.version, "source", source)
+			klog.InfoS("Static pod keeps the UID an earlier kubelet gave it", "pod", klog.KObj(sp), "podUID", uid, "kubelet", earlier.kubelet, "source", source)
 			sp.UID = uid
 			sp.Annotations[podutil.ConfigHashAnnotationKey] = string(uid)
 			break
@@ -140,14 +143,35 @@ func (n Static) pod(pod *v1.Pod, source string, isFile bool) (*v1.Pod, error) {
 	return sp, nil
 }
 
-// olderKubelets are the upstream kubelets whose static pods nodelet
-// adopts, with their internal Pod types (see internal/core).
-var olderKubelets = []struct {
-	version  string
-	internal func(*v1.Pod) any
+// earlierNamings are how the kubelets nodelet takes over from named a
+// defaulted static pod: the upstream kubelets v1.36 and v1.35 (upstream's
+// hash over their own internal types, see internal/core), and nodelet
+// before it named static pods as upstream does.
+var earlierNamings = []struct {
+	kubelet string
+	uid     func(defaulted *v1.Pod, nodeName, source string, isFile bool) types.UID
 }{
-	{"v1.36", func(p *v1.Pod) any { return project.As[core136.Pod](p) }},
-	{"v1.35", func(p *v1.Pod) any { return project.As[core135.Pod](p) }},
+	{"v1.36", func(p *v1.Pod, node, source string, isFile bool) types.UID {
+		return hashStatic(project.As[core136.Pod](untyped(p)), node, source, isFile)
+	}},
+	{"v1.35", func(p *v1.Pod, node, source string, isFile bool) types.UID {
+		return hashStatic(project.As[core135.Pod](untyped(p)), node, source, isFile)
+	}},
+	{"nodelet (before upstream's UIDs)", legacyStaticUID},
+}
+
+// legacyStaticUID is how nodelet named static pods before it took
+// upstream's hash: MD5 over the defaulted pod's JSON, then the node and
+// the source.
+func legacyStaticUID(p *v1.Pod, nodeName, source string, isFile bool) types.UID {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return ""
+	}
+	h := md5.New()
+	h.Write(b)
+	writeSource(h, nodeName, source, isFile)
+	return types.UID(hex.EncodeToString(h.Sum(nil)))
 }
 
 func staticPodUID(pod *v1.Pod, nodeName, source string, isFile bool) types.UID {
@@ -168,13 +192,18 @@ func untyped(pod *v1.Pod) *v1.Pod {
 func hashStatic(internal any, nodeName, source string, isFile bool) types.UID {
 	h := fnv.New128a()
 	fmt.Fprintf(h, "%v", dump.ForHash(internal))
+	writeSource(h, nodeName, source, isFile)
+	return types.UID(hex.EncodeToString(h.Sum(nil)))
+}
+
+// writeSource adds where a static pod comes from to its UID's hash.
+func writeSource(h io.Writer, nodeName, source string, isFile bool) {
 	if isFile {
 		fmt.Fprintf(h, "host:%s", nodeName)
 		fmt.Fprintf(h, "file:%s", source)
 	} else {
 		fmt.Fprintf(h, "url:%s", source)
 	}
-	return types.UID(hex.EncodeToString(h.Sum(nil)))
 }
 
 func addToleration(pod *v1.Pod, t v1.Toleration) {

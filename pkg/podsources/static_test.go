@@ -229,6 +229,14 @@ func TestStaticPodUIDIsUpstreams(t *testing.T) {
 		}
 		p := name()
 		check(p, current[p.Name], "the upstream kubelet v1.37")
+		// A pod an earlier nodelet started (its MD5 naming) keeps its UID.
+		defaulted := pods[0].DeepCopy()
+		setDefaults(defaulted)
+		if legacy := string(legacyStaticUID(defaulted, "node-a", source, true)); len(legacy) == 32 && p.UID != types.UID(legacy) {
+			check(name(legacy), legacy, "an earlier nodelet")
+		} else if pods[0].UID == "" {
+			t.Errorf("%s: the legacy UID %q", f, legacy)
+		}
 		for version, uids := range older {
 			check(name(uids[p.Name]), uids[p.Name], "the running pod of the upstream kubelet "+version)
 			// The pod v1.37 named runs too: that one stays.
