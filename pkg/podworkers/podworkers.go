@@ -30,7 +30,7 @@
 //	                                                   │   └────┘ failed: retry
 //	                     SyncTerminatedPod succeeded   ▼
 //	 never started (terminated before its turn) ──► finished
-//	                                                   │
+//	   (unless the runtime runs it: then to terminating)│
 //	     SyncKnownPods, pod gone from config ──────────┤
 //	     create with the same UID (restartRequested) ──┴──► forgotten; the
 //	                                                        next update starts afresh
