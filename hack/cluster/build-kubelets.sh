@@ -10,9 +10,18 @@ for mod in "$HERE"/kubelet-v*/; do
 	[ -n "$VERSION" ] || { echo "hack/cluster/build-kubelets.sh: no k8s.io/kubernetes version in $mod/go.mod" >&2; exit 1; }
 	BIN=${NODELET_CACHE:-/var/cache/nodelet}/kubelet-$VERSION
 	mkdir -p "$BIN"
+	# A kubelet built before the version was stamped is built again.
+	if [ -x "$BIN/kubelet" ] && ! "$BIN/kubelet" --version | grep -qF "$VERSION"; then
+		rm -f "$BIN/kubelet"
+	fi
 	if [ ! -x "$BIN/kubelet" ]; then
 		echo "building kubelet $VERSION (cached in $BIN)" >&2
-		(cd "$mod" && CGO_ENABLED=0 go build -trimpath -o "$BIN/kubelet.new" k8s.io/kubernetes/cmd/kubelet)
+		# The version the node reports (status.nodeInfo.kubeletVersion), as
+		# upstream's release build stamps it.
+		minor=${VERSION#v1.}; minor=${minor%%.*}
+		ldflags="-X k8s.io/component-base/version.gitVersion=$VERSION -X k8s.io/component-base/version.gitMajor=1"
+		ldflags="$ldflags -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+		(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$BIN/kubelet.new" k8s.io/kubernetes/cmd/kubelet)
 		mv "$BIN/kubelet.new" "$BIN/kubelet"
 	fi
 	echo "$BIN"
