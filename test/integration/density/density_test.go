@@ -50,6 +50,7 @@ var (
 	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", kuberuntime.MaxParallelPodStarts, "the floor's parallelism (nodelet's cap on concurrent pod starts)")
+	curveAt  = flag.String("density.parallels", "1,2,4,8,16,32", "parallelisms of the raw CRI floor's curve, measured once per burst size in the first round; every ratio is also printed against the curve's fastest all-started and lowest per-pod p50 (empty: no curve)")
 	tracing  = flag.Bool("density.tracing", false, "nodelet traces every pod (samplingRatePerMillion 1000000) to an OTLP receiver in the benchmark")
 )
 
@@ -98,8 +99,17 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	r := &report{}
 	r.idle = measure(b, node.PID())
+	curveParallels, err := parseCounts(*curveAt)
+	if err != nil && *curveAt != "" {
+		b.Fatal(err)
+	}
+	r.curves = map[int]curve{}
 	for round := 1; round <= *rounds; round++ {
 		for _, n := range sizes {
+			if round == 1 && len(curveParallels) > 0 {
+				r.curves[n] = floorCurve(b, bench{template: template}, n, curveParallels)
+				fmt.Print(r.curves[n].String(n))
+			}
 			largest := n == sizes[len(sizes)-1]
 			res := burst(b, bench{client: client, w: w, ns: ns, nodeName: nodeName, pid: node.PID(), template: template}, round, n, largest && round == 1)
 			if largest && round == 1 {
@@ -152,7 +162,7 @@ type bench struct {
 func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	ctx := context.Background()
 	res := result{round: round, pods: n}
-	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n)
+	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n, 0)
 	names := podNames(round, n)
 	opsBefore := runtimeOps(b, x.client, x.nodeName)
 	cpuBefore := testbed.CPUByCommand()
@@ -180,7 +190,7 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		sbs, err := cd.Sandboxes(ctx)
 		return err == nil && len(sbs) == 0, fmt.Sprintf("%d sandboxes left (%v)", len(sbs), err)
 	})
-	after := floorRun(b, x, fmt.Sprintf("floor-%d-%d-b", round, n), n)
+	after := floorRun(b, x, fmt.Sprintf("floor-%d-%d-b", round, n), n, 0)
 	res.floorStart, res.floorStop = mean(before.start, after.start), mean(before.stop, after.stop)
 	res.floorBefore, res.floorAfter = pct(before.start, 100), pct(after.start, 100)
 	res.ops = compareOps(before.calls, opsBefore, opsAfter)
@@ -192,10 +202,14 @@ type floorResult struct {
 	calls       map[string]testbed.CallStats
 }
 
-// floorRun starts and stops n pods straight through CRI.
-func floorRun(b *testing.B, x bench, prefix string, n int) floorResult {
+// floorRun starts and stops n pods straight through CRI, parallel at a
+// time (the reference floor's parallelism when 0).
+func floorRun(b *testing.B, x bench, prefix string, n, parallelism int) floorResult {
 	ctx := context.Background()
-	f := &testbed.Floor{CD: cd, Parallel: *parallel, LogDir: b.TempDir(), Template: x.template}
+	if parallelism == 0 {
+		parallelism = *parallel
+	}
+	f := &testbed.Floor{CD: cd, Parallel: parallelism, LogDir: b.TempDir(), Template: x.template}
 	var out floorResult
 	var err error
 	if out.start, err = f.Start(ctx, prefix, n); err != nil {
@@ -665,6 +679,8 @@ func (r result) line() string {
 }
 
 type report struct {
+	// curves are the floor's curves by burst size.
+	curves                map[int]curve
 	idle, busy, idleAfter usage
 	// memory is the Go runtime's account of nodelet's memory at the
 	// largest burst.
@@ -674,7 +690,7 @@ type report struct {
 
 func (r *report) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "floor parallelism %d; floor replays nodelet's CRI configuration: %v; pods mount a token: %v\n", *parallel, *replay, *token)
+	fmt.Fprintf(&sb, "reference floor parallelism %d (around each burst); floor replays nodelet's CRI configuration: %v; pods mount a token: %v\n", *parallel, *replay, *token)
 	fmt.Fprintf(&sb, "%-5s %-4s | %-28s | %-28s | %-26s | %-28s | %-28s | %-26s\n", "round", "pods",
 		"start p50 (floor, ratio)", "start p99 (floor, ratio)", "all ready (floor, ratio)",
 		"delete p50 (floor, ratio)", "delete p99 (floor, ratio)", "all gone (floor, ratio)")
@@ -713,6 +729,86 @@ func (r *report) String() string {
 			med(func(x result) float64 { return rat(pct(x.stop, 99), pct(x.floorStop, 99)) }),
 			med(func(x result) float64 { return rat(x.allGone, pct(x.floorStop, 100)) }))
 	}
+	r.againstBest(&sb, order, byCount)
 	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s (%s)\nnodelet idle after: %s\n", r.idle, r.busy, r.memory, r.idleAfter)
 	return sb.String()
+}
+
+// curve is the raw CRI floor of one burst size at several parallelisms.
+type curve struct {
+	points []curvePoint
+}
+
+type curvePoint struct {
+	parallel    int
+	start, stop []time.Duration
+}
+
+// floorCurve measures the floor of n pods at each parallelism.
+func floorCurve(b *testing.B, x bench, n int, parallels []int) curve {
+	var c curve
+	for _, p := range parallels {
+		f := floorRun(b, x, fmt.Sprintf("curve-%d-%d", n, p), n, p)
+		c.points = append(c.points, curvePoint{parallel: p, start: f.start, stop: f.stop})
+	}
+	return c
+}
+
+// best is the point with the least of the measure.
+func (c curve) best(of func(curvePoint) time.Duration) curvePoint {
+	b := c.points[0]
+	for _, p := range c.points[1:] {
+		if of(p) < of(b) {
+			b = p
+		}
+	}
+	return b
+}
+
+func allStarted(p curvePoint) time.Duration { return pct(p.start, 100) }
+func startP50(p curvePoint) time.Duration   { return pct(p.start, 50) }
+func allStopped(p curvePoint) time.Duration { return pct(p.stop, 100) }
+
+func (c curve) String(n int) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "floor curve, %d pods:", n)
+	for _, p := range c.points {
+		fmt.Fprintf(&sb, " parallel %d: all started %s, p50 %s, all stopped %s;", p.parallel, ms(allStarted(p)), ms(startP50(p)), ms(allStopped(p)))
+	}
+	all, p50 := c.best(allStarted), c.best(startP50)
+	fmt.Fprintf(&sb, " fastest all started at parallel %d, lowest p50 at parallel %d\n", all.parallel, p50.parallel)
+	return sb.String()
+}
+
+// againstBest prints the medians of nodelet's figures against the
+// curve's best: all ready and p99 against the fastest all-started point,
+// p50 against the lowest p50, all gone against the fastest all-stopped.
+func (r *report) againstBest(sb *strings.Builder, order []int, byCount map[int][]result) {
+	if len(r.curves) == 0 {
+		return
+	}
+	fmt.Fprintf(sb, "medians against the best floor of the curve (first round):\n")
+	for _, n := range order {
+		c, ok := r.curves[n]
+		if !ok {
+			continue
+		}
+		all, p50, stop := c.best(allStarted), c.best(startP50), c.best(allStopped)
+		med := func(f func(result) time.Duration) time.Duration {
+			var v []time.Duration
+			for _, x := range byCount[n] {
+				v = append(v, f(x))
+			}
+			slices.Sort(v)
+			return v[len(v)/2]
+		}
+		ready, start50, start99, gone := med(func(x result) time.Duration { return x.allReady }), med(func(x result) time.Duration { return pct(x.start, 50) }),
+			med(func(x result) time.Duration { return pct(x.start, 99) }), med(func(x result) time.Duration { return x.allGone })
+		fmt.Fprintf(sb, "%4d pods: all ready %s (fastest all started %s at parallel %d, ×%s); start p50 %s (lowest p50 %s at parallel %d, ×%s); "+
+			"p99 %s (%s at parallel %d, ×%s); all gone %s (fastest all stopped %s at parallel %d, ×%s)\n", n,
+			ms(ready), ms(allStarted(all)), all.parallel, ratio(ready, allStarted(all)),
+			ms(start50), ms(startP50(p50)), p50.parallel, ratio(start50, startP50(p50)),
+			ms(start99), ms(pct(all.start, 99)), all.parallel, ratio(start99, pct(all.start, 99)),
+			ms(gone), ms(allStopped(stop)), stop.parallel, ratio(gone, allStopped(stop)))
+	}
 }
