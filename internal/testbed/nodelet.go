@@ -213,10 +213,35 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 		}
 		if t.Failed() {
 			t.Logf("nodelet log tail:\n%s", n.LogTail(60))
+			keepLogs(t, n.LogPath, filepath.Join(cd.Dir, "containerd.log"))
 		}
 	})
 	n.Start()
 	return n
+}
+
+// keptLogsDir is where a failed test's nodelet and containerd logs are
+// copied: its own directories go when it ends.
+const keptLogsDir = "/var/tmp/nodelet-test-logs"
+
+// keepLogs copies the logs of a failed test where they outlive it.
+func keepLogs(t testing.TB, paths ...string) {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	dir := filepath.Join(keptLogsDir, fmt.Sprintf("%s-%d", name, time.Now().Unix()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, filepath.Base(p)), data, 0o644)
+		}
+		if err != nil {
+			t.Logf("keeping %s: %v", p, err)
+		}
+	}
+	t.Logf("logs kept in %s", dir)
 }
 
 func freePort(t testing.TB) int {
