@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -224,9 +225,18 @@ func TestExternalCloudProvider(t *testing.T) {
 	if !tainted || node.Annotations["alpha.kubernetes.io/provided-node-ip"] != ip {
 		t.Fatalf("registered with taints %v and annotations %v", node.Spec.Taints, node.Annotations)
 	}
-	// The cloud controller initializes the node.
-	node.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}, {Type: v1.NodeInternalDNS, Address: "ip-10-0-0-7.cloud.internal"}}
-	if _, err := cl.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// The cloud controller initializes the node, retrying on a conflict
+	// with nodelet's own status writes (every second here), as it does.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := cl.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}, {Type: v1.NodeInternalDNS, Address: "ip-10-0-0-7.cloud.internal"}}
+		_, err = cl.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	set := time.Now()
@@ -238,7 +248,7 @@ func TestExternalCloudProvider(t *testing.T) {
 		ready := nodeCondition(node, v1.NodeReady)
 		return ready != nil && ready.LastHeartbeatTime.Time.After(set.Add(3*time.Second)), "no status write since the addresses were set"
 	})
-	node, err := cl.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+	node, err = cl.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
