@@ -72,7 +72,11 @@ func (t *Tracer) live(ctx context.Context, pod *v1.Pod, ph phase, name string) (
 		p = t.begin(pod, terminating, now)
 	}
 	if !p.sampled() {
-		return ctx, func(_ error, last bool) { t.forget(pod, p, last) }
+		return ctx, func(_ error, last bool) {
+			if last {
+				t.forget(pod, p)
+			}
+		}
 	}
 	_, span := t.tracer.Start(p.ctx, name, trace.WithTimestamp(now), trace.WithAttributes(p.attrs...))
 	spanCtx := trace.ContextWithSpan(ctx, span)
@@ -90,16 +94,13 @@ func (t *Tracer) live(ctx context.Context, pod *v1.Pod, ph phase, name string) (
 		t.mu.Unlock()
 		if last {
 			p.root.End(trace.WithTimestamp(end))
-			t.forget(pod, p, true)
+			t.forget(pod, p)
 		}
 	}
 }
 
 // forget drops a finished pod's trace (if it is still the pod's).
-func (t *Tracer) forget(pod *v1.Pod, p *podTrace, last bool) {
-	if !last {
-		return
-	}
+func (t *Tracer) forget(pod *v1.Pod, p *podTrace) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.pods[pod.UID] == p {
