@@ -309,7 +309,10 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 
 	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod))
 	s.reasons.update(pod.UID, result)
-	if hasCondition(status, v1.PodResizeInProgress) {
+	switch {
+	case started(result):
+		s.reportStarted(ctx, pod)
+	case hasCondition(status, v1.PodResizeInProgress):
 		// The resize was applied now, and no container event will bring
 		// a sync to say so: report it at once.
 		s.status.SetPodStatus(pod, s.apiStatus(pod, rs, false))
@@ -325,6 +328,31 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		}
 	}
 	return false, nil
+}
+
+// started: the sync started at least one container.
+func started(r container.PodSyncResult) bool {
+	for _, step := range r.Results {
+		if step.Action == container.StartContainer && step.Err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// reportStarted reads the pod back from the runtime and records its status
+// now. Otherwise the containers just started would show as waiting until
+// the next sync, which the runtime's event for the start brings a relist
+// later (up to a second on a runtime without CRI events): on a single
+// start, half of create→Ready. A failed read changes nothing; that sync
+// reports it.
+func (s *PodSyncer) reportStarted(ctx context.Context, pod *v1.Pod) {
+	cur, err := s.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		klog.V(4).InfoS("Cannot read the pod just started; its status waits for the next sync", "pod", klog.KObj(pod), "podUID", pod.UID, "err", err)
+		return
+	}
+	s.status.SetPodStatus(pod, s.apiStatus(pod, cur, false))
 }
 
 // sandboxReady: the pod's newest sandbox runs.

@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/podstatus"
+	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
@@ -61,6 +62,33 @@ func TestSyncPodReportsTerminal(t *testing.T) {
 	}
 	if got, _ := st.GetPodStatus("a"); got.Phase != v1.PodSucceeded {
 		t.Fatalf("phase %s", got.Phase)
+	}
+}
+
+// The sync that starts a pod's containers reports them running, and the
+// pod Ready, without waiting for the next sync: a single start would
+// otherwise wait a relist for it.
+func TestSyncPodReportsWhatItStarted(t *testing.T) {
+	s, st, rt := newSyncer(t, nil)
+	p := apiPod("a", "a", now)
+	if _, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := st.GetPodStatus("a")
+	if got.Phase != v1.PodRunning || len(got.ContainerStatuses) != 1 || got.ContainerStatuses[0].State.Running == nil {
+		t.Fatalf("after the starting sync: phase %s, containers %+v", got.Phase, got.ContainerStatuses)
+	}
+	if !podutil.IsPodReady(got) {
+		t.Fatalf("not Ready after the starting sync: %+v", got.Conditions)
+	}
+
+	// A sync that starts nothing reports what it was given.
+	rt.FailNext("StartContainer", errors.New("no"))
+	if _, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, apiPod("b", "b", now), nil, &container.PodStatus{ID: "b"}); err == nil {
+		t.Fatal("the start did not fail")
+	}
+	if got, _ := st.GetPodStatus("b"); got.Phase != v1.PodPending || got.ContainerStatuses[0].State.Waiting == nil {
+		t.Fatalf("nothing started, yet: phase %s, containers %+v", got.Phase, got.ContainerStatuses)
 	}
 }
 
