@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/startlimit"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -159,11 +160,14 @@ func (m *Manager) warn(ctx context.Context, ref *v1.ObjectReference, reason, for
 // the two calls.
 func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Container, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, string, error) {
 	ref := podutil.ContainerRef(pod, c)
-	release, err := m.starts.acquire(ctx, pod)
+	slot, err := m.slot(ctx, pod)
 	if err != nil {
 		return "", err.Error(), container.ErrCreateContainer
 	}
-	defer release()
+	// Only a container started counts towards the limit: a failure's
+	// latency says nothing about the runtime's load.
+	var counted startlimit.Kind
+	defer func() { slot.Done(counted) }()
 	cctx, cancel := m.call(ctx)
 	created, err := m.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId: sandboxID, Config: cfg, SandboxConfig: sandboxCfg,
@@ -192,6 +196,7 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		m.warn(ctx, ref, "Failed", "Error: %s", crierr.Message(err))
 		return id, crierr.Message(err), container.ErrRunContainer
 	}
+	counted = startlimit.Container
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	// The fault tests stop nodelet here: a container running that nodelet
 	// has not recorded as started.
@@ -417,11 +422,11 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	}
 
 	klog.V(2).InfoS("Killing container with a grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id.ID, "gracePeriod", grace, "reason", reason)
-	release, aerr := m.starts.acquireFor(ctx, pod, stopHold, m.clock)
+	slot, aerr := m.slot(ctx, pod)
 	if aerr != nil {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), aerr)
 	}
-	defer release()
+	defer slot.HoldFor(stopHold)()
 	defer m.stopping.begin(id.ID)()
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/logs"
 	"github.com/nodelet/nodelet/pkg/poddirs"
+	"github.com/nodelet/nodelet/pkg/startlimit"
 )
 
 // GCPolicy bounds what garbage collection keeps.
@@ -34,7 +35,7 @@ type ContainerGC struct {
 	runtimeName string
 	podLogsDir  string
 	timeout     time.Duration
-	starts      *startGate
+	starts      *startlimit.Gate
 	pods        interface {
 		GetPods(ctx context.Context) ([]*container.Pod, error)
 	}
@@ -194,11 +195,11 @@ func (g *ContainerGC) removeSandbox(ctx context.Context, id string) error {
 // gated runs a removal in a background slot of the start gate (pod starts
 // go first), bounded by the request timeout.
 func (g *ContainerGC) gated(ctx context.Context, remove func(ctx context.Context) error) error {
-	release, err := g.starts.acquireBackground(ctx)
+	slot, err := g.starts.Acquire(ctx, startlimit.Waiter{Background: true})
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer slot.Release()
 	ctx, cancel := g.call(ctx)
 	defer cancel()
 	return remove(ctx)

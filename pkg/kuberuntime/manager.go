@@ -28,6 +28,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/images"
+	"github.com/nodelet/nodelet/pkg/startlimit"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -114,6 +115,9 @@ type Options struct {
 	// the resource managers give it its cpusets and NUMA memory, its
 	// devices and CDI devices.
 	ContainerHooks []ContainerHook
+	// Starts admits the calls that start and stop things; nil for one
+	// that finds its limit from the machine's core count up (or down).
+	Starts *startlimit.Gate
 }
 
 // ContainerHook takes part in a container's start.
@@ -182,8 +186,9 @@ type Manager struct {
 	steps          StepRecorder
 	resources      ResourceState
 	podCgroup      func(*v1.Pod) error
-	// starts caps the runtime calls that start sandboxes and containers.
-	starts *startGate
+	// starts admits the runtime calls that start and stop sandboxes and
+	// containers, as many at once as the runtime takes without queueing.
+	starts *startlimit.Gate
 	// stopping holds what nodelet is stopping itself.
 	stopping *stopping
 
@@ -226,6 +231,9 @@ func New(o Options) *Manager {
 	if o.PodCgroup == nil {
 		o.PodCgroup = func(*v1.Pod) error { return nil }
 	}
+	if o.Starts == nil {
+		o.Starts = startlimit.New(startlimit.Options{Clock: o.Clock})
+	}
 	m := &Manager{
 		runtime:        o.Runtime,
 		helper:         o.Helper,
@@ -241,7 +249,7 @@ func New(o Options) *Manager {
 		security:       o.Security,
 		userns:         o.UserNamespaces,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
-		starts:         newStartGate(MaxParallelPodStarts),
+		starts:         o.Starts,
 		stopping:       newStopping(o.Clock),
 		steps:          o.Steps,
 		resources:      o.Resources,

@@ -13,6 +13,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/startlimit"
 )
 
 // createPodSandbox runs a new sandbox for the pod and returns its ID, or a
@@ -28,20 +29,21 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 		msg := fmt.Sprintf("Failed to create log directory for pod %q: %v", podutil.Ref(pod), err)
 		return "", msg, err
 	}
-	release, err := m.starts.acquire(ctx, pod)
+	slot, err := m.slot(ctx, pod)
 	if err != nil {
 		return "", fmt.Sprintf("Failed to create pod sandbox: %v", err), err
 	}
-	defer release()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
 		Config: cfg, RuntimeHandler: RuntimeHandler(pod),
 	})
 	if err != nil {
+		slot.Release()
 		msg := fmt.Sprintf("Failed to create pod sandbox: %v", crierr.Message(err))
 		return "", msg, err
 	}
+	slot.Done(startlimit.Sandbox)
 	// The fault tests stop nodelet here: a sandbox with no container yet.
 	failpoint.Inject("sandbox-created")
 	return resp.PodSandboxId, "", nil
@@ -173,11 +175,11 @@ func protocolToCRI(p v1.Protocol) runtimeapi.Protocol {
 
 // stopSandbox stops a sandbox; a sandbox already gone is not an error.
 func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error {
-	release, err := m.starts.acquire(ctx, pod)
+	slot, err := m.slot(ctx, pod)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer slot.Release()
 	defer m.stopping.begin(id)()
 	ctx, cancel := m.call(ctx)
 	defer cancel()

@@ -30,12 +30,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/nodelet/nodelet/internal/otlptest"
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
 )
 
 var (
@@ -49,7 +49,7 @@ var (
 	profile  = flag.String("density.cpuprofile", "", "write nodelet's CPU profile during the first round's largest create burst to this file")
 	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
-	parallel = flag.Int("density.parallel", kuberuntime.MaxParallelPodStarts, "the floor's parallelism (nodelet's cap on concurrent pod starts)")
+	parallel = flag.Int("density.parallel", 4, "the parallelism of the floor measured around each burst (the curve's, below, is the reference)")
 	curveAt  = flag.String("density.parallels", "1,2,4,8,16,32", "parallelisms of the raw CRI floor's curve, measured once per burst size in the first round; every ratio is also printed against the curve's fastest all-started and lowest per-pod p50 (empty: no curve)")
 	tracing  = flag.Bool("density.tracing", false, "nodelet traces every pod (samplingRatePerMillion 1000000) to an OTLP receiver in the benchmark")
 )
@@ -172,6 +172,7 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
 	}
 	res.start, res.allReady = burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
+	res.limit = startLimit(b, x.client, x.nodeName)
 	res.slowest = slowestTimeline(x, names, res.start)
 	if profiled != nil {
 		if err := <-profiled; err != nil {
@@ -523,9 +524,11 @@ func (u usage) String() string {
 
 // result is one burst's figures: nodelet's and the floor's.
 type result struct {
-	round, pods           int
-	start, stop           []time.Duration
-	allReady, allGone     time.Duration
+	round, pods       int
+	start, stop       []time.Duration
+	allReady, allGone time.Duration
+	// limit is nodelet's start limit after the create burst.
+	limit                 int
 	floorStart, floorStop []time.Duration
 	// floorBefore and floorAfter are the two floor runs' all started.
 	floorBefore, floorAfter time.Duration
@@ -562,15 +565,7 @@ func slowestTimeline(x bench, names []string, start []time.Duration) string {
 // runtimeOps reads nodelet's kubelet_runtime_operations_duration_seconds
 // (sum and count by operation) through the API server's node proxy.
 func runtimeOps(b *testing.B, c kubernetes.Interface, nodeName string) map[string]testbed.CallStats {
-	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/metrics").DoRaw(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
-	if err != nil {
-		b.Fatal(err)
-	}
+	families := scrape(b, c, nodeName)
 	out := map[string]testbed.CallStats{}
 	// Pod worker syncs count too ("sync:create", …): they cause the calls.
 	for name, prefix := range map[string]string{"kubelet_runtime_operations_duration_seconds": "", "kubelet_pod_worker_duration_seconds": "sync:"} {
@@ -592,15 +587,7 @@ func runtimeOps(b *testing.B, c kubernetes.Interface, nodeName string) map[strin
 
 // goMemory reads the Go runtime's memory figures from nodelet's metrics.
 func goMemory(b *testing.B, c kubernetes.Interface, nodeName string) string {
-	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/metrics").DoRaw(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
-	if err != nil {
-		b.Fatal(err)
-	}
+	families := scrape(b, c, nodeName)
 	var parts []string
 	for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines"} {
 		if f, ok := families[name]; ok && len(f.Metric) > 0 {
@@ -613,6 +600,29 @@ func goMemory(b *testing.B, c kubernetes.Interface, nodeName string) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// scrape reads nodelet's metrics.
+func scrape(b *testing.B, c kubernetes.Interface, nodeName string) map[string]*dto.MetricFamily {
+	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return families
+}
+
+// startLimit is how many starting calls nodelet lets run at once now.
+func startLimit(b *testing.B, c kubernetes.Interface, nodeName string) int {
+	f, ok := scrape(b, c, nodeName)["nodelet_runtime_start_limit"]
+	if !ok || len(f.Metric) == 0 {
+		b.Fatal("nodelet serves no nodelet_runtime_start_limit")
+	}
+	return int(f.Metric[0].GetGauge().GetValue())
 }
 
 // compareOps prints the mean latency of the floor's calls beside
@@ -669,13 +679,13 @@ func ratio(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/fl
 func (r result) line() string {
 	fs, fp := pct(r.floorStart, 100), pct(r.floorStop, 100)
 	return fmt.Sprintf("start p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all ready %s (floor %s, ×%s); "+
-		"delete p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all gone %s (floor %s, ×%s)",
+		"delete p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all gone %s (floor %s, ×%s); start limit after %d",
 		ms(pct(r.start, 50)), ms(pct(r.floorStart, 50)), ratio(pct(r.start, 50), pct(r.floorStart, 50)),
 		ms(pct(r.start, 99)), ms(pct(r.floorStart, 99)), ratio(pct(r.start, 99), pct(r.floorStart, 99)),
 		ms(r.allReady), ms(fs), ratio(r.allReady, fs),
 		ms(pct(r.stop, 50)), ms(pct(r.floorStop, 50)), ratio(pct(r.stop, 50), pct(r.floorStop, 50)),
 		ms(pct(r.stop, 99)), ms(pct(r.floorStop, 99)), ratio(pct(r.stop, 99), pct(r.floorStop, 99)),
-		ms(r.allGone), ms(fp), ratio(r.allGone, fp))
+		ms(r.allGone), ms(fp), ratio(r.allGone, fp), r.limit)
 }
 
 type report struct {
