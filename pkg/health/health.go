@@ -62,6 +62,9 @@ type Options struct {
 	// Checks are further components whose failure makes /healthz fail
 	// and the node not Ready (the container event watcher).
 	Checks []Check
+	// ObserveSyncLoop, if set, is told how long the sync loop took to
+	// handle each event, and which kind it was (for metrics).
+	ObserveSyncLoop func(event string, took time.Duration)
 }
 
 // Node is the node's health.
@@ -144,6 +147,15 @@ func (n *Node) SyncError() error {
 
 // SyncLoopIterated records that the sync loop is alive.
 func (n *Node) SyncLoopIterated() { n.syncLoop.Store(n.o.Clock.Now().UnixNano()) }
+
+// SyncLoopHandled records that the sync loop handled an event of the
+// kind, in took.
+func (n *Node) SyncLoopHandled(event string, took time.Duration) {
+	n.SyncLoopIterated()
+	if n.o.ObserveSyncLoop != nil {
+		n.o.ObserveSyncLoop(event, took)
+	}
+}
 
 // Healthz reports whether the sync loop, the PLEG and the other checked
 // components are alive.

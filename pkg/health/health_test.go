@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -87,6 +88,20 @@ func TestSyncLoopThreshold(t *testing.T) {
 	n.SyncLoopIterated()
 	if err := n.ReadyError(); err != nil {
 		t.Fatalf("after an iteration: %v", err)
+	}
+}
+
+// TestSyncLoopHandled: a handled event counts as an iteration, and its
+// kind and length go to the observer.
+func TestSyncLoopHandled(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	var seen []string
+	n := New(Options{Clock: clk, ObserveSyncLoop: func(event string, took time.Duration) { seen = append(seen, fmt.Sprint(event, " ", took)) }})
+	n.SetRuntime(nil, nil)
+	clk.Step(DefaultSyncLoopThreshold + time.Second)
+	n.SyncLoopHandled("housekeeping", 3*time.Millisecond)
+	if err := n.ReadyError(); err != nil || fmt.Sprint(seen) != "[housekeeping 3ms]" {
+		t.Fatalf("after a handled event: %v, observed %v", err, seen)
 	}
 }
 

@@ -161,6 +161,8 @@ type AdmitFunc func(pod *v1.Pod) (ok bool, reason, message string)
 type Health interface {
 	SyncError() error
 	SyncLoopIterated()
+	// SyncLoopHandled: the loop handled an event of the kind in took.
+	SyncLoopHandled(event string, took time.Duration)
 }
 
 // Cgroups is what housekeeping asks of the container manager.
@@ -300,7 +302,6 @@ func (kl *Kubelet) syncLoop(ctx context.Context, updates <-chan podsources.PodUp
 		if !kl.syncLoopIteration(ctx, updates, syncTicker.C(), housekeeping.C(), plegCh, probeCh) {
 			return
 		}
-		kl.health.SyncLoopIterated()
 	}
 }
 
@@ -319,6 +320,7 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan podsour
 			klog.ErrorS(nil, "Update channel is closed, exiting the sync loop")
 			return false
 		}
+		defer kl.handling("update")()
 		kl.dispatch(u)
 		// Only now, with the update applied, does the source count as
 		// having reported: cleanup must never act on a half-known set,
@@ -327,6 +329,7 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan podsour
 			kl.sources.AddSource(u.Source)
 		}
 	case e := <-plegCh:
+		defer kl.handling("pleg")()
 		if e.Type == pleg.ContainerDied {
 			kl.cleaner.containerDied(e.ID)
 		}
@@ -339,6 +342,7 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan podsour
 			}
 		}
 	case u := <-probeCh:
+		defer kl.handling("probe")()
 		// A failed liveness or startup probe restarts the container; a
 		// readiness change (or a passed startup probe) changes the status.
 		if pod, ok := kl.pods.podByUID(u.PodUID); ok {
@@ -346,11 +350,13 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan podsour
 			kl.HandlePodSyncs([]*v1.Pod{pod})
 		}
 	case <-syncCh:
+		defer kl.handling("sync")()
 		if pods := kl.podsToSync(); len(pods) > 0 {
 			klog.V(4).InfoS("SyncLoop (SYNC) pods", "pods", klog.KObjSlice(pods))
 			kl.HandlePodSyncs(pods)
 		}
 	case <-housekeepingCh:
+		defer kl.handling("housekeeping")()
 		if !kl.sources.AllReady() {
 			// Cleaning up before every source reported could kill pods
 			// that are merely not announced yet.
@@ -366,6 +372,13 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan podsour
 		}
 	}
 	return true
+}
+
+// handling starts timing the handling of an event; the function it
+// returns reports it done (and the loop alive).
+func (kl *Kubelet) handling(event string) func() {
+	start := kl.clock.Now()
+	return func() { kl.health.SyncLoopHandled(event, kl.clock.Since(start)) }
 }
 
 func (kl *Kubelet) dispatch(u podsources.PodUpdate) {

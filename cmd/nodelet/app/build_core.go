@@ -24,7 +24,8 @@ const syncBackOffPeriod = 10 * time.Second
 func buildHealth(b *base, runtime *runtimeParts) *health.Node {
 	return health.New(health.Options{
 		Clock: b.clock, Runtime: runtime.manager.RuntimeHealth, PLEG: runtime.pleg.Healthy,
-		Checks: []health.Check{{Name: "container event watcher", Check: runtime.watcher.Healthy}},
+		Checks:          []health.Check{{Name: "container event watcher", Check: runtime.watcher.Healthy}},
+		ObserveSyncLoop: runtime.metrics.ObserveSyncLoop,
 	})
 }
 
