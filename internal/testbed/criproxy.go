@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/rawcodec"
 )
 
 // CRIProxy stands between a nodelet and its containerd and forwards every
@@ -65,7 +67,7 @@ var subjects = map[string]func([]byte) (string, error){
 // StartCRIProxy serves a proxy to cd's CRI socket in dir.
 func StartCRIProxy(cd *Containerd, dir string) (*CRIProxy, error) {
 	conn, err := grpc.NewClient("unix://"+cd.Address, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawcodec.Codec{})))
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +79,7 @@ func StartCRIProxy(cd *Containerd, dir string) (*CRIProxy, error) {
 		return nil, err
 	}
 	p := &CRIProxy{Endpoint: "unix://" + sock, conn: conn, holds: map[string]chan struct{}{}, fails: map[string]codes.Code{}, held: map[string]int{}}
-	p.srv = grpc.NewServer(grpc.UnknownServiceHandler(p.forward), grpc.ForceServerCodec(rawCodec{}))
+	p.srv = grpc.NewServer(grpc.UnknownServiceHandler(p.forward), grpc.ForceServerCodec(rawcodec.Codec{}))
 	go func() { _ = p.srv.Serve(l) }() // returns when Stop closes the listener
 	return p, nil
 }
@@ -220,13 +222,3 @@ func (p *CRIProxy) hold(ctx context.Context, method string, req []byte) error {
 		return status.Error(codes.DeadlineExceeded, fmt.Sprintf("held by the test's CRI proxy: %v", ctx.Err()))
 	}
 }
-
-// rawCodec passes messages through as bytes.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = append([]byte(nil), data...)
-	return nil
-}
-func (rawCodec) Name() string { return "proto" }
