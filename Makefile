@@ -4,7 +4,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all setup build run cluster-up clean-pods test test-long test-upgrades unit integration lint bench bench-density faults fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test test-long test-upgrades unit integration lint bench bench-density bench-scale faults fuzz clean
 
 all: build
 
@@ -69,6 +69,13 @@ bench: setup
 # once, then deleted, three rounds on one nodelet, beside the raw CRI floor.
 bench-density: setup
 	$(GO) test -tags integration -run XXX -bench Density -benchtime 1x -timeout 90m ./test/integration/density/ $(BENCHFLAGS)
+
+# nodelet's own cost at 110, 500, 1000 and 5000 pods, against the fake
+# CRI (a runtime that costs nothing): CPU per pod start and stop, the
+# steady cost, memory per pod, the sync loop; and how each grows. Needs
+# no control plane or containerd (about 10 minutes).
+bench-scale:
+	$(GO) test -tags integration -run XXX -bench Scale -benchtime 1x -timeout 60m ./test/scale/ $(BENCHFLAGS)
 
 # The fault-injection suite at upstream's maxPods (make test runs it with
 # 36), ending with its table: scenario, load, fault, time to converge,

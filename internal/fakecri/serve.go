@@ -9,15 +9,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/rawcodec"
 )
 
 // Serve answers CRI calls on l with the fake, for a nodelet process to
 // run against a runtime that costs nothing (the scale benchmark): every
-// unary RuntimeService and ImageService method the fake has. Streams
-// (the container event stream) are refused as unimplemented, so nodelet
-// relists and polls as on a runtime without events. Stop the returned
+// unary RuntimeService and ImageService method the fake has, and the
+// container event stream once EnableEvents was called. Stop the returned
 // server to end it.
 func (r *Runtime) Serve(l net.Listener) *grpc.Server {
 	srv := grpc.NewServer(grpc.UnknownServiceHandler(r.serve), grpc.ForceServerCodec(rawcodec.Codec{}))
@@ -33,9 +33,11 @@ func (r *Runtime) serve(_ any, stream grpc.ServerStream) error {
 		return status.Error(codes.Internal, "no method")
 	}
 	name := full[strings.LastIndex(full, "/")+1:]
+	if name == "GetContainerEvents" {
+		return r.serveEvents(stream)
+	}
 	m := reflect.ValueOf(r).MethodByName(name)
 	if !m.IsValid() || !unary(m.Type()) {
-		// Streams too: GetContainerEvents returns a client stream.
 		return status.Errorf(codes.Unimplemented, "fakecri serves no %s", name)
 	}
 	var raw []byte
@@ -55,6 +57,36 @@ func (r *Runtime) serve(_ any, stream grpc.ServerStream) error {
 		return status.Error(codes.Internal, err.Error())
 	}
 	return stream.SendMsg(&raw)
+}
+
+// serveEvents relays the fake's container event stream until the caller
+// leaves.
+func (r *Runtime) serveEvents(stream grpc.ServerStream) error {
+	var raw []byte
+	if err := stream.RecvMsg(&raw); err != nil {
+		return err
+	}
+	var req runtimeapi.GetEventsRequest
+	if err := proto.Unmarshal(raw, &req); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	events, err := r.GetContainerEvents(stream.Context(), &req)
+	if err != nil {
+		return err
+	}
+	for {
+		e, err := events.Recv()
+		if err != nil {
+			return err
+		}
+		raw, err := proto.Marshal(e)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if err := stream.SendMsg(&raw); err != nil {
+			return err
+		}
+	}
 }
 
 var messageType = reflect.TypeFor[proto.Message]()

@@ -16,7 +16,7 @@ import (
 )
 
 // Served over a socket, the fake answers unary calls as it does in
-// process, and refuses streams as unimplemented.
+// process, and the event stream once enabled.
 func TestServe(t *testing.T) {
 	r := New(testingclock.NewFakeClock(time.Unix(1000, 0)), "img")
 	sock := filepath.Join(t.TempDir(), "cri.sock")
@@ -55,5 +55,14 @@ func TestServe(t *testing.T) {
 	}
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("event stream: %v, want unimplemented", err)
+	}
+	feed := r.EnableEvents()
+	feed <- &runtimeapi.ContainerEventResponse{ContainerId: "c1", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT}
+	events, err = c.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := events.Recv(); err != nil || e.ContainerId != "c1" || e.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+		t.Fatalf("event %v, %v", e, err)
 	}
 }

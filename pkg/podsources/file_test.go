@@ -17,10 +17,17 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// setRecorder collects the sets a source delivers.
-type setRecorder struct{ sets chan []*v1.Pod }
+// setRecorder collects the sets a source delivers; onSet, if set, runs
+// first (a slow merge, say).
+type setRecorder struct {
+	sets  chan []*v1.Pod
+	onSet func()
+}
 
 func (r *setRecorder) Set(ctx context.Context, source string, pods []*v1.Pod) {
+	if r.onSet != nil {
+		r.onSet()
+	}
 	select {
 	case r.sets <- pods:
 	case <-ctx.Done():
@@ -40,8 +47,15 @@ type fileFixture struct {
 }
 
 func startFileSource(t *testing.T, path string) *fileFixture {
+	return startFileSourceWith(t, path, nil)
+}
+
+func startFileSourceWith(t *testing.T, path string, onSet func(*testingclock.FakeClock)) *fileFixture {
 	f := &fileFixture{t: t, dir: path, clock: testingclock.NewFakeClock(time.Unix(1000, 0)),
 		rec: &setRecorder{sets: make(chan []*v1.Pod, 100)}, events: record.NewFakeRecorder(100)}
+	if onSet != nil {
+		f.rec.onSet = func() { onSet(f.clock) }
+	}
 	src := NewFileSource(path, Static{NodeName: "node1"}, 20*time.Second, f.rec, f.events, f.clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -88,6 +102,34 @@ func (f *fileFixture) write(name, content string) {
 	}
 }
 
+// Re-reads caused by file events are spaced by four times the last one's
+// length, so a burst of writes (one event per file) is read a few times,
+// not once per file. The first write after a quiet spell is read at once.
+func TestFileSourcePacesRereadsInABurst(t *testing.T) {
+	dir := t.TempDir()
+	// Every re-read takes 100 ms of the fake clock.
+	f := startFileSourceWith(t, dir, func(clk *testingclock.FakeClock) { clk.Step(100 * time.Millisecond) })
+	f.waitFor("")
+	f.clock.Step(time.Second) // a quiet spell after the first read
+	f.write("a.yaml", manifest("a", "img:1"))
+	f.waitFor("a-node1@img:1")
+	// Within 400 ms of that re-read: held back until then (the period's
+	// ticker is the clock's other waiter).
+	f.write("b.yaml", manifest("b", "img:1"))
+	testutil.WaitFor(t, "the held-back re-read's timer", func() bool { return f.clock.Waiters() == 2 })
+	select {
+	case pods := <-f.rec.sets:
+		t.Fatalf("re-read %q within the pace", names(pods))
+	default:
+	}
+	f.clock.Step(400 * time.Millisecond)
+	f.waitFor("a-node1@img:1,b-node1@img:1")
+	// After a quiet spell the next write is read at once.
+	f.clock.Step(time.Second)
+	f.write("d.yaml", manifest("d", "img:1"))
+	f.waitFor("a-node1@img:1,b-node1@img:1,d-node1@img:1")
+}
+
 func TestFileSourceFollowsTheDirectory(t *testing.T) {
 	dir := t.TempDir()
 	testutil.Must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644))
@@ -122,6 +164,7 @@ func TestFileSourceTouchKeepsTheUID(t *testing.T) {
 	dir := t.TempDir()
 	f := startFileSource(t, dir)
 	f.waitFor("")
+	f.clock.Step(time.Second) // a quiet spell after the first read
 	f.write("a.yaml", manifest("a", "img:1"))
 	first := f.waitFor("a-node1@img:1")
 	// Reformatted but equal content, rewritten by rename.
