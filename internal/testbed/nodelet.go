@@ -70,7 +70,9 @@ func buildGo(pkg string, tags []string) builtBinary {
 		return builtBinary{err: err}
 	}
 	path := filepath.Join(dir, filepath.Base(pkg))
-	args := []string{"build", "-o", path}
+	// Built as make build does (stripped), so the footprint measured is
+	// the one shipped.
+	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", path}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
