@@ -93,7 +93,15 @@ type Puller struct {
 	// failed is when each back-off key's last pull failed, for the time
 	// its back-off has left.
 	failed map[string]time.Time
+	// known is what the runtime said of each image ID. An ID names
+	// immutable content, so it stays true: a container start asks the
+	// runtime about its image once, not once more for its size and again
+	// for its user.
+	known map[string]*runtimeapi.Image
 }
+
+// maxKnownImages bounds known; past it, it starts over.
+const maxKnownImages = 512
 
 type pull struct {
 	done chan struct{}
@@ -111,7 +119,7 @@ func NewPuller(o PullerOptions) *Puller {
 	b.Clock = o.Clock
 	p := &Puller{images: o.Images, recorder: o.Recorder, clock: o.Clock, timeout: o.Timeout, backOff: b,
 		keyringDir: o.KeyringDir, observer: o.Observer, plugins: o.Plugins, records: o.Records, verify: o.Verify,
-		inflight: map[string]*pull{}, failed: map[string]time.Time{}}
+		inflight: map[string]*pull{}, failed: map[string]time.Time{}, known: map[string]*runtimeapi.Image{}}
 	if o.MaxParallel > 0 {
 		p.slots = make(chan struct{}, o.MaxParallel)
 	}
@@ -249,7 +257,21 @@ func (p *Puller) presentRef(ctx context.Context, image string) (string, error) {
 	if resp.GetImage() == nil {
 		return "", nil
 	}
+	p.remember(resp.GetImage())
 	return resp.GetImage().GetId(), nil
+}
+
+// remember keeps what the runtime said of an image, by its ID.
+func (p *Puller) remember(img *runtimeapi.Image) {
+	if img.GetId() == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.known) >= maxKnownImages {
+		clear(p.known)
+	}
+	p.known[img.GetId()] = img
 }
 
 // pull fetches an image, sharing the work with any pull of the same image
@@ -357,13 +379,23 @@ func (p *Puller) BackOffLeft(uid types.UID, image string) time.Duration {
 	return 0
 }
 
-// Image describes a present image (nil when unknown).
+// Image describes an image by its ID (nil when unknown): from what the
+// runtime said of it before, or else from the runtime.
 func (p *Puller) Image(ctx context.Context, ref string) *runtimeapi.Image {
+	p.mu.Lock()
+	img, ok := p.known[ref]
+	p.mu.Unlock()
+	if ok {
+		return img
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	resp, err := p.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
-	if err != nil {
+	if err != nil || resp.GetImage() == nil {
 		return nil
+	}
+	if resp.GetImage().GetId() == ref {
+		p.remember(resp.GetImage())
 	}
 	return resp.GetImage()
 }

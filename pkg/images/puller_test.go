@@ -346,3 +346,40 @@ func TestImagePullBackOff(t *testing.T) {
 		t.Fatalf("%d back-offs kept", n)
 	}
 }
+
+// What the runtime said of a present image is kept by its ID: asking for
+// the image again (its size for the timeline, its user for runAsNonRoot)
+// asks the runtime nothing more. An image not asked about before is read.
+func TestImageIsReadOncePerID(t *testing.T) {
+	ctx := context.Background()
+	f := newPullerFixture()
+	if _, err := f.rt.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "img:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod()
+	pod.Spec.Containers[0].Image = "img:1"
+	f.rt.ResetCalls()
+	ref, _, err := f.p.EnsureImage(ctx, pod, &pod.Spec.Containers[0], nil, nil)
+	if err != nil || ref == "" {
+		t.Fatalf("ref %q, err %v", ref, err)
+	}
+	for i := 0; i < 2; i++ {
+		if img := f.p.Image(ctx, ref); img == nil || img.Id != ref {
+			t.Fatalf("image %v for %s", img, ref)
+		}
+	}
+	statuses := func() (n int) {
+		for _, c := range f.rt.Calls() {
+			if strings.HasPrefix(c, "ImageStatus") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := statuses(); n != 1 {
+		t.Fatalf("%d ImageStatus calls for one image, want 1: %v", n, f.rt.Calls())
+	}
+	if img := f.p.Image(ctx, "sha256:other"); img != nil || statuses() != 2 {
+		t.Fatalf("an unknown image: %v, calls %v", img, f.rt.Calls())
+	}
+}
