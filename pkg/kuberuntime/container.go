@@ -422,15 +422,16 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	}
 
 	klog.V(2).InfoS("Killing container with a grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id.ID, "gracePeriod", grace, "reason", reason)
-	slot, aerr := m.slot(ctx, pod)
+	slot, aerr := m.stopSlot(ctx, pod)
 	if aerr != nil {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), aerr)
 	}
-	defer slot.HoldFor(stopHold)()
+	ended := slot.HoldFor(stopHold, startlimit.ContainerStop)
 	defer m.stopping.begin(id.ID)()
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
 	defer cancel()
 	_, err = m.runtime.StopContainer(cctx, &runtimeapi.StopContainerRequest{ContainerId: id.ID, Timeout: grace})
+	ended(err == nil)
 	if err != nil && !crierr.IsNotFound(err) {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
 	}

@@ -28,14 +28,14 @@ type GCPolicy struct {
 
 // ContainerGC removes what is left of containers, sandboxes and pods:
 // dead containers beyond the newest few, old sandboxes, and everything of
-// pods whose content may go. It shares the runtime manager's start gate,
-// so removals never hold up pod starts.
+// pods whose content may go. It shares the runtime manager's stop gate,
+// behind every pod's stop, so removals hold up no pod's start or stop.
 type ContainerGC struct {
 	runtime     RuntimeService
 	runtimeName string
 	podLogsDir  string
 	timeout     time.Duration
-	starts      *startlimit.Gate
+	stops       *startlimit.Gate
 	pods        interface {
 		GetPods(ctx context.Context) ([]*container.Pod, error)
 	}
@@ -44,7 +44,7 @@ type ContainerGC struct {
 // ContainerGC returns the garbage collector of the manager's containers.
 func (m *Manager) ContainerGC() *ContainerGC {
 	return &ContainerGC{runtime: m.runtime, runtimeName: m.runtimeName, podLogsDir: m.podLogsDir,
-		timeout: m.requestTimeout, starts: m.starts, pods: m}
+		timeout: m.requestTimeout, stops: m.stops, pods: m}
 }
 
 func (g *ContainerGC) call(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -159,7 +159,7 @@ func (g *ContainerGC) pruneOldSandboxes(ctx context.Context, p *container.Pod) e
 }
 
 // removeContainer removes a container and its log files in a background
-// slot of the start gate.
+// slot of the stop gate.
 func (g *ContainerGC) removeContainer(ctx context.Context, id string) error {
 	return g.gated(ctx, func(ctx context.Context) error { return removeContainer(ctx, g.runtime, id) })
 }
@@ -192,10 +192,10 @@ func (g *ContainerGC) removeSandbox(ctx context.Context, id string) error {
 	})
 }
 
-// gated runs a removal in a background slot of the start gate (pod starts
+// gated runs a removal in a background slot of the stop gate (pod stops
 // go first), bounded by the request timeout.
 func (g *ContainerGC) gated(ctx context.Context, remove func(ctx context.Context) error) error {
-	slot, err := g.starts.Acquire(ctx, startlimit.Waiter{Background: true})
+	slot, err := g.stops.Acquire(ctx, startlimit.Waiter{Background: true})
 	if err != nil {
 		return err
 	}

@@ -115,9 +115,11 @@ type Options struct {
 	// the resource managers give it its cpusets and NUMA memory, its
 	// devices and CDI devices.
 	ContainerHooks []ContainerHook
-	// Starts admits the calls that start and stop things; nil for one
-	// that finds its limit from the machine's core count up (or down).
-	Starts *startlimit.Gate
+	// Starts admits the calls that start things, Stops those that stop
+	// them (and garbage collection's removals, after every pod's stop);
+	// nil for gates that find their limits from the machine's core count
+	// up (or down).
+	Starts, Stops *startlimit.Gate
 }
 
 // ContainerHook takes part in a container's start.
@@ -186,9 +188,11 @@ type Manager struct {
 	steps          StepRecorder
 	resources      ResourceState
 	podCgroup      func(*v1.Pod) error
-	// starts admits the runtime calls that start and stop sandboxes and
-	// containers, as many at once as the runtime takes without queueing.
-	starts *startlimit.Gate
+	// starts admits the runtime calls that start sandboxes and
+	// containers, and stops those that stop them, each as many at once as
+	// the runtime takes without queueing: their knees differ (a stop is
+	// mostly waiting, and teardown scales further on this VM).
+	starts, stops *startlimit.Gate
 	// stopping holds what nodelet is stopping itself.
 	stopping *stopping
 
@@ -234,6 +238,9 @@ func New(o Options) *Manager {
 	if o.Starts == nil {
 		o.Starts = startlimit.New(startlimit.Options{Clock: o.Clock})
 	}
+	if o.Stops == nil {
+		o.Stops = startlimit.New(startlimit.Options{Name: "stop", Clock: o.Clock})
+	}
 	m := &Manager{
 		runtime:        o.Runtime,
 		helper:         o.Helper,
@@ -250,6 +257,7 @@ func New(o Options) *Manager {
 		userns:         o.UserNamespaces,
 		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
 		starts:         o.Starts,
+		stops:          o.Stops,
 		stopping:       newStopping(o.Clock),
 		steps:          o.Steps,
 		resources:      o.Resources,

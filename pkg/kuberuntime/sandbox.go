@@ -175,15 +175,20 @@ func protocolToCRI(p v1.Protocol) runtimeapi.Protocol {
 
 // stopSandbox stops a sandbox; a sandbox already gone is not an error.
 func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error {
-	slot, err := m.slot(ctx, pod)
+	slot, err := m.stopSlot(ctx, pod)
 	if err != nil {
 		return err
 	}
-	defer slot.Release()
 	defer m.stopping.begin(id)()
 	ctx, cancel := m.call(ctx)
 	defer cancel()
-	if _, err := m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !crierr.IsNotFound(err) {
+	_, err = m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+	if err != nil {
+		slot.Release()
+	} else {
+		slot.Done(startlimit.SandboxStop)
+	}
+	if err != nil && !crierr.IsNotFound(err) {
 		return err
 	}
 	klog.V(4).InfoS("Stopped pod sandbox", "podSandboxID", id)

@@ -17,6 +17,11 @@ func (m *Manager) slot(ctx context.Context, pod *v1.Pod) (*startlimit.Slot, erro
 	return m.starts.Acquire(ctx, startlimit.Waiter{Seen: firstSeen(pod), UID: pod.UID})
 }
 
+// stopSlot waits for the stop gate to admit a call for pod.
+func (m *Manager) stopSlot(ctx context.Context, pod *v1.Pod) (*startlimit.Slot, error) {
+	return m.stops.Acquire(ctx, startlimit.Waiter{Seen: firstSeen(pod), UID: pod.UID})
+}
+
 // stopHold is how long a StopContainer call holds its slot.
 const stopHold = time.Second
 

@@ -15,6 +15,8 @@ import (
 
 // Options configure a Gate.
 type Options struct {
+	// Name says what the gate admits ("start" or "stop"), for its metric.
+	Name string
 	// Initial is the limit before anything was observed; 0 for the
 	// machine's core count.
 	Initial int
@@ -33,6 +35,7 @@ const DefaultMax = 256
 // waits.
 type Gate struct {
 	clock clock.Clock
+	name  string
 
 	mu      sync.Mutex
 	count   counter
@@ -88,7 +91,10 @@ func New(o Options) *Gate {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return &Gate{clock: o.Clock, count: counter{limit: NewGradient(o.Initial, 1, o.Max)}}
+	if o.Name == "" {
+		o.Name = "start"
+	}
+	return &Gate{clock: o.Clock, name: o.Name, count: counter{limit: NewGradient(o.Initial, 1, o.Max)}}
 }
 
 // Waiter says who asks for a slot.
@@ -161,10 +167,12 @@ func (s *Slot) Release() {
 }
 
 // HoldFor gives the slot back when the call ends or after hold, whichever
-// comes first, and returns the function that ends it: a container stop
-// that takes longer is waiting for the container to exit, not working,
-// and must not keep other pods' calls out.
-func (s *Slot) HoldFor(hold time.Duration) func() {
+// comes first, and returns the function that ends the call: a container
+// stop that takes longer is waiting for the container to exit, not
+// working, and must not keep other pods' calls out. A call that ends
+// within hold counts as kind (none for ""); one that outlasted it does
+// not: its length was the container's, not the runtime's.
+func (s *Slot) HoldFor(hold time.Duration, kind Kind) func(ok bool) {
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -173,9 +181,12 @@ func (s *Slot) HoldFor(hold time.Duration) func() {
 		case <-done:
 		}
 	}()
-	return func() {
+	return func(ok bool) {
 		close(done)
-		s.Release()
+		if !ok {
+			kind = ""
+		}
+		s.Done(kind)
 	}
 }
 
@@ -227,11 +238,11 @@ func (h *waiters) Pop() any {
 	return w
 }
 
-// Collector serves the limit as nodelet_runtime_start_limit (upstream has
-// no such gauge: its limit is a constant).
+// Collector serves the limit as nodelet_runtime_<name>_limit (upstream
+// has no such gauge: its limit is a constant).
 func (g *Gate) Collector() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "nodelet", Subsystem: "runtime", Name: "start_limit",
-		Help: "How many runtime calls that start or stop sandboxes and containers may run at once, as learned from their latencies.",
+		Namespace: "nodelet", Subsystem: "runtime", Name: g.name + "_limit",
+		Help: "How many runtime calls of the kind (start: sandboxes and containers started; stop: stopped) may run at once, as learned from their latencies.",
 	}, func() float64 { return float64(g.Limit()) })
 }

@@ -93,7 +93,7 @@ func TestGateStopHoldsItsSlotBriefly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := s.HoldFor(time.Second)
+	end := s.HoldFor(time.Second, ContainerStop)
 	next := make(chan struct{})
 	go func() {
 		if s, err := g.Acquire(context.Background(), pod("next", time.Second)); err == nil {
@@ -105,9 +105,22 @@ func TestGateStopHoldsItsSlotBriefly(t *testing.T) {
 	testutil.WaitFor(t, "the hold's timer", clk.HasWaiters)
 	clk.Step(time.Second)
 	<-next
-	end()
+	end(true)
 	if n := inflight(g); n != 0 {
 		t.Fatalf("%d in flight, want 0", n)
+	}
+	// It outlasted its hold: its length is not the runtime's.
+	if _, counted := g.count.limit.idle[ContainerStop]; counted {
+		t.Fatal("a stop that outlasted its hold was counted")
+	}
+	// One that ends within its hold is.
+	s, _ = g.Acquire(context.Background(), pod("quick", 0))
+	end = s.HoldFor(time.Second, ContainerStop)
+	testutil.WaitFor(t, "the hold's timer", clk.HasWaiters)
+	clk.Step(100 * time.Millisecond)
+	end(true)
+	if idle := g.count.limit.idle[ContainerStop]; idle != 100*time.Millisecond {
+		t.Fatalf("a stop within its hold counted as %v", idle)
 	}
 }
 

@@ -32,6 +32,9 @@ type Kind string
 const (
 	Sandbox   Kind = "sandbox"
 	Container Kind = "container"
+	// SandboxStop and ContainerStop are stops, which the stop gate counts.
+	SandboxStop   Kind = "sandbox-stop"
+	ContainerStop Kind = "container-stop"
 )
 
 const (

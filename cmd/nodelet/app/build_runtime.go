@@ -105,8 +105,9 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 		plugins = p
 		klog.InfoS("Image credential provider plugins", "count", len(ps), "binDir", b.opts.CredentialProviderBinDir)
 	}
-	starts := startlimit.New(startlimit.Options{Clock: b.clock})
-	b.metrics.Register(starts.Collector())
+	starts := startlimit.New(startlimit.Options{Name: "start", Clock: b.clock})
+	stops := startlimit.New(startlimit.Options{Name: "stop", Clock: b.clock})
+	b.metrics.Register(starts.Collector(), stops.Collector())
 	manager := kuberuntime.New(kuberuntime.Options{
 		Runtime: rt.runtime, Images: rt.images, Helper: options, Recorder: b.recorder, Clock: b.clock,
 		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
@@ -117,7 +118,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 		Security:       kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.opts.RootDir, "seccomp")},
 		UserNamespaces: usernsAllocator,
 		ImageRecords:   images.NewPullRecords(b.opts.RootDir, b.clock.Now), ImageVerify: verify,
-		ContainerHooks: res.hooks, Starts: starts,
+		ContainerHooks: res.hooks, Starts: starts, Stops: stops,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.opts.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

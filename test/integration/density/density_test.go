@@ -172,7 +172,6 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
 	}
 	res.start, res.allReady = burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
-	res.limit = startLimit(b, x.client, x.nodeName)
 	res.slowest = slowestTimeline(x, names, res.start)
 	if profiled != nil {
 		if err := <-profiled; err != nil {
@@ -185,6 +184,7 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	}
 	res.stop, res.allGone = burstDelete(b, x.client, x.w, x.ns, names)
 	opsAfter := runtimeOps(b, x.client, x.nodeName)
+	res.limits = limits(b, x.client, x.nodeName)
 	// The floor after starts on a quiet runtime: nodelet's garbage
 	// collection of these pods' sandboxes is done.
 	testbed.Eventually(b, 5*time.Minute, func() (bool, string) {
@@ -527,8 +527,8 @@ type result struct {
 	round, pods       int
 	start, stop       []time.Duration
 	allReady, allGone time.Duration
-	// limit is nodelet's start limit after the create burst.
-	limit                 int
+	// limits are nodelet's start and stop limits after the burst.
+	limits                [2]int
 	floorStart, floorStop []time.Duration
 	// floorBefore and floorAfter are the two floor runs' all started.
 	floorBefore, floorAfter time.Duration
@@ -616,13 +616,19 @@ func scrape(b *testing.B, c kubernetes.Interface, nodeName string) map[string]*d
 	return families
 }
 
-// startLimit is how many starting calls nodelet lets run at once now.
-func startLimit(b *testing.B, c kubernetes.Interface, nodeName string) int {
-	f, ok := scrape(b, c, nodeName)["nodelet_runtime_start_limit"]
-	if !ok || len(f.Metric) == 0 {
-		b.Fatal("nodelet serves no nodelet_runtime_start_limit")
+// limits are how many starting and stopping calls nodelet lets run at
+// once now.
+func limits(b *testing.B, c kubernetes.Interface, nodeName string) [2]int {
+	fs := scrape(b, c, nodeName)
+	var out [2]int
+	for i, name := range []string{"nodelet_runtime_start_limit", "nodelet_runtime_stop_limit"} {
+		f, ok := fs[name]
+		if !ok || len(f.Metric) == 0 {
+			b.Fatalf("nodelet serves no %s", name)
+		}
+		out[i] = int(f.Metric[0].GetGauge().GetValue())
 	}
-	return int(f.Metric[0].GetGauge().GetValue())
+	return out
 }
 
 // compareOps prints the mean latency of the floor's calls beside
@@ -679,13 +685,13 @@ func ratio(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/fl
 func (r result) line() string {
 	fs, fp := pct(r.floorStart, 100), pct(r.floorStop, 100)
 	return fmt.Sprintf("start p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all ready %s (floor %s, ×%s); "+
-		"delete p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all gone %s (floor %s, ×%s); start limit after %d",
+		"delete p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all gone %s (floor %s, ×%s); start and stop limits after %d, %d",
 		ms(pct(r.start, 50)), ms(pct(r.floorStart, 50)), ratio(pct(r.start, 50), pct(r.floorStart, 50)),
 		ms(pct(r.start, 99)), ms(pct(r.floorStart, 99)), ratio(pct(r.start, 99), pct(r.floorStart, 99)),
 		ms(r.allReady), ms(fs), ratio(r.allReady, fs),
 		ms(pct(r.stop, 50)), ms(pct(r.floorStop, 50)), ratio(pct(r.stop, 50), pct(r.floorStop, 50)),
 		ms(pct(r.stop, 99)), ms(pct(r.floorStop, 99)), ratio(pct(r.stop, 99), pct(r.floorStop, 99)),
-		ms(r.allGone), ms(fp), ratio(r.allGone, fp), r.limit)
+		ms(r.allGone), ms(fp), ratio(r.allGone, fp), r.limits[0], r.limits[1])
 }
 
 type report struct {
