@@ -210,6 +210,36 @@ func TestSummarySurvivesAFailingStatsList(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("%d stats calls, want the list and one for the ready sandbox", n)
 	}
+
+	// Failing again within 30 s: the sandbox-by-sandbox read stands in,
+	// and no sandbox is read alone.
+	statsCalls := func() (n int) {
+		for _, c := range f.rt.Calls() {
+			if strings.HasPrefix(c, "ListPodSandboxStats") {
+				n++
+			}
+		}
+		return n
+	}
+	f.rt.ResetCalls()
+	f.clock.Step(10 * time.Second)
+	f.rt.FailNext("ListPodSandboxStats", errors.New("failed to load sandbox cgroup: cgroups: cgroup deleted"))
+	if s, err = f.p.Summary(context.Background(), false); err != nil || len(s.Pods) != 1 || s.Pods[0].Memory == nil {
+		t.Fatalf("pods %+v, %v", s.Pods, err)
+	}
+	if n := statsCalls(); n != 1 {
+		t.Fatalf("%d stats calls within 30 s of the last read one by one, want the list alone", n)
+	}
+	// Past 30 s, each sandbox is read alone again.
+	f.rt.ResetCalls()
+	f.clock.Step(30 * time.Second)
+	f.rt.FailNext("ListPodSandboxStats", errors.New("failed to load sandbox cgroup: cgroups: cgroup deleted"))
+	if _, err = f.p.Summary(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := statsCalls(); n != 2 {
+		t.Fatalf("%d stats calls 40 s after the last read one by one, want the list and one for the sandbox", n)
+	}
 }
 
 type csiStats struct{ used uint64 }
