@@ -40,12 +40,13 @@ import (
 )
 
 var (
-	sizes     = flag.String("scale.pods", "110,500,1000,5000", "node sizes, in pods")
-	window    = flag.Duration("scale.window", 30*time.Second, "how long the steady cost is measured with every pod running")
-	settle    = flag.Duration("scale.settle", 15*time.Second, "how long after every pod runs the steady window begins")
-	profile   = flag.String("scale.profile", "", "file for a CPU profile of nodelet during the largest size's steady window")
-	verbosity = flag.Int("scale.v", 2, "nodelet's log verbosity")
-	maxSize   int
+	sizes        = flag.String("scale.pods", "110,500,1000,5000", "node sizes, in pods")
+	window       = flag.Duration("scale.window", 30*time.Second, "how long the steady cost is measured with every pod running")
+	settle       = flag.Duration("scale.settle", 15*time.Second, "how long after every pod runs the steady window begins")
+	profile      = flag.String("scale.profile", "", "file for a CPU profile of nodelet during the largest size's steady window")
+	startProfile = flag.String("scale.startprofile", "", "file for a CPU profile of nodelet over the first 10 s of the largest size's start")
+	verbosity    = flag.Int("scale.v", 2, "nodelet's log verbosity")
+	maxSize      int
 )
 
 const image = "nodelet.test/scale:1"
@@ -130,7 +131,6 @@ authorization: {mode: AlwaysAllow}
 `, pods+10),
 	})
 	defer n.Stop()
-	b.Cleanup(func() { os.WriteFile("/tmp/scale-nodelet.log", []byte(n.Log()), 0o644) })
 	pid := n.PID()
 	r := row{pods: pods}
 	// Idle: settled after start-up.
@@ -142,6 +142,9 @@ authorization: {mode: AlwaysAllow}
 	running := runtimeapi.ContainerState_CONTAINER_RUNNING
 	count := func() int { return len(rt.ContainerIDs("c", &running)) }
 	rt.ResetCalls()
+	if *startProfile != "" && pods == maxSize {
+		go fetchProfile(b, n, *startProfile, 10*time.Second)
+	}
 	cpu0 := must[time.Duration](b)(testbed.ProcessCPU(pid))
 	t0 := time.Now()
 	for i := 0; i < pods; i++ {
@@ -169,7 +172,7 @@ authorization: {mode: AlwaysAllow}
 	time.Sleep(*settle) // the start's last syncs and relists end before the steady window
 	before := scrape(b, n)
 	if *profile != "" && pods == maxSize {
-		go fetchProfile(b, n, *profile)
+		go fetchProfile(b, n, *profile, *window)
 	}
 	r.steady = must[float64](b)(testbed.CPUCores(pid, *window))
 	after := scrape(b, n)
@@ -272,10 +275,10 @@ func perPod(d time.Duration, n int) string {
 
 func mib(v int64) float64 { return float64(v) / (1 << 20) }
 
-// fetchProfile saves a CPU profile of nodelet over the steady window.
-func fetchProfile(b testing.TB, n *testbed.Nodelet, file string) {
-	c := &http.Client{Timeout: *window + time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", n.APIPort, int(window.Seconds())))
+// fetchProfile saves a CPU profile of nodelet over the next d.
+func fetchProfile(b testing.TB, n *testbed.Nodelet, file string, d time.Duration) {
+	c := &http.Client{Timeout: d + time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", n.APIPort, int(d.Seconds())))
 	if err != nil {
 		b.Error(err)
 		return
