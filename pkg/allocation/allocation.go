@@ -4,7 +4,8 @@
 // a pod's spec; nodelet grants it only if the node can fit it, and runs
 // the pod with what it granted. Both survive a restart: they are written
 // to one JSON file under the root directory (written whole to a temporary
-// file, then renamed, so a crash leaves the old or the new state).
+// file, fsynced, then renamed, so a crash leaves the old or the new
+// state; changes made together share a write).
 //
 //	spec resources ──admitted, or resize fits──▶ allocated ──applied to the container──▶ actuated
 //	      │ resize does not fit
@@ -33,11 +34,22 @@ type containerState struct {
 
 // Store holds every pod's container allocations. It is safe for
 // concurrent use.
+//
+// A change returns once the file holds it, but changes made at the same
+// time share a write (group commit): pod workers recording what they
+// applied to their containers in a burst would otherwise each write the
+// whole file and wait for its own fsync, n writes of n pods.
 type Store struct {
 	path    string
 	mu      sync.Mutex
 	pods    map[types.UID]map[string]*containerState
 	pending map[types.UID]Pending
+	// changed counts the changes made, written how many of them the file
+	// holds (both guarded by mu).
+	changed, written uint64
+
+	// writing is held by the one writer at a time.
+	writing sync.Mutex
 }
 
 // Open reads the store at path; a missing file is an empty store. A file
@@ -58,12 +70,37 @@ func Open(path string) (*Store, error) {
 	return s, nil
 }
 
-// save writes the store; mu is held.
-func (s *Store) save() error {
+// commit returns once the file holds every change made before it was
+// called: at once if a write since did, else after writing the store
+// (with every change made meanwhile). Call without mu.
+func (s *Store) commit() error {
+	s.mu.Lock()
+	want := s.changed
+	s.mu.Unlock()
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	s.mu.Lock()
+	if s.written >= want {
+		s.mu.Unlock()
+		return nil
+	}
 	b, err := json.Marshal(s.pods)
+	covers := s.changed
+	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
+	if err := s.write(b); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.written = max(s.written, covers)
+	s.mu.Unlock()
+	return nil
+}
+
+// write replaces the file with b, durably.
+func (s *Store) write(b []byte) error {
 	tmp := filepath.Join(filepath.Dir(s.path), "."+filepath.Base(s.path)+".tmp")
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -94,6 +131,14 @@ func (s *Store) Known(uid types.UID) bool {
 // Allocate grants the pod's containers (init and regular) the resources
 // their spec asks for, keeping what was applied.
 func (s *Store) Allocate(pod *v1.Pod) error {
+	s.Stage(pod)
+	return s.commit()
+}
+
+// Stage is Allocate without waiting for the file: Commit then writes
+// every staged grant at once (the sync loop admitting a batch of pods).
+// Nothing may run with a staged grant before Commit returns.
+func (s *Store) Stage(pod *v1.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.pods[pod.UID]
@@ -106,8 +151,11 @@ func (s *Store) Allocate(pod *v1.Pod) error {
 		cs[c.Name] = st
 	}
 	s.pods[pod.UID] = cs
-	return s.save()
+	s.changed++
 }
+
+// Commit returns once the file holds every change made so far.
+func (s *Store) Commit() error { return s.commit() }
 
 // Allocated returns what the container was granted.
 func (s *Store) Allocated(uid types.UID, name string) (v1.ResourceRequirements, bool) {
@@ -134,7 +182,6 @@ func (s *Store) Actuated(uid types.UID, name string) (v1.ResourceRequirements, b
 // SetActuated records what was applied to the container.
 func (s *Store) SetActuated(uid types.UID, name string, r v1.ResourceRequirements) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st, ok := s.pods[uid][name]
 	if !ok {
 		// Not allocated yet (started before allocations were kept): it
@@ -146,16 +193,18 @@ func (s *Store) SetActuated(uid types.UID, name string, r v1.ResourceRequirement
 		s.pods[uid][name] = st
 	}
 	if st.Actuated != nil && equality.Semantic.DeepEqual(*st.Actuated, r) {
+		s.mu.Unlock()
 		return nil
 	}
 	st.Actuated = r.DeepCopy()
-	return s.save()
+	s.changed++
+	s.mu.Unlock()
+	return s.commit()
 }
 
 // Retain forgets every pod not in keep.
 func (s *Store) Retain(keep func(types.UID) bool) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	changed := false
 	for uid := range s.pods {
 		if !keep(uid) {
@@ -165,9 +214,12 @@ func (s *Store) Retain(keep func(types.UID) bool) error {
 		}
 	}
 	if !changed {
+		s.mu.Unlock()
 		return nil
 	}
-	return s.save()
+	s.changed++
+	s.mu.Unlock()
+	return s.commit()
 }
 
 // WithAllocation returns the pod as nodelet runs it: each container's

@@ -1,9 +1,11 @@
 package allocation
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -60,5 +62,57 @@ func TestStore(t *testing.T) {
 	}
 	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("corrupt file: %v", err)
+	}
+}
+
+// Staged grants reach the file at Commit; changes made at once by many
+// goroutines each return only once the file holds them, and share writes
+// (a reader opening the file after any of them returns sees it).
+func TestStageAndGroupCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		s.Stage(pod(fmt.Sprint("staged", i), "1"))
+	}
+	if again, err := Open(path); err != nil || again.Known("staged0") {
+		t.Fatalf("a staged grant is on disk before Commit (err %v)", err)
+	}
+	if err := s.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Open(path); err != nil || !again.Known("staged0") || !again.Known("staged2") {
+		t.Fatalf("staged grants not on disk after Commit (err %v)", err)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid := types.UID(fmt.Sprint("p", i))
+			if err := s.SetActuated(uid, "c", pod(string(uid), "1").Spec.Containers[0].Resources); err != nil {
+				errs <- err
+				return
+			}
+			again, err := Open(path)
+			if err == nil && !again.Known(uid) {
+				err = fmt.Errorf("%s returned before the file held it", uid)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if s.written != s.changed {
+		t.Fatalf("written %d of %d changes", s.written, s.changed)
 	}
 }

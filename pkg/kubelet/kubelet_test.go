@@ -193,6 +193,19 @@ func TestAdditionsAreAdmittedOldestFirstUpToMaxPods(t *testing.T) {
 	if got := strings.Join(f.workers.take(), ";"); got != "create fourth" {
 		t.Fatalf("workers got %q", got)
 	}
+	// A batch that brings a known pod again counts it once: "second"
+	// again beside a new pod fills the node (second, fourth) without
+	// rejecting the new one... and the one after that is rejected.
+	again := apiPod("b", "second", now.Add(2*time.Second))
+	again.Labels = map[string]string{"changed": "yes"}
+	f.workers.terminated = map[types.UID]bool{"a": true, "d": true}
+	f.kl.HandlePodAdditions([]*v1.Pod{again, apiPod("e", "fifth", now.Add(5*time.Second)), apiPod("g", "sixth", now.Add(6*time.Second))})
+	if got := strings.Join(f.workers.take(), ";"); got != "create second;create fifth" {
+		t.Fatalf("workers got %q", got)
+	}
+	if s, _ := f.status.GetPodStatus("g"); s.Reason != "OutOfpods" {
+		t.Fatalf("the pod past maxPods: %+v", s)
+	}
 }
 
 // A pod that already finished is not admitted again (after a restart, on

@@ -19,8 +19,17 @@ func (a *admission) allocate(pod *v1.Pod) {
 	if a.alloc == nil || a.alloc.Known(pod.UID) {
 		return
 	}
-	if err := a.alloc.Allocate(pod); err != nil {
-		klog.ErrorS(err, "Failed to record the pod's allocation", "pod", klog.KObj(pod), "podUID", pod.UID)
+	a.alloc.Stage(pod)
+}
+
+// commit writes the grants allocate staged; the pods they are for must
+// not start before.
+func (a *admission) commit() {
+	if a.alloc == nil {
+		return
+	}
+	if err := a.alloc.Commit(); err != nil {
+		klog.ErrorS(err, "Failed to record the admitted pods' allocations")
 	}
 }
 

@@ -146,6 +146,17 @@ func (m *Manager) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 	return v1.PodStatus{}, false
 }
 
+// Phase returns the phase of a pod's status, without copying the rest
+// (admission asks it of every pod for every pod it admits).
+func (m *Manager) Phase(uid types.UID) (v1.PodPhase, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if v, ok := m.statuses[uid]; ok {
+		return v.status.Phase, true
+	}
+	return "", false
+}
+
 // Version returns the version of a pod's status, 0 when there is none.
 func (m *Manager) Version(uid types.UID) uint64 {
 	m.mu.RLock()
