@@ -218,6 +218,17 @@ func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
 		return &Rejection{"OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(active), maxPods.Value())}
 	}
 	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	names := make([]string, 0, len(req))
+	for name, q := range req {
+		if !q.IsZero() {
+			names = append(names, string(name))
+		}
+	}
+	if len(names) == 0 {
+		// Asks for nothing but a place: the other pods' requests do not
+		// matter (summing them for every pod made a batch of n cost n²).
+		return nil
+	}
 	used := v1.ResourceList{}
 	for _, p := range active {
 		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
@@ -225,10 +236,6 @@ func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
 			cur.Add(q)
 			used[name] = cur
 		}
-	}
-	names := make([]string, 0, len(req))
-	for name := range req {
-		names = append(names, string(name))
 	}
 	sort.Slice(names, func(i, j int) bool { return resourceOrder(names[i]) < resourceOrder(names[j]) })
 	for _, n := range names {
