@@ -4,7 +4,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-go build -trimpath -ldflags "-s -w" -o _output/nodelet ./cmd/nodelet
+go build -ldflags "-s -w" -o _output/nodelet ./cmd/nodelet
 empty=$(mktemp -d)
 source hack/lib.sh
 # shellcheck disable=SC2046 # one word or none

@@ -6,5 +6,5 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash hack/setup.sh --cluster
-go build -trimpath -ldflags "-s -w" -o _output/nodelet ./cmd/nodelet
+go build -ldflags "-s -w" -o _output/nodelet ./cmd/nodelet
 exec go run ./hack/cluster/up "$@"

@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash hack/setup.sh
-go build -trimpath -ldflags "-s -w" -o _output/nodelet ./cmd/nodelet
+go build -ldflags "-s -w" -o _output/nodelet ./cmd/nodelet
 go build -o _output/podtable ./hack/podtable
 
 MANIFESTS=${MANIFESTS:-$ROOT/examples}
