@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -485,16 +486,27 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(out) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("no %d free ports in %d-%d", n, portsFrom, portsTo)
+		}
+		// Below the kernel's ephemeral range (32768-60999): a port from
+		// :0 is one that outgoing connections take too, and one did take
+		// a test nodelet's port before it listened. Held until all n are
+		// chosen, so they differ.
+		port := portsFrom + mrand.IntN(portsTo-portsFrom)
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		out = append(out, port)
 	}
 	return out, nil
 }
+
+// portsFrom and portsTo bound the ports tests serve on.
+const portsFrom, portsTo = 20000, 32000
 
 // HostIP is the machine's primary address.
 func HostIP() string { return hostIP() }

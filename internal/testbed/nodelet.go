@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -173,7 +172,11 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 			t.Fatal(err)
 		}
 	}
-	n.Port, n.APIPort = freePort(t), freePort(t)
+	ports, err := freePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Port, n.APIPort = ports[0], ports[1]
 	if opts.Address == "" {
 		opts.Address = "127.0.0.1"
 	}
@@ -246,15 +249,6 @@ func keepLogs(t testing.TB, paths ...string) {
 		}
 	}
 	t.Logf("logs kept in %s", dir)
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // CgroupRoot is where the test process's nodelets put pod cgroups, so
