@@ -160,7 +160,7 @@ func (m *Manager) warn(ctx context.Context, ref *v1.ObjectReference, reason, for
 // the two calls.
 func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Container, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, string, error) {
 	ref := podutil.ContainerRef(pod, c)
-	slot, err := m.slot(ctx, pod)
+	slot, err := m.starts.Acquire(ctx, waiter(pod))
 	if err != nil {
 		return "", err.Error(), container.ErrCreateContainer
 	}
@@ -422,7 +422,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	}
 
 	klog.V(2).InfoS("Killing container with a grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id.ID, "gracePeriod", grace, "reason", reason)
-	slot, aerr := m.stopSlot(ctx, pod)
+	slot, aerr := m.stops.Acquire(ctx, waiter(pod))
 	if aerr != nil {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), aerr)
 	}
@@ -431,7 +431,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
 	defer cancel()
 	_, err = m.runtime.StopContainer(cctx, &runtimeapi.StopContainerRequest{ContainerId: id.ID, Timeout: grace})
-	ended(err == nil)
+	ended(err)
 	if err != nil && !crierr.IsNotFound(err) {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
 	}

@@ -29,7 +29,7 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 		msg := fmt.Sprintf("Failed to create log directory for pod %q: %v", podutil.Ref(pod), err)
 		return "", msg, err
 	}
-	slot, err := m.slot(ctx, pod)
+	slot, err := m.starts.Acquire(ctx, waiter(pod))
 	if err != nil {
 		return "", fmt.Sprintf("Failed to create pod sandbox: %v", err), err
 	}
@@ -38,12 +38,11 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
 		Config: cfg, RuntimeHandler: RuntimeHandler(pod),
 	})
+	slot.End(startlimit.Sandbox, err)
 	if err != nil {
-		slot.Release()
 		msg := fmt.Sprintf("Failed to create pod sandbox: %v", crierr.Message(err))
 		return "", msg, err
 	}
-	slot.Done(startlimit.Sandbox)
 	// The fault tests stop nodelet here: a sandbox with no container yet.
 	failpoint.Inject("sandbox-created")
 	return resp.PodSandboxId, "", nil
@@ -175,7 +174,7 @@ func protocolToCRI(p v1.Protocol) runtimeapi.Protocol {
 
 // stopSandbox stops a sandbox; a sandbox already gone is not an error.
 func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error {
-	slot, err := m.stopSlot(ctx, pod)
+	slot, err := m.stops.Acquire(ctx, waiter(pod))
 	if err != nil {
 		return err
 	}
@@ -183,11 +182,7 @@ func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error
 	ctx, cancel := m.call(ctx)
 	defer cancel()
 	_, err = m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
-	if err != nil {
-		slot.Release()
-	} else {
-		slot.Done(startlimit.SandboxStop)
-	}
+	slot.End(startlimit.SandboxStop, err)
 	if err != nil && !crierr.IsNotFound(err) {
 		return err
 	}

@@ -1,7 +1,6 @@
 package kuberuntime
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -12,14 +11,9 @@ import (
 	"github.com/nodelet/nodelet/pkg/startlimit"
 )
 
-// slot waits for the start gate to admit a call for pod.
-func (m *Manager) slot(ctx context.Context, pod *v1.Pod) (*startlimit.Slot, error) {
-	return m.starts.Acquire(ctx, startlimit.Waiter{Seen: firstSeen(pod), UID: pod.UID})
-}
-
-// stopSlot waits for the stop gate to admit a call for pod.
-func (m *Manager) stopSlot(ctx context.Context, pod *v1.Pod) (*startlimit.Slot, error) {
-	return m.stops.Acquire(ctx, startlimit.Waiter{Seen: firstSeen(pod), UID: pod.UID})
+// waiter is pod as it waits at a gate: in the order nodelet first saw it.
+func waiter(pod *v1.Pod) startlimit.Waiter {
+	return startlimit.Waiter{Seen: firstSeen(pod), UID: pod.UID}
 }
 
 // stopHold is how long a StopContainer call holds its slot.

@@ -45,6 +45,8 @@ type Gate struct {
 // counter is the gate's bookkeeping without the waiting, which the
 // simulated runtimes drive directly.
 type counter struct {
+	// name is the gate's, for its log lines.
+	name     string
 	limit    *Gradient
 	inflight int
 	// grants counts admissions: a call during which it did not move,
@@ -74,7 +76,7 @@ func (c *counter) end(t ticket, kind Kind, now time.Time) {
 		before := c.limit.Limit()
 		c.limit.Observe(kind, now.Sub(t.start), c.inflight, t.alone && c.grants == t.grants)
 		if after := c.limit.Limit(); after != before {
-			klog.V(4).InfoS("Runtime start limit changed", "limit", after, "was", before, "inflight", c.inflight)
+			klog.V(4).InfoS("Runtime call limit changed", "gate", c.name, "limit", after, "was", before, "inflight", c.inflight)
 		}
 	}
 	c.inflight--
@@ -94,7 +96,7 @@ func New(o Options) *Gate {
 	if o.Name == "" {
 		o.Name = "start"
 	}
-	return &Gate{clock: o.Clock, name: o.Name, count: counter{limit: NewGradient(o.Initial, 1, o.Max)}}
+	return &Gate{clock: o.Clock, name: o.Name, count: counter{name: o.Name, limit: NewGradient(o.Initial, 1, o.Max)}}
 }
 
 // Waiter says who asks for a slot.
@@ -166,13 +168,22 @@ func (s *Slot) Release() {
 	s.release.Do(func() { s.g.put(s, "") })
 }
 
+// End gives the slot back after a call of the kind that returned err:
+// counted if it succeeded, not if it failed.
+func (s *Slot) End(kind Kind, err error) {
+	if err != nil {
+		kind = ""
+	}
+	s.Done(kind)
+}
+
 // HoldFor gives the slot back when the call ends or after hold, whichever
-// comes first, and returns the function that ends the call: a container
-// stop that takes longer is waiting for the container to exit, not
-// working, and must not keep other pods' calls out. A call that ends
-// within hold counts as kind (none for ""); one that outlasted it does
-// not: its length was the container's, not the runtime's.
-func (s *Slot) HoldFor(hold time.Duration, kind Kind) func(ok bool) {
+// comes first, and returns the function that ends the call (as End): a
+// container stop that takes longer is waiting for the container to exit,
+// not working, and must not keep other pods' calls out. One that
+// outlasted hold is not counted: its length was the container's, not the
+// runtime's.
+func (s *Slot) HoldFor(hold time.Duration, kind Kind) func(err error) {
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -181,12 +192,9 @@ func (s *Slot) HoldFor(hold time.Duration, kind Kind) func(ok bool) {
 		case <-done:
 		}
 	}()
-	return func(ok bool) {
+	return func(err error) {
 		close(done)
-		if !ok {
-			kind = ""
-		}
-		s.Done(kind)
+		s.End(kind, err)
 	}
 }
 

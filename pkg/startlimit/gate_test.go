@@ -2,6 +2,7 @@ package startlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -105,7 +106,7 @@ func TestGateStopHoldsItsSlotBriefly(t *testing.T) {
 	testutil.WaitFor(t, "the hold's timer", clk.HasWaiters)
 	clk.Step(time.Second)
 	<-next
-	end(true)
+	end(nil)
 	if n := inflight(g); n != 0 {
 		t.Fatalf("%d in flight, want 0", n)
 	}
@@ -118,7 +119,7 @@ func TestGateStopHoldsItsSlotBriefly(t *testing.T) {
 	end = s.HoldFor(time.Second, ContainerStop)
 	testutil.WaitFor(t, "the hold's timer", clk.HasWaiters)
 	clk.Step(100 * time.Millisecond)
-	end(true)
+	end(nil)
 	if idle := g.count.limit.idle[ContainerStop]; idle != 100*time.Millisecond {
 		t.Fatalf("a stop within its hold counted as %v", idle)
 	}
@@ -167,6 +168,13 @@ func TestGateCountsWhatDoneReports(t *testing.T) {
 	s.Release()
 	if g.count.limit.recent[Container] != float64(time.Second) {
 		t.Fatalf("a released call was counted: %v", g.count.limit.recent)
+	}
+	// Ended with an error: not counted either.
+	s, _ = g.Acquire(ctx, pod("c", 0))
+	clk.Step(time.Hour)
+	s.End(Container, errors.New("runtime error"))
+	if g.count.limit.recent[Container] != float64(time.Second) || g.count.inflight != 0 {
+		t.Fatalf("a failed call was counted (%v) or kept its slot (%d)", g.count.limit.recent, g.count.inflight)
 	}
 	for round := 0; round < 10; round++ {
 		n := g.Limit()
