@@ -467,18 +467,7 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 			updates = append(updates, podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateUpdate, StartTime: start})
 			continue
 		}
-		// Pods being terminated already went through admission, and a
-		// pod that already finished is never admitted again: its status
-		// stays what it ended with, and nothing of it starts.
-		admitted := true
-		if !kl.workers.IsPodTerminationRequested(pod.UID) && !kl.terminalInStatus(pod) {
-			ok, reason, message := kl.canAdmitPod(active, pod, restored)
-			if admitted = ok; !ok {
-				kl.rejectPod(pod, reason, message)
-			} else {
-				kl.admission.allocate(pod)
-			}
-		}
+		admitted := kl.admitAddition(pod, active, restored)
 		// The next pod is judged beside this one as it is now (a rejected
 		// pod is not active), not beside what it replaced.
 		if known {
@@ -494,6 +483,23 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 	for _, u := range updates {
 		kl.workers.UpdatePod(u)
 	}
+}
+
+// admitAddition admits an added pod beside the active ones (staging its
+// grant), or rejects it; it reports whether the pod goes to its worker.
+// Pods being terminated already went through admission, and a pod that
+// already finished is never admitted again: its status stays what it
+// ended with, and nothing of it starts.
+func (kl *Kubelet) admitAddition(pod *v1.Pod, active []*v1.Pod, restored bool) bool {
+	if kl.workers.IsPodTerminationRequested(pod.UID) || kl.terminalInStatus(pod) {
+		return true
+	}
+	if ok, reason, message := kl.canAdmitPod(active, pod, restored); !ok {
+		kl.rejectPod(pod, reason, message)
+		return false
+	}
+	kl.admission.allocate(pod)
+	return true
 }
 
 // HandlePodUpdates hands changed pods to their workers.
