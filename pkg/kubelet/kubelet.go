@@ -327,7 +327,9 @@ func (kl *Kubelet) syncLoopIteration(ctx context.Context, updates <-chan podsour
 		// Only now, with the update applied, does the source count as
 		// having reported: cleanup must never act on a half-known set,
 		// nor on the journal's word.
-		if !u.Restored {
+		if u.Restored {
+			kl.sources.AddRestored(u.Source)
+		} else {
 			kl.sources.AddSource(u.Source)
 		}
 	case e := <-plegCh:
@@ -607,6 +609,10 @@ func (kl *Kubelet) activePods(pods []*v1.Pod) []*v1.Pod {
 
 // ActivePods are the desired pods that may still run.
 func (kl *Kubelet) ActivePods() []*v1.Pod { return kl.activePods(kl.pods.pods()) }
+
+// PodsKnown is closed once ActivePods is the node's whole set: every pod
+// source delivered, or the node journal stood in for it.
+func (kl *Kubelet) PodsKnown() <-chan struct{} { return kl.sources.Known() }
 
 // KillPod stops a pod that stays desired (the node shutting down, say)
 // within gracePeriod seconds; status amends its final status. The channel

@@ -637,18 +637,32 @@ func TestAdmissionDecisionsStand(t *testing.T) {
 }
 
 // Pods the node journal restored do not make their source ready: only
-// the source itself can, once it reports.
+// the source itself can, once it reports. They make the node's pods
+// known, once applied.
 func TestRestoredUpdatesDoNotMakeTheSourceReady(t *testing.T) {
 	f := newCore(t, 10)
 	f.sources.Register("api")
 	ctx := context.Background()
 	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "api", Restored: true}
+	select {
+	case <-f.kl.PodsKnown():
+		t.Fatal("the pods are known before any update was applied")
+	default:
+	}
 	f.kl.syncLoopIteration(ctx, f.updates, nil, nil, nil, nil)
 	if got := strings.Join(f.workers.take(), ";"); got != "create a" {
 		t.Fatalf("workers got %q", got)
 	}
 	if f.kl.sources.AllReady() {
 		t.Fatal("restored pods made the source ready")
+	}
+	select {
+	case <-f.kl.PodsKnown():
+	default:
+		t.Fatal("the restored pods, applied, did not make the node's pods known")
+	}
+	if n := len(f.kl.ActivePods()); n != 1 {
+		t.Fatalf("%d active pods once known, want 1", n)
 	}
 	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Source: "api"}
 	f.kl.syncLoopIteration(ctx, f.updates, nil, nil, nil, nil)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodelet/nodelet/pkg/devicemanager"
@@ -38,9 +40,16 @@ const (
 	burst = 10
 )
 
+// maxPodsWait bounds a call's wait for the node's pods after a restart
+// (the node journal stands in for a silent source after 2 s).
+const maxPodsWait = 5 * time.Second
+
 // Pods are the active pods (not terminal, not finished).
 type Pods interface {
 	ActivePods() []*v1.Pod
+	// PodsKnown is closed once ActivePods is the node's whole set. Right
+	// after a restart it is not: the pod sources have yet to deliver.
+	PodsKnown() <-chan struct{}
 }
 
 // Devices is the device manager as the API reads it.
@@ -74,6 +83,7 @@ type Options struct {
 	CPUs    CPUs
 	Memory  Memory
 	Claims  Claims
+	Clock   clock.WithTicker
 }
 
 // Server is the pod-resources API.
@@ -124,9 +134,32 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
+// activePods waits, at most for the call's deadline and maxPodsWait, for
+// the node's pods to be known: a monitoring agent that asks right after
+// a restart must not be told that the running pods hold nothing.
+func (s *Server) activePods(ctx context.Context) ([]*v1.Pod, error) {
+	select {
+	case <-s.o.Pods.PodsKnown():
+		return s.o.Pods.ActivePods(), nil
+	default:
+	}
+	t := s.o.Clock.NewTimer(maxPodsWait)
+	defer t.Stop()
+	select {
+	case <-s.o.Pods.PodsKnown():
+		return s.o.Pods.ActivePods(), nil
+	case <-ctx.Done():
+	case <-t.C():
+	}
+	return nil, status.Error(codes.Unavailable, "the node's pods are not known yet: nodelet restarted and its pod sources have not delivered them")
+}
+
 // List implements the API: every active pod.
-func (s *Server) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
-	pods := s.o.Pods.ActivePods()
+func (s *Server) List(ctx context.Context, _ *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	pods, err := s.activePods(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &podresourcesapi.ListPodResourcesResponse{PodResources: make([]*podresourcesapi.PodResources, 0, len(pods))}
 	for _, p := range pods {
 		out.PodResources = append(out.PodResources, s.podResources(p))
@@ -135,8 +168,12 @@ func (s *Server) List(context.Context, *podresourcesapi.ListPodResourcesRequest)
 }
 
 // Get implements the API: one active pod.
-func (s *Server) Get(_ context.Context, req *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
-	for _, p := range s.o.Pods.ActivePods() {
+func (s *Server) Get(ctx context.Context, req *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
+	pods, err := s.activePods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
 		if p.Name == req.PodName && p.Namespace == req.PodNamespace {
 			return &podresourcesapi.GetPodResourcesResponse{PodResources: s.podResources(p)}, nil
 		}

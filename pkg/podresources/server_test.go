@@ -2,15 +2,20 @@ package podresources
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodelet/nodelet/internal/testutil"
@@ -19,9 +24,20 @@ import (
 	memstate "github.com/nodelet/nodelet/pkg/memorymanager/state"
 )
 
-type fakes struct{ pods []*v1.Pod }
+type fakes struct {
+	pods  []*v1.Pod
+	known chan struct{}
+}
 
-func (f fakes) ActivePods() []*v1.Pod { return f.pods }
+func (f fakes) ActivePods() []*v1.Pod      { return f.pods }
+func (f fakes) PodsKnown() <-chan struct{} { return f.known }
+
+// knownPods are pods the sources have delivered.
+func knownPods(pods ...*v1.Pod) fakes {
+	f := fakes{pods: pods, known: make(chan struct{})}
+	close(f.known)
+	return f
+}
 func (fakes) ContainerDevices(pod types.UID, c string) []devicemanager.Device {
 	if pod == "a" && c == "app" {
 		return []devicemanager.Device{{Resource: "example.com/resource", IDs: []string{"Dev-1"}, NUMANodes: []int64{0}}}
@@ -67,8 +83,8 @@ func TestAPIOverItsSocket(t *testing.T) {
 	always := v1.ContainerRestartPolicyAlways
 	a.Spec.InitContainers = []v1.Container{{Name: "init"}, {Name: "sidecar", RestartPolicy: &always}}
 	a.Spec.Containers = []v1.Container{{Name: "app"}}
-	f := fakes{pods: []*v1.Pod{a}}
-	s := New(Options{RootDir: root, Pods: f, Devices: f, CPUs: f, Memory: f, Claims: f})
+	f := knownPods(a)
+	s := New(Options{RootDir: root, Pods: f, Devices: f, CPUs: f, Memory: f, Claims: f, Clock: clocktesting.NewFakeClock(time.Now())})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
@@ -109,5 +125,58 @@ func TestAPIOverItsSocket(t *testing.T) {
 	alloc, err := client.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
 	if err != nil || len(alloc.Devices) != 2 || len(alloc.CpuIds) != 1 || alloc.Memory[0].Size != 1<<30 {
 		t.Fatalf("GetAllocatableResources: %v %v", alloc, err)
+	}
+}
+
+// TestCallsWaitForTheNodesPods: right after a restart, before the pod
+// sources delivered, List and Get wait for the node's pods instead of
+// answering that the running pods hold nothing; a call that waits past
+// maxPodsWait, or its own deadline, is told the node is unavailable.
+func TestCallsWaitForTheNodesPods(t *testing.T) {
+	a := &v1.Pod{}
+	a.Name, a.Namespace, a.UID = "a", "ns", "a"
+	a.Spec.Containers = []v1.Container{{Name: "app"}}
+	start := func() (fakes, *clocktesting.FakeClock, *Server) {
+		f := fakes{pods: []*v1.Pod{a}, known: make(chan struct{})}
+		clk := clocktesting.NewFakeClock(time.Now())
+		return f, clk, New(Options{Pods: f, Devices: f, CPUs: f, Memory: f, Claims: f, Clock: clk})
+	}
+	list := func(ctx context.Context, s *Server) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			out, err := s.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+			if err == nil && len(out.PodResources) != 1 {
+				err = fmt.Errorf("List answered %v, want pod a", out)
+			}
+			done <- err
+		}()
+		return done
+	}
+
+	f, clk, s := start()
+	done := list(context.Background(), s)
+	testutil.WaitFor(t, "List to wait", clk.HasWaiters)
+	close(f.known)
+	testutil.Must(t, <-done)
+
+	_, clk, s = start()
+	done = list(context.Background(), s)
+	testutil.WaitFor(t, "List to wait", clk.HasWaiters)
+	clk.Step(maxPodsWait)
+	if err := <-done; status.Code(err) != codes.Unavailable {
+		t.Errorf("List past maxPodsWait: %v, want Unavailable", err)
+	}
+
+	_, clk, s = start()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: "a", PodNamespace: "ns"})
+		got <- err
+	}()
+	testutil.WaitFor(t, "Get to wait", clk.HasWaiters)
+	cancel()
+	if err := <-got; status.Code(err) != codes.Unavailable {
+		t.Errorf("Get past its deadline: %v, want Unavailable", err)
 	}
 }

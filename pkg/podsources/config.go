@@ -174,9 +174,12 @@ func (c *PodConfig) Set(ctx context.Context, source string, pods []*v1.Pod) {
 // unknown, the API server being unreachable, say). The source does not
 // count as ready: nothing is cleaned up on the journal's word. Once the
 // source reports, its set is merged against these as usual: a pod
-// deleted meanwhile is removed then.
-func (c *PodConfig) Restore(ctx context.Context, source string, pods []*v1.Pod) {
-	c.send(ctx, c.mergeSet(source, pods, true))
+// deleted meanwhile is removed then. Restore reports whether it stood in
+// for the source (false: the source had reported).
+func (c *PodConfig) Restore(ctx context.Context, source string, pods []*v1.Pod) bool {
+	updates := c.mergeSet(source, pods, true)
+	c.send(ctx, updates)
+	return len(updates) > 0
 }
 
 func (c *PodConfig) send(ctx context.Context, updates []PodUpdate) {
@@ -254,8 +257,9 @@ func (c *PodConfig) mergeSet(source string, pods []*v1.Pod, restored bool) []Pod
 			add(u.op, u.pods)
 		}
 	}
-	if firstSet && !restored && len(adds) == 0 && len(updates) == 0 && len(deletes) == 0 {
-		// An empty ADD tells the sync loop the source has reported.
+	if firstSet && len(adds) == 0 && len(updates) == 0 && len(deletes) == 0 {
+		// An empty ADD tells the sync loop the source has reported (or
+		// the journal, which kept no pods of it, has stood in).
 		add(ADD, nil)
 	}
 	if len(reconciles) > 0 {
@@ -433,15 +437,22 @@ func sortByName(pods []*v1.Pod) {
 // SourcesReady tracks which configured sources have delivered at least
 // once. Until all have, nodelet must not clean anything up: a pod missing
 // from a silent source is not a pod that was deleted.
+//
+// It also tracks when the node's pods are known: once every source has
+// delivered, or the node journal stood in for it. Readers of the active
+// pods (the pod-resources API) wait for that rather than answer with a
+// half-known set after a restart.
 type SourcesReady struct {
 	configured func() []string
 	mu         sync.RWMutex
 	seen       map[string]bool
+	restored   map[string]bool
+	known      chan struct{}
 }
 
 // NewSourcesReady tracks the sources configured returns.
 func NewSourcesReady(configured func() []string) *SourcesReady {
-	return &SourcesReady{configured: configured, seen: map[string]bool{}}
+	return &SourcesReady{configured: configured, seen: map[string]bool{}, restored: map[string]bool{}, known: make(chan struct{})}
 }
 
 // AddSource records that a source delivered.
@@ -449,9 +460,36 @@ func (s *SourcesReady) AddSource(source string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seen[source] = true
+	s.checkKnown()
 }
 
-// AllReady reports whether every configured source delivered.
+// AddRestored records that the node journal delivered a source's pods
+// (possibly none) in its stead. It does not make the source ready.
+func (s *SourcesReady) AddRestored(source string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.restored[source] = true
+	s.checkKnown()
+}
+
+// Known is closed once every configured source delivered or was restored.
+func (s *SourcesReady) Known() <-chan struct{} { return s.known }
+
+// checkKnown closes known if every source is accounted for; s.mu is held.
+func (s *SourcesReady) checkKnown() {
+	select {
+	case <-s.known:
+		return
+	default:
+	}
+	for _, src := range s.configured() {
+		if !s.seen[src] && !s.restored[src] {
+			return
+		}
+	}
+	close(s.known)
+}
+
 func (s *SourcesReady) AllReady() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -206,6 +206,39 @@ func TestSourcesReady(t *testing.T) {
 	if !r.AllReady() {
 		t.Fatal("not ready after every source reported")
 	}
+	if !closed(r.Known()) {
+		t.Fatal("the pods are not known after every source reported")
+	}
+}
+
+// The node's pods are known once every source reported or the journal
+// stood in for it; the journal does not make a source ready.
+func TestPodsKnownFromTheJournal(t *testing.T) {
+	c, _, _ := newConfig()
+	c.Register("file")
+	c.Register("api")
+	r := NewSourcesReady(c.Sources)
+	r.AddSource("file")
+	if closed(r.Known()) {
+		t.Fatal("known before the api source reported or was restored")
+	}
+	r.AddRestored("api")
+	if !closed(r.Known()) || r.AllReady() {
+		t.Fatalf("after the journal stood in: known %v, ready %v; want known, not ready", closed(r.Known()), r.AllReady())
+	}
+	r.AddSource("api")
+	if !closed(r.Known()) || !r.AllReady() {
+		t.Fatal("not known and ready once the source reported")
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func TestStaticPodIdentity(t *testing.T) {
@@ -400,7 +433,9 @@ func TestRestoreUntilTheSourceReports(t *testing.T) {
 	ready := NewSourcesReady(c.Sources)
 	ctx := context.Background()
 	kept, deleted := mkPod("kept", "kept"), mkPod("deleted", "deleted")
-	c.Restore(ctx, "api", copies([]*v1.Pod{kept, deleted}))
+	if !c.Restore(ctx, "api", copies([]*v1.Pod{kept, deleted})) {
+		t.Fatal("Restore did not stand in for a silent source")
+	}
 	u := <-c.Updates()
 	if u.Op != ADD || !u.Restored || len(u.Pods) != 2 {
 		t.Fatalf("restored update: %+v", u)
@@ -412,8 +447,23 @@ func TestRestoreUntilTheSourceReports(t *testing.T) {
 	if got := received(c); !reflect.DeepEqual(got, []string{"REMOVE deleted", "ADD "}) {
 		t.Fatalf("after the source reported: %v", got)
 	}
-	c.Restore(ctx, "api", copies([]*v1.Pod{kept, deleted}))
+	if c.Restore(ctx, "api", copies([]*v1.Pod{kept, deleted})) {
+		t.Fatal("Restore stood in for a source that had reported")
+	}
 	if got := received(c); got != nil {
 		t.Fatalf("a restore after the source reported: %v", got)
+	}
+}
+
+// A journal that kept no pods of a silent source still stands in for it:
+// an empty restored ADD tells the sync loop the node's pods are known.
+func TestRestoreOfNoPods(t *testing.T) {
+	c, _, _ := newConfig()
+	c.Register("api")
+	if !c.Restore(context.Background(), "api", nil) {
+		t.Fatal("Restore of no pods did not stand in")
+	}
+	if u := <-c.Updates(); u.Op != ADD || !u.Restored || len(u.Pods) != 0 {
+		t.Fatalf("restored update: %+v, want an empty restored ADD", u)
 	}
 }

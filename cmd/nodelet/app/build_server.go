@@ -30,7 +30,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 	// The pod-resources API is a local socket, served whatever
 	// enableServer says, as upstream's.
 	podResources := podresources.New(podresources.Options{RootDir: b.opts.RootDir, Pods: core.kubelet,
-		Devices: res.devices, CPUs: res.cpus, Memory: res.memory, Claims: res.claims})
+		Devices: res.devices, CPUs: res.cpus, Memory: res.memory, Claims: res.claims, Clock: b.clock})
 	out := []component{{"pod-resources API", podResources.Run}}
 	if p := *c.HealthzPort; p > 0 {
 		l, err := server.Listen(net.JoinHostPort(c.HealthzBindAddress, strconv.Itoa(int(p))), server.Healthz(health.Healthz), nil)

@@ -88,16 +88,15 @@ func journalComponents(b *base, podConfig *podsources.PodConfig) []component {
 		remote = append(remote, podutil.HTTPSource)
 	}
 	for _, source := range remote {
-		if pods := b.journalState.SourcePods(source); len(pods) > 0 {
-			out = append(out, restoreSource(b, podConfig, source, pods))
-		}
+		out = append(out, restoreSource(b, podConfig, source, b.journalState.SourcePods(source)))
 	}
 	return out
 }
 
-// restoreSource delivers a source's pods from the journal if the source
-// has not delivered its own within journalRestoreAfter; the merge drops
-// them if it has.
+// restoreSource delivers a source's pods from the journal (possibly none)
+// if the source has not delivered its own within journalRestoreAfter; the
+// merge drops them if it has. Either way the node's pods are known then
+// (the pod-resources API waits for that).
 func restoreSource(b *base, podConfig *podsources.PodConfig, source string, pods []*v1.Pod) component {
 	return runs("node journal restore of source "+source, func(ctx context.Context) {
 		select {
@@ -105,8 +104,9 @@ func restoreSource(b *base, podConfig *podsources.PodConfig, source string, pods
 			return
 		case <-b.clock.After(journalRestoreAfter):
 		}
-		klog.InfoS("A pod source has not delivered the node's pods yet: running the node journal's", "source", source, "pods", len(pods))
-		podConfig.Restore(ctx, source, pods)
+		if podConfig.Restore(ctx, source, pods) {
+			klog.InfoS("A pod source has not delivered the node's pods yet: running the node journal's", "source", source, "pods", len(pods))
+		}
 		// A component runs as long as nodelet does.
 		<-ctx.Done()
 	})
