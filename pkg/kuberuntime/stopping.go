@@ -52,7 +52,8 @@ func (s *stopping) begin(id string) func() {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	for k, t := range s.until {
-		if now.After(t) {
+		// A zero time is a stop still running: it stays.
+		if !t.IsZero() && now.After(t) {
 			delete(s.until, k)
 		}
 	}

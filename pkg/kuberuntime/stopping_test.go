@@ -29,3 +29,25 @@ func TestUnexpectedLeavesOutWhatNodeletStops(t *testing.T) {
 		t.Fatalf("unexpected %s long after the stop: a later exit is news", got)
 	}
 }
+
+// TestConcurrentStopsStayExpected: a stop that begins while another runs
+// leaves the running one marked. (Each begin used to drop every running
+// stop's mark: in a burst of deletions the exits nodelet caused were
+// taken for news, and each pod was read again up to five times.)
+func TestConcurrentStopsStayExpected(t *testing.T) {
+	clk := testingclock.NewFakeClock(gateNow)
+	m := &Manager{stopping: newStopping(clk)}
+	doneA := m.stopping.begin("a")
+	clk.Step(time.Millisecond)
+	doneB := m.stopping.begin("b")
+	if got := fmt.Sprint(m.Unexpected([]string{"a", "b"})); got != "[]" {
+		t.Fatalf("unexpected %s while both stops run", got)
+	}
+	doneA()
+	clk.Step(stoppingLinger + time.Second)
+	m.stopping.begin("c")
+	if got := fmt.Sprint(m.Unexpected([]string{"a", "b", "c"})); got != "[a]" {
+		t.Fatalf("unexpected %s once a's linger is over and b, c still run: want [a]", got)
+	}
+	doneB()
+}
