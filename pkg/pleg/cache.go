@@ -78,6 +78,17 @@ func (c *Cache) Set(uid types.UID, status *container.PodStatus, err error, ts ti
 	c.entries[uid] = &cacheEntry{status: status, err: err, modified: ts}
 }
 
+// entry returns a pod's cached status, if one was read without error.
+func (c *Cache) entry(uid types.UID) (*container.PodStatus, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.entries[uid]
+	if !ok || e.err != nil || e.status == nil {
+		return nil, false
+	}
+	return e.status, true
+}
+
 // Delete forgets a pod.
 func (c *Cache) Delete(uid types.UID) {
 	c.mu.Lock()

@@ -9,6 +9,7 @@ package pleg
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,6 +323,8 @@ func (g *Generic) Relist(ctx context.Context) {
 		if cur == nil {
 			// Gone from the runtime: nothing left to cache.
 			g.cache.Delete(uid)
+		} else if status, ok := g.vouched(uid, cur); ok {
+			g.cache.Set(uid, status, nil, ts)
 		} else {
 			status, err := g.runtime.GetPodStatus(ctx, uid, cur.Name, cur.Namespace)
 			if err != nil {
@@ -338,6 +341,21 @@ func (g *Generic) Relist(ctx context.Context) {
 	g.cache.MarkRelisted(ts)
 	g.lastRelist.Store(ts.UnixNano())
 	g.emit(all)
+}
+
+// vouched returns the cached status of a pod when it shows exactly the
+// sandboxes and containers, in the same states, that the relist found:
+// the worker that made the change (a start, a stop) read the pod after it
+// (Refresh), and reading it again would learn nothing. A state, once
+// reached, does not change its details (exit code, times), and a new
+// container or sandbox is a new ID.
+func (g *Generic) vouched(uid types.UID, cur *container.Pod) (*container.PodStatus, bool) {
+	s, ok := g.cache.entry(uid)
+	if !ok {
+		return nil, false
+	}
+	p := s.ToRunningPod()
+	return s, maps.Equal(states(&p), states(cur))
 }
 
 // GetNewerThan returns a pod's status as of a time after min. When the

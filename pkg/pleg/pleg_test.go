@@ -140,6 +140,53 @@ func TestRelistCachesChangedPodsOnly(t *testing.T) {
 	}
 }
 
+// TestRelistTrustsAReadOfTheSameChange: a pod the worker read back after
+// starting or stopping its containers (Refresh) is not read again by the
+// relist that sees that change; its events are still emitted, and its
+// entry is as fresh as the relist. A change the read did not see is read.
+func TestRelistTrustsAReadOfTheSameChange(t *testing.T) {
+	R, E := container.StateRunning, container.StateExited
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	ctx := context.Background()
+	g.Relist(ctx)
+
+	rt.set(pod("p", ctr("1", R)))
+	if _, err := g.Refresh(ctx, "p", "p", "ns"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	g.Relist(ctx)
+	if got := events(g); !reflect.DeepEqual(got, []string{"p ContainerStarted 1"}) {
+		t.Fatalf("events %v", got)
+	}
+	if n := rt.readCount("p"); n != 1 {
+		t.Fatalf("%d reads of the started pod, want 1 (the worker's)", n)
+	}
+	if _, _, fresh := g.cache.getIfFresh("p", clk.Now().Add(-time.Millisecond)); !fresh {
+		t.Fatal("the vouched entry is not as fresh as the relist")
+	}
+
+	// The worker read the pod before its container exited: the relist
+	// must read it.
+	if _, err := g.Refresh(ctx, "p", "p", "ns"); err != nil {
+		t.Fatal(err)
+	}
+	rt.set(pod("p", ctr("1", E)))
+	clk.Step(time.Second)
+	g.Relist(ctx)
+	if got := events(g); !reflect.DeepEqual(got, []string{"p ContainerDied 1"}) {
+		t.Fatalf("events %v", got)
+	}
+	if n := rt.readCount("p"); n != 3 {
+		t.Fatalf("%d reads, want 3: the exit was not in the worker's read", n)
+	}
+	if s, _ := g.Cache().Get("p"); s.ContainerStatuses[0].State != E {
+		t.Fatalf("cached %v, want the exited container", s)
+	}
+}
+
 func TestGetNewerThanReadsOnDemandOnlyWhenStale(t *testing.T) {
 	rt := &fakeRuntime{}
 	clk := testingclock.NewFakeClock(time.Unix(100, 0))

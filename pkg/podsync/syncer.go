@@ -37,6 +37,21 @@ type syncRuntime interface {
 	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
 }
 
+// podReads reads a pod's status from the runtime after the scripts changed
+// it (the containers just started, or all stopped). The PLEG's Refresh
+// keeps what it read in its cache, so the relist that then sees the same
+// change need not read the pod again.
+type podReads interface {
+	Refresh(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
+}
+
+// runtimeReads reads the runtime directly: no cache to keep.
+type runtimeReads struct{ r syncRuntime }
+
+func (r runtimeReads) Refresh(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error) {
+	return r.r.GetPodStatus(ctx, uid, name, namespace)
+}
+
 // statusStore is the status manager as the sync scripts use it.
 type statusStore interface {
 	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
@@ -112,7 +127,10 @@ type SyncerOptions struct {
 	// Cgroups manages pod cgroups; nil when cgroupsPerQOS is off.
 	Cgroups podCgroups
 	Runtime syncRuntime
-	Status  statusStore
+	// Reads reads pods back after a start or a stop (the PLEG); nil reads
+	// the runtime directly.
+	Reads  podReads
+	Status statusStore
 	// Network says why the pod network is not ready; nil when it always is.
 	Network func() error
 	// CanRun are soft admission checks: an admitted pod that fails one is
@@ -167,6 +185,7 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	o.Probes = orNone[probes](o.Probes, noProbes{})
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
 	o.Claims = orNone[podClaims](o.Claims, noClaims{})
+	o.Reads = orNone[podReads](o.Reads, runtimeReads{o.Runtime})
 	if o.Features == nil {
 		o.Features = func() kuberuntime.Features { return kuberuntime.Features{} }
 	}
@@ -180,6 +199,7 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 // exactly these four methods.
 type PodSyncer struct {
 	runtime  syncRuntime
+	reads    podReads
 	status   statusStore
 	network  func() error
 	canRun   []func(*v1.Pod) *Blocked
@@ -206,7 +226,7 @@ var _ podworkers.Syncer = (*PodSyncer)(nil)
 func NewPodSyncer(o SyncerOptions) *PodSyncer {
 	o = o.withDefaults()
 	return &PodSyncer{
-		runtime: o.Runtime, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
+		runtime: o.Runtime, reads: o.Reads, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
 		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features, claims: o.Claims,
 	}
@@ -347,7 +367,7 @@ func started(r container.PodSyncResult) bool {
 // start, half of create→Ready. A failed read changes nothing; that sync
 // reports it.
 func (s *PodSyncer) reportStarted(ctx context.Context, pod *v1.Pod) {
-	cur, err := s.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	cur, err := s.reads.Refresh(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
 		klog.V(4).InfoS("Cannot read the pod just started; its status waits for the next sync", "pod", klog.KObj(pod), "podUID", pod.UID, "err", err)
 		return
@@ -486,7 +506,7 @@ func (s *PodSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, rs *con
 	}
 	s.probes.RemovePod(pod)
 
-	final, err := s.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	final, err := s.reads.Refresh(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
 		return fmt.Errorf("reading pod status after killing it: %w", err)
 	}

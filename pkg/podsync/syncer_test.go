@@ -121,6 +121,7 @@ func TestSyncTerminatingPodVerifiesNothingRuns(t *testing.T) {
 
 	// A runtime that says it killed the pod but still runs it is caught.
 	s.runtime = stubbornRuntime{s.runtime}
+	s.reads = runtimeReads{s.runtime}
 	if err := s.SyncTerminatingPod(ctx, p, cur, nil, nil); err == nil || !strings.Contains(err.Error(), "CRI violation") {
 		t.Fatalf("err %v", err)
 	}

@@ -45,7 +45,7 @@ type coreParts struct {
 
 func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts, res *resourceParts) *coreParts {
 	syncer := podsync.NewPodSyncer(podsync.SyncerOptions{
-		Runtime: runtime.manager, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
+		Runtime: runtime.manager, Reads: runtime.pleg, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
 		Recorder: b.recorder, Clock: b.clock, CanRun: podsync.SoftAdmissionChecks(), Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
 		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
