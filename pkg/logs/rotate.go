@@ -60,6 +60,12 @@ type Rotator struct {
 	policy  Policy
 	clock   clock.Clock
 	timeout time.Duration
+
+	// paths are the running containers' log paths, fixed when a
+	// container is created: each is asked of the runtime once, not every
+	// Interval (110 ContainerStatus calls every 10 s on a full node).
+	mu    sync.Mutex
+	paths map[string]string
 }
 
 // NewRotator returns a rotator; timeout bounds each runtime call.
@@ -67,7 +73,7 @@ func NewRotator(rt Runtime, p Policy, clk clock.Clock, timeout time.Duration) *R
 	if p.Workers < 1 {
 		p.Workers = 1
 	}
-	return &Rotator{runtime: rt, policy: p, clock: clk, timeout: timeout}
+	return &Rotator{runtime: rt, policy: p, clock: clk, timeout: timeout, paths: map[string]string{}}
 }
 
 // Run rotates every Interval until ctx ends.
@@ -96,6 +102,7 @@ func (r *Rotator) RotateAll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing running containers: %w", err)
 	}
+	r.forgetExcept(resp.Containers)
 	ids := make(chan string)
 	var mu sync.Mutex
 	var errs []error
@@ -121,16 +128,49 @@ func (r *Rotator) RotateAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (r *Rotator) rotateContainer(ctx context.Context, id string) error {
+// forgetExcept keeps the log paths of the listed containers only.
+func (r *Rotator) forgetExcept(running []*runtimeapi.Container) {
+	keep := make(map[string]bool, len(running))
+	for _, c := range running {
+		keep[c.Id] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.paths {
+		if !keep[id] {
+			delete(r.paths, id)
+		}
+	}
+}
+
+// logPath is a running container's log path ("" for none).
+func (r *Rotator) logPath(ctx context.Context, id string) (string, error) {
+	r.mu.Lock()
+	path, ok := r.paths[id]
+	r.mu.Unlock()
+	if ok {
+		return path, nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	st, err := r.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("container status: %w", err)
+		return "", fmt.Errorf("container status: %w", err)
 	}
-	path := st.GetStatus().GetLogPath()
-	if path == "" || st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		return nil
+	if st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return "", nil // exited since the list: not remembered
+	}
+	path = st.GetStatus().GetLogPath()
+	r.mu.Lock()
+	r.paths[id] = path
+	r.mu.Unlock()
+	return path, nil
+}
+
+func (r *Rotator) rotateContainer(ctx context.Context, id string) error {
+	path, err := r.logPath(ctx, id)
+	if err != nil || path == "" {
+		return err
 	}
 	removeTemporary(path)
 	fi, err := os.Stat(path)

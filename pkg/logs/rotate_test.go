@@ -170,3 +170,41 @@ func TestRotateSkipsExitedContainersAndCleansTemporaries(t *testing.T) {
 		t.Fatalf("RemoveRotated left %v", got)
 	}
 }
+
+// TestRotateAsksForALogPathOnce: a running container's log path is asked
+// of the runtime once, not every round; the rounds after still rotate
+// it, and a container gone from the running list is forgotten.
+func TestRotateAsksForALogPathOnce(t *testing.T) {
+	f := newFixture(t, 5)
+	ctx := context.Background()
+	statusCalls := func() int {
+		n := 0
+		for _, c := range f.rt.Calls() {
+			if strings.HasPrefix(c, "ContainerStatus ") {
+				n++
+			}
+		}
+		return n
+	}
+	f.rt.ResetCalls()
+	for round := range 3 {
+		f.write(t, 200, 'a'+byte(round))
+		if err := f.r.RotateAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Step(time.Second)
+	}
+	if n := statusCalls(); n != 1 {
+		t.Fatalf("%d ContainerStatus calls over 3 rounds, want 1", n)
+	}
+	if got := f.files(t); len(got) != 4 {
+		t.Fatalf("files after 3 rotations: %v, want the current log and 3 rotated", got)
+	}
+	f.rt.Exit(f.id, 0)
+	if err := f.r.RotateAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.r.paths) != 0 {
+		t.Fatalf("the exited container's path is still kept: %v", f.r.paths)
+	}
+}

@@ -271,8 +271,15 @@ func cpuProfile(c kubernetes.Interface, nodeName, file string) error {
 // fetch writes what nodelet serves at path, through the API server's node
 // proxy, to file.
 func fetch(c kubernetes.Interface, nodeName, path, file string) error {
-	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy").Suffix(path).
-		Timeout(time.Minute).DoRaw(context.Background())
+	// Suffix would escape a query's "?" into the path.
+	p, query, _ := strings.Cut(path, "?")
+	req := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy").Suffix(p).Timeout(time.Minute)
+	for _, kv := range strings.Split(query, "&") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			req = req.Param(k, v)
+		}
+	}
+	data, err := req.DoRaw(context.Background())
 	if err != nil {
 		return fmt.Errorf("fetching %s: %w", path, err)
 	}
