@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
@@ -94,6 +95,11 @@ func hugePageSize(medium v1.StorageMedium, pod *v1.Pod) (string, error) {
 
 // unmountUnder unmounts every mount point at or below dir, deepest first.
 func unmountUnder(dir string) error {
+	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+		// Nothing can be mounted below a path that does not exist (most
+		// pods have no subPath directory): no need to read the table.
+		return nil
+	}
 	under, err := MountPointsUnder(dir)
 	if err != nil {
 		return err
@@ -109,13 +115,71 @@ func unmountUnder(dir string) error {
 
 // MountPointsUnder lists the mount points at or below dir.
 func MountPointsUnder(dir string) ([]string, error) {
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	mounts, err := table.read()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(mounts))
+	var out []string
 	for _, m := range mounts {
-		out = append(out, m.Mountpoint)
+		if skip, _ := mountinfo.PrefixFilter(dir)(m); !skip {
+			out = append(out, m.Mountpoint)
+		}
 	}
 	return out, nil
+}
+
+// table is this process's mount table. The kernel writes the whole table
+// for every read of /proc/self/mountinfo, a few hundred lines at density
+// (each pod's overlays, shm, network namespace and volumes): when pods
+// terminate together, one read serves them all.
+var table = mountTable{readAll: func() ([]*mountinfo.Info, error) { return mountinfo.GetMounts(nil) }}
+
+// mountTable coalesces reads of the mount table: a caller gets a table
+// whose read began after it asked, shared with every caller that asked
+// while an earlier read ran.
+type mountTable struct {
+	readAll func() ([]*mountinfo.Info, error)
+	mu      sync.Mutex
+	reading bool
+	next    *tableRead // the read the callers arriving now will get
+}
+
+type tableRead struct {
+	done    chan struct{}
+	waiters int
+	mounts  []*mountinfo.Info
+	err     error
+}
+
+func (t *mountTable) read() ([]*mountinfo.Info, error) {
+	t.mu.Lock()
+	if t.next == nil {
+		t.next = &tableRead{done: make(chan struct{})}
+	}
+	r := t.next
+	r.waiters++
+	if !t.reading {
+		t.reading = true
+		go t.serve()
+	}
+	t.mu.Unlock()
+	<-r.done
+	return r.mounts, r.err
+}
+
+// serve reads the table for the waiting callers until none are left.
+func (t *mountTable) serve() {
+	for {
+		t.mu.Lock()
+		r := t.next
+		t.next = nil
+		if r == nil {
+			t.reading = false
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+		r.mounts, r.err = t.readAll()
+		close(r.done)
+	}
 }

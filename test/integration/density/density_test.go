@@ -47,6 +47,7 @@ var (
 	window   = flag.Duration("density.window", 30*time.Second, "how long CPU use is measured, idle and at the largest burst")
 	token    = flag.Bool("density.token", true, "pods mount a service account token, as a client's pods do by default")
 	profile  = flag.String("density.cpuprofile", "", "write nodelet's CPU profile during the first round's largest create burst to this file")
+	delProf  = flag.String("density.deleteprofile", "", "write nodelet's CPU profile during the first round's largest delete burst (20 s) to this file")
 	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", 4, "the parallelism of the floor measured around each burst (the curve's, below, is the reference)")
@@ -119,6 +120,7 @@ func BenchmarkDensity(b *testing.B) {
 			fmt.Printf("round %d, %d pods: %s\n", round, n, res.line())
 			fmt.Printf("round %d, %d pods: floor all started before nodelet %s, after %s\n", round, n, ms(res.floorBefore), ms(res.floorAfter))
 			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s\n", round, n, res.cpu)
+			fmt.Printf("round %d, %d pods: CPU used during the delete burst: %s; during the floor's stops (before): %s\n", round, n, res.cpuStop, res.floorCPUStop)
 			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
 			fmt.Printf("round %d, %d pods: the slowest pod's timeline:\n%s", round, n, res.slowest)
 			r.results = append(r.results, res)
@@ -182,7 +184,21 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	if busy {
 		res.busy, res.memory = measureBusy(b, x)
 	}
+	profiled = nil
+	if *delProf != "" && busy && round == 1 {
+		profiled = make(chan error, 1)
+		go func() {
+			profiled <- fetch(x.client, x.nodeName, "debug/pprof/profile?seconds=20", *delProf)
+		}()
+	}
+	cpuBefore = testbed.CPUByCommand()
 	res.stop, res.allGone = burstDelete(b, x.client, x.w, x.ns, names)
+	res.cpuStop = cpuSince(cpuBefore)
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			b.Fatal(err)
+		}
+	}
 	opsAfter := runtimeOps(b, x.client, x.nodeName)
 	res.limits = limits(b, x.client, x.nodeName)
 	// The floor after starts on a quiet runtime: nodelet's garbage
@@ -195,12 +211,15 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	res.floorStart, res.floorStop = mean(before.start, after.start), mean(before.stop, after.stop)
 	res.floorBefore, res.floorAfter = pct(before.start, 100), pct(after.start, 100)
 	res.ops = compareOps(before.calls, opsBefore, opsAfter)
+	res.floorCPUStop = before.cpuStop
 	return res
 }
 
 type floorResult struct {
 	start, stop []time.Duration
-	calls       map[string]testbed.CallStats
+	// cpuStop is what each command used while the floor stopped its pods.
+	cpuStop string
+	calls   map[string]testbed.CallStats
 }
 
 // floorRun starts and stops n pods straight through CRI, parallel at a
@@ -216,9 +235,11 @@ func floorRun(b *testing.B, x bench, prefix string, n, parallelism int) floorRes
 	if out.start, err = f.Start(ctx, prefix, n); err != nil {
 		b.Fatal(err)
 	}
+	cpuBefore := testbed.CPUByCommand()
 	if out.stop, err = f.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}
+	out.cpuStop = cpuSince(cpuBefore)
 	if err := f.Remove(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -543,7 +564,9 @@ type result struct {
 	busy   usage
 	memory string
 	// cpu is what each command used during the create burst.
-	cpu string
+	cpu, cpuStop string
+	// floorCPUStop is what each command used during the floor's stops.
+	floorCPUStop string
 	// ops compares nodelet's mean CRI call latencies with the floor's.
 	ops string
 	// slowest is the lifecycle timeline of the pod that took longest to
