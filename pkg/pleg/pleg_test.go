@@ -151,37 +151,36 @@ func TestRelistTrustsAReadOfTheSameChange(t *testing.T) {
 	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
 	ctx := context.Background()
 	g.Relist(ctx)
+	refresh := func() {
+		t.Helper()
+		if _, err := g.Refresh(ctx, "p", "p", "ns"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relist := func(want string, reads int, why string) {
+		t.Helper()
+		clk.Step(time.Second)
+		g.Relist(ctx)
+		if got := events(g); !reflect.DeepEqual(got, []string{want}) {
+			t.Fatalf("events %v, want %s", got, want)
+		}
+		if n := rt.readCount("p"); n != reads {
+			t.Fatalf("%d reads, want %d: %s", n, reads, why)
+		}
+	}
 
 	rt.set(pod("p", ctr("1", R)))
-	if _, err := g.Refresh(ctx, "p", "p", "ns"); err != nil {
-		t.Fatal(err)
-	}
-	clk.Step(time.Second)
-	g.Relist(ctx)
-	if got := events(g); !reflect.DeepEqual(got, []string{"p ContainerStarted 1"}) {
-		t.Fatalf("events %v", got)
-	}
-	if n := rt.readCount("p"); n != 1 {
-		t.Fatalf("%d reads of the started pod, want 1 (the worker's)", n)
-	}
+	refresh()
+	relist("p ContainerStarted 1", 1, "the worker's read is the started pod's")
 	if _, _, fresh := g.cache.getIfFresh("p", clk.Now().Add(-time.Millisecond)); !fresh {
 		t.Fatal("the vouched entry is not as fresh as the relist")
 	}
 
 	// The worker read the pod before its container exited: the relist
 	// must read it.
-	if _, err := g.Refresh(ctx, "p", "p", "ns"); err != nil {
-		t.Fatal(err)
-	}
+	refresh()
 	rt.set(pod("p", ctr("1", E)))
-	clk.Step(time.Second)
-	g.Relist(ctx)
-	if got := events(g); !reflect.DeepEqual(got, []string{"p ContainerDied 1"}) {
-		t.Fatalf("events %v", got)
-	}
-	if n := rt.readCount("p"); n != 3 {
-		t.Fatalf("%d reads, want 3: the exit was not in the worker's read", n)
-	}
+	relist("p ContainerDied 1", 3, "the exit was not in the worker's read")
 	if s, _ := g.Cache().Get("p"); s.ContainerStatuses[0].State != E {
 		t.Fatalf("cached %v, want the exited container", s)
 	}
