@@ -47,6 +47,10 @@ type FileSource struct {
 	// decoded caches each file's pods by identity, modification time and
 	// size, so re-reading a directory only decodes what changed.
 	decoded map[string]decodedFile
+	// relisted, in tests, is told when a re-read has ended and been
+	// timed: a test that moves its fake clock before that would make the
+	// re-read look as long as the step.
+	relisted func()
 	// lastRelist is when the last re-read ended and how long it took.
 	lastRelist struct {
 		end  time.Time
@@ -143,7 +147,13 @@ func (s *FileSource) pace() time.Duration {
 // relist reads every manifest and delivers the set.
 func (s *FileSource) relist(ctx context.Context) {
 	start := s.clock.Now()
-	defer func() { s.lastRelist.end = s.clock.Now(); s.lastRelist.took = s.lastRelist.end.Sub(start) }()
+	defer func() {
+		s.lastRelist.end = s.clock.Now()
+		s.lastRelist.took = s.lastRelist.end.Sub(start)
+		if s.relisted != nil {
+			s.relisted()
+		}
+	}()
 	pods, err := s.read()
 	if err != nil {
 		// The path itself is unreadable: keep what was delivered last.

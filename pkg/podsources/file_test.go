@@ -44,6 +44,8 @@ type fileFixture struct {
 	clock  *testingclock.FakeClock
 	rec    *setRecorder
 	events *record.FakeRecorder
+	// relisted gets a value after each re-read has ended.
+	relisted chan struct{}
 }
 
 func startFileSource(t *testing.T, path string) *fileFixture {
@@ -57,6 +59,8 @@ func startFileSourceWith(t *testing.T, path string, onSet func(*testingclock.Fak
 		f.rec.onSet = func() { onSet(f.clock) }
 	}
 	src := NewFileSource(path, Static{NodeName: "node1"}, 20*time.Second, f.rec, f.events, f.clock)
+	f.relisted = make(chan struct{}, 100)
+	src.relisted = func() { f.relisted <- struct{}{} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { src.Run(ctx); close(done) }()
@@ -74,7 +78,8 @@ func names(pods []*v1.Pod) string {
 	return strings.Join(out, ",")
 }
 
-// waitFor waits for a delivered set matching want, failing after 5 s.
+// waitFor waits for a delivered set matching want, and for the re-read
+// that delivered it to end, failing after 5 s.
 func (f *fileFixture) waitFor(want string) []*v1.Pod {
 	f.t.Helper()
 	deadline := time.After(5 * time.Second)
@@ -82,6 +87,11 @@ func (f *fileFixture) waitFor(want string) []*v1.Pod {
 	for {
 		select {
 		case pods := <-f.rec.sets:
+			select {
+			case <-f.relisted:
+			case <-deadline:
+				f.t.Fatalf("the re-read that delivered %q did not end", names(pods))
+			}
 			if last = names(pods); last == want {
 				return pods
 			}
