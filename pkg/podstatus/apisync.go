@@ -302,14 +302,42 @@ func (s *APISyncer) syncPod(ctx context.Context, p pending, deletable bool) (boo
 	if !deletable {
 		return true, nil
 	}
-	uid := obj.UID
-	err = s.client.CoreV1().Pods(p.namespace).Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return false, fmt.Errorf("deleting pod: %w", err)
+	outcome, err := s.deletePod(ctx, obj)
+	if err != nil {
+		return false, err
 	}
-	klog.V(2).InfoS("Pod fully terminated and removed from the API", "pod", klog.KObj(obj), "podUID", p.uid)
+	klog.V(2).InfoS("Pod fully terminated and removed from the API", "pod", klog.KObj(obj), "podUID", p.uid, "outcome", outcome)
 	s.mark(func() { s.deleted[p.uid] = true })
 	return true, nil
+}
+
+// deletePod deletes obj from the API, if it is still that pod, and says
+// how it went. A conflict is either the UID precondition (the name is
+// another pod's now: ours is gone) or the API server failing to apply
+// the delete (ours is still there, as after a restart of it and etcd):
+// only a read tells which.
+func (s *APISyncer) deletePod(ctx context.Context, obj *v1.Pod) (string, error) {
+	uid := obj.UID
+	pods := s.client.CoreV1().Pods(obj.Namespace)
+	err := pods.Delete(ctx, obj.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case err == nil:
+		return "deleted", nil
+	case apierrors.IsNotFound(err):
+		return "already gone", nil
+	case !apierrors.IsConflict(err):
+		return "", fmt.Errorf("deleting pod: %w", err)
+	}
+	cur, gerr := pods.Get(ctx, obj.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(gerr):
+		return "already gone", nil
+	case gerr != nil:
+		return "", fmt.Errorf("deleting pod: %w (and reading it back: %v)", err, gerr)
+	case cur.UID != uid:
+		return "replaced by another pod of the name", nil
+	}
+	return "", fmt.Errorf("deleting pod: %w (it is still there)", err)
 }
 
 // holdTerminalPhase keeps the API's phase, reason and message in p while

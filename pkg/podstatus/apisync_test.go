@@ -159,6 +159,53 @@ func TestSyncerDeletesTerminatedDeletedPods(t *testing.T) {
 	}
 }
 
+// TestSyncerRetriesAConflictingDeleteOfAPodStillThere: a delete the API
+// server answers with a conflict while the pod is still there (as after
+// a restart of the API server and etcd) is tried again, not taken for
+// done; a conflict because the name is another pod's now is done.
+func TestSyncerRetriesAConflictingDeleteOfAPodStillThere(t *testing.T) {
+	pod := testPod("a")
+	s, m, client, pods := newSyncer(t, pod)
+	ctx := context.Background()
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	pods.desired["a"] = deleting
+	// The source's copy: the syncer deletes without reading first.
+	pods.api["a"] = apiPod(t, client, "a")
+	m.TerminatePod(deleting)
+	client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(v1.Resource("pods"), "a", errors.New("storage conflict"))
+	})
+	if retry := s.SyncBatch(ctx); !retry {
+		t.Fatal("a conflicting delete of a pod still there was taken for done")
+	}
+	if n := countActions(client, "delete", ""); n != 1 {
+		t.Fatalf("%d deletes, want 1", n)
+	}
+	// The API server applies deletes again.
+	client.ReactionChain = client.ReactionChain[1:]
+	if retry := s.SyncBatch(ctx); retry {
+		t.Fatal("retry after the pod was deleted")
+	}
+	if _, err := client.CoreV1().Pods("ns").Get(ctx, "a", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pod is still in the API: %v", err)
+	}
+
+	// A conflict because the name is another pod's now: ours is gone.
+	other := testPod("a")
+	other.UID = "another"
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(v1.Resource("pods"), "a", errors.New("precondition failed: UID"))
+	})
+	if outcome, err := s.deletePod(ctx, pod); err != nil || outcome != "replaced by another pod of the name" {
+		t.Fatalf("delete of a pod whose name is another's now: %q, %v", outcome, err)
+	}
+}
+
 func TestSyncerWritesStaticPodStatusToItsMirror(t *testing.T) {
 	static := testPod("web")
 	static.Annotations = map[string]string{podutil.ConfigSourceAnnotationKey: "file", podutil.ConfigHashAnnotationKey: "h1"}
