@@ -160,9 +160,10 @@ func TestSyncerDeletesTerminatedDeletedPods(t *testing.T) {
 }
 
 // TestSyncerRetriesAConflictingDeleteOfAPodStillThere: a delete the API
-// server answers with a conflict while the pod is still there (as after
-// a restart of the API server and etcd) is tried again, not taken for
-// done; a conflict because the name is another pod's now is done.
+// server answers with a conflict or a not-found while the pod is still
+// there (as after a restart of the API server and etcd) is tried again,
+// not taken for done; a conflict because the name is another pod's now
+// is done.
 func TestSyncerRetriesAConflictingDeleteOfAPodStillThere(t *testing.T) {
 	pod := testPod("a")
 	s, m, client, pods := newSyncer(t, pod)
@@ -182,6 +183,17 @@ func TestSyncerRetriesAConflictingDeleteOfAPodStillThere(t *testing.T) {
 	}
 	if n := countActions(client, "delete", ""); n != 1 {
 		t.Fatalf("%d deletes, want 1", n)
+	}
+	// A not-found for a pod still there (the NodeRestriction admission's
+	// cache, empty just after the API server restarted) is not proof.
+	client.ReactionChain[0] = &k8stesting.SimpleReactor{Verb: "delete", Resource: "pods", Reaction: func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(v1.Resource("pods"), "a")
+	}}
+	if retry := s.SyncBatch(ctx); !retry {
+		t.Fatal("a not-found delete of a pod still there was taken for done")
+	}
+	if n := countActions(client, "delete", ""); n != 2 {
+		t.Fatalf("%d deletes, want 2", n)
 	}
 	// The API server applies deletes again.
 	client.ReactionChain = client.ReactionChain[1:]
