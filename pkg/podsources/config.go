@@ -472,8 +472,14 @@ func (s *SourcesReady) AddRestored(source string) {
 	s.checkKnown()
 }
 
-// Known is closed once every configured source delivered or was restored.
-func (s *SourcesReady) Known() <-chan struct{} { return s.known }
+// Known is closed once every configured source delivered or was restored
+// (at once when none is configured: nothing will ever deliver).
+func (s *SourcesReady) Known() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checkKnown()
+	return s.known
+}
 
 // checkKnown closes known if every source is accounted for; s.mu is held.
 func (s *SourcesReady) checkKnown() {

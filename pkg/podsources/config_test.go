@@ -196,6 +196,9 @@ func TestSourcesReady(t *testing.T) {
 	if !r.AllReady() {
 		t.Fatal("no sources configured is ready")
 	}
+	if !closed(NewSourcesReady(c.Sources).Known()) {
+		t.Fatal("with no sources configured the pods are not known")
+	}
 	c.Register("file")
 	c.Register("api")
 	r.AddSource("file")

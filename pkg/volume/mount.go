@@ -119,9 +119,10 @@ func MountPointsUnder(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	under := mountinfo.PrefixFilter(dir)
 	var out []string
 	for _, m := range mounts {
-		if skip, _ := mountinfo.PrefixFilter(dir)(m); !skip {
+		if skip, _ := under(m); !skip {
 			out = append(out, m.Mountpoint)
 		}
 	}
@@ -145,7 +146,8 @@ type mountTable struct {
 }
 
 type tableRead struct {
-	done    chan struct{}
+	done chan struct{}
+	// waiters counts the callers sharing this read (for tests).
 	waiters int
 	mounts  []*mountinfo.Info
 	err     error
