@@ -12,12 +12,15 @@
 //   - certificate files an administrator manages (tlsCertFile and
 //     tlsPrivateKeyFile, the client CA file), reloaded when they change.
 //
-// Requesting, waiting for and storing certificates is client-go's
-// certificate manager (k8s.io/client-go/util/certificate), which the
-// kubelet uses too: the files (kubelet-client-<timestamp>.pem and the
-// kubelet-client-current.pem link in the certificate directory), the
-// rotation deadline and the back-off are the same, so a node moves
-// between the kubelet and nodelet with its certificates in place.
+// Requesting, waiting for and storing certificates is nodelet's own
+// rotator (rotator.go), over a client of the CSR API alone: client-go's
+// certificate manager takes the full clientset, and with it the scheme
+// and typed clients of every API group (a fifth of the binary). It does
+// what the kubelet's manager does: the same files
+// (kubelet-client-<timestamp>.pem and the kubelet-client-current.pem
+// link in the certificate directory), the same rotation window (70 to 84%
+// of the lifetime) and back-off, so a node moves between the kubelet and
+// nodelet with its certificates in place.
 package certificates
 
 import (

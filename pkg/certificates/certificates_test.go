@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/connrotation"
 	"k8s.io/client-go/util/keyutil"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -176,7 +177,7 @@ func TestRequestNodeCertificate(t *testing.T) {
 	keyPEM := must(keyutil.MakeEllipticPrivateKeyPEM())(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	certPEM := must(requestNodeCertificate(ctx, client, keyPEM, "worker-1"))(t)
+	certPEM := must(requestNodeCertificate(ctx, client.CertificatesV1().CertificateSigningRequests(), clock.RealClock{}, keyPEM, "worker-1"))(t)
 	csr := <-seen
 	block, _ := pem.Decode(csr.Spec.Request)
 	req := must(x509.ParseCertificateRequest(block.Bytes))(t)
@@ -211,7 +212,7 @@ func TestBootstrapOnceStoresTheCertificate(t *testing.T) {
 	c.renewErrors = newCounter()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	must(0, c.requestOnce(ctx, client))(t)
+	must(0, c.requestOnce(ctx, client.CertificatesV1().CertificateSigningRequests()))(t)
 	current := filepath.Join(dir, "kubelet-client-current.pem")
 	target := must(os.Readlink(current))(t)
 	if !strings.HasPrefix(filepath.Base(target), "kubelet-client-20") {
@@ -227,16 +228,21 @@ func TestBootstrapOnceStoresTheCertificate(t *testing.T) {
 	}
 }
 
-// fakeManager stands in for client-go's certificate manager: the
-// certificate it holds is whatever the test stores.
+// fakeManager stands in for the rotator: the certificate it holds is
+// whatever the test stores.
 type fakeManager struct {
 	cur              atomic.Pointer[tls.Certificate]
 	healthy          atomic.Bool
 	started, stopped atomic.Int32
 }
 
-func (m *fakeManager) Start()                    { m.started.Add(1) }
-func (m *fakeManager) Stop()                     { m.stopped.Add(1) }
+func (m *fakeManager) Run(ctx context.Context) error {
+	m.started.Add(1)
+	<-ctx.Done()
+	m.stopped.Add(1)
+	return nil
+}
+
 func (m *fakeManager) Current() *tls.Certificate { return m.cur.Load() }
 func (m *fakeManager) ServerHealthy() bool       { return m.healthy.Load() }
 
@@ -364,7 +370,8 @@ func TestExpiredCertificateStopsWhileTheServerAnswers(t *testing.T) {
 func TestRenewalFailureIsReported(t *testing.T) {
 	rec := record.NewFakeRecorder(1)
 	c := &Client{o: ClientOptions{NodeName: "n1", Recorder: rec}, renewErrors: newCounter(), nodeRef: &v1.ObjectReference{Kind: "Node", Name: "n1"}}
-	failureCounter{c.renewErrors, c.renewalFailed}.Inc()
+	c.renewErrors.Inc()
+	c.renewalFailed()
 	if ev := <-rec.Events; !strings.HasPrefix(ev, "Warning ClientCertificateRenewalFailed") {
 		t.Fatalf("event %q", ev)
 	}

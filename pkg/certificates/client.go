@@ -18,16 +18,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	certutil "k8s.io/client-go/util/cert"
-	"k8s.io/client-go/util/certificate"
-	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/client-go/util/connrotation"
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
@@ -51,6 +49,9 @@ type ClientOptions struct {
 	// attached later: events wait in the broadcaster).
 	Recorder record.EventRecorder
 	Clock    clock.WithTicker
+	// CSRs builds the CSR API client for a configuration (NewCSRClient
+	// when nil; tests stand in a fake).
+	CSRs func(*rest.Config) (CSRs, error)
 	// CheckPeriod is how often the certificate in use is compared with
 	// the manager's (upstream: 10 s); ExitAfter how long an expired or
 	// missing certificate is tolerated while the API server answers
@@ -65,7 +66,7 @@ type ClientOptions struct {
 type Client struct {
 	o       ClientOptions
 	config  *rest.Config
-	manager certificate.Manager // nil without rotation
+	manager certSource // nil without rotation
 	dialer  *connrotation.Dialer
 	nodeRef *v1.ObjectReference
 
@@ -89,11 +90,14 @@ func NewClient(ctx context.Context, o ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.CSRs == nil {
+		o.CSRs = NewCSRClient
+	}
 	c := &Client{o: o, nodeRef: &v1.ObjectReference{Kind: "Node", Name: o.NodeName, UID: types.UID(o.NodeName), APIVersion: "v1"}}
 	c.renewErrors = newCounter()
 	if !o.Rotate {
 		if cfgs.bootstrapping {
-			client, err := kubernetes.NewForConfig(cfgs.request)
+			client, err := o.CSRs(cfgs.request)
 			if err != nil {
 				return nil, err
 			}
@@ -120,34 +124,42 @@ func (c *Client) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{c.renewErrors, c.ttl}
 }
 
-// startRotation builds the certificate manager over the store in the
-// certificate directory (or the kubeconfig's own certificate, which is
-// copied into the store and rotated out at once, as the kubelet does
-// with kubeadm's embedded one) and a transport that presents whichever
-// certificate the manager holds.
+// certSource is the certificate Run watches: the rotator, or a test's
+// stand-in.
+type certSource interface {
+	Run(ctx context.Context) error
+	Current() *tls.Certificate
+	ServerHealthy() bool
+}
+
+// startRotation builds the rotator over the store in the certificate
+// directory (or the kubeconfig's own certificate, which is copied into
+// the store and rotated out at once, as the kubelet does with kubeadm's
+// embedded one) and a transport that presents whichever certificate the
+// rotator holds.
 func (c *Client) startRotation(cfgs clientConfigs) error {
-	store, err := certificate.NewFileStore(clientPairPrefix, c.o.CertDir, c.o.CertDir, cfgs.user.CertFile, cfgs.user.KeyFile)
-	if err != nil {
-		return fmt.Errorf("client certificate store in %s: %w", c.o.CertDir, err)
-	}
-	request, user := cfgs.request, cfgs.user
-	m, err := certificate.NewManager(&certificate.Config{
-		ClientsetFn: func(current *tls.Certificate) (kubernetes.Interface, error) {
+	user := cfgs.user
+	m, err := newRotator(rotatorOptions{
+		Name:  "kubelet-client",
+		Store: pairStore{prefix: clientPairPrefix, dir: c.o.CertDir, certFile: user.CertFile, keyFile: user.KeyFile, clock: c.o.Clock},
+		Template: func() *x509.CertificateRequest {
+			return &x509.CertificateRequest{Subject: nodeSubject(c.o.NodeName)}
+		},
+		Signer: ClientSignerName, Auth: certificatesv1.UsageClientAuth,
+		CSRs: func(current *tls.Certificate) (CSRs, error) {
 			// With a certificate, renew with it; without one, with the
 			// bootstrap credentials.
 			if current != nil {
-				return kubernetes.NewForConfig(c.Config())
+				return c.o.CSRs(c.Config())
 			}
-			return kubernetes.NewForConfig(request)
+			return c.o.CSRs(cfgs.request)
 		},
-		Template:   &x509.CertificateRequest{Subject: nodeSubject(c.o.NodeName)},
-		SignerName: ClientSignerName, GetUsages: certificate.DefaultKubeletClientGetUsages,
-		BootstrapCertificatePEM: user.CertData, BootstrapKeyPEM: user.KeyData,
-		CertificateStore: store, CertificateRenewFailure: failureCounter{c.renewErrors, c.renewalFailed},
-		Name: "kubelet-client",
+		BootstrapCert: user.CertData, BootstrapKey: user.KeyData,
+		Failed: func(error) { c.renewErrors.Inc(); c.renewalFailed() },
+		Clock:  c.o.Clock,
 	})
 	if err != nil {
-		return fmt.Errorf("client certificate manager: %w", err)
+		return fmt.Errorf("client certificate: %w", err)
 	}
 	c.manager = m
 	c.ttl = ttlGauge("client", c.o.Clock, m.Current)
@@ -159,7 +171,7 @@ func (c *Client) startRotation(cfgs clientConfigs) error {
 // rotatingConfig is cfg without its credentials, over a transport that
 // presents the manager's current certificate at every handshake and
 // dials through d, whose connections are closed when it changes.
-func rotatingConfig(cfg *rest.Config, m certificate.Manager, d *connrotation.Dialer) (*rest.Config, error) {
+func rotatingConfig(cfg *rest.Config, m certSource, d *connrotation.Dialer) (*rest.Config, error) {
 	// Without its credentials: the certificate files may not exist yet.
 	out := rest.AnonymousClientConfig(cfg)
 	tlsConfig, err := rest.TLSConfigFor(out)
@@ -195,8 +207,10 @@ func (c *Client) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	c.manager.Start()
-	defer c.manager.Stop()
+	ctx, cancel := context.WithCancel(ctx)
+	rotation := make(chan error, 1)
+	go func() { rotation <- c.manager.Run(ctx) }()
+	defer func() { cancel(); <-rotation }()
 	last := c.manager.Current()
 	lastGood := c.o.Clock.Now()
 	for {
@@ -238,15 +252,6 @@ func (c *Client) renewalFailed() {
 		"Renewing the client certificate of node %s through the CSR API failed; retrying with back-off (nodelet's log has the reason)", c.o.NodeName)
 }
 
-// failureCounter is the certificate manager's renewal-failure hook: it
-// counts, and reports.
-type failureCounter struct {
-	c      prometheus.Counter
-	report func()
-}
-
-func (f failureCounter) Inc() { f.c.Inc(); f.report() }
-
 func ttlGauge(which string, clk clock.PassiveClock, current func() *tls.Certificate) prometheus.GaugeFunc {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Subsystem: "kubelet", Name: "certificate_manager_" + which + "_ttl_seconds",
@@ -277,7 +282,7 @@ const tmpKeyFile = "kubelet-client.key.tmp"
 
 // requestOnce obtains the client certificate with the bootstrap
 // credentials and stores it, retrying with back-off until ctx ends.
-func (c *Client) requestOnce(ctx context.Context, client kubernetes.Interface) error {
+func (c *Client) requestOnce(ctx context.Context, client CSRs) error {
 	keyPath := filepath.Join(c.o.CertDir, tmpKeyFile)
 	keyPEM, _, err := keyutil.LoadOrGenerateKeyFile(keyPath)
 	if err != nil {
@@ -287,7 +292,7 @@ func (c *Client) requestOnce(ctx context.Context, client kubernetes.Interface) e
 	backoff := wait.Backoff{Duration: 2 * time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 32 * time.Second}
 	var certPEM []byte
 	for {
-		if certPEM, err = requestNodeCertificate(ctx, client, keyPEM, c.o.NodeName); err == nil {
+		if certPEM, err = requestNodeCertificate(ctx, client, c.o.Clock, keyPEM, c.o.NodeName); err == nil {
 			break
 		}
 		c.renewErrors.Inc()
@@ -298,11 +303,8 @@ func (c *Client) requestOnce(ctx context.Context, client kubernetes.Interface) e
 		case <-c.o.Clock.After(backoff.Step()):
 		}
 	}
-	store, err := certificate.NewFileStore(clientPairPrefix, c.o.CertDir, c.o.CertDir, "", "")
-	if err != nil {
-		return err
-	}
-	if _, err := store.Update(certPEM, keyPEM); err != nil {
+	store := pairStore{prefix: clientPairPrefix, dir: c.o.CertDir, clock: c.o.Clock}
+	if _, err := store.update(certPEM, keyPEM); err != nil {
 		return fmt.Errorf("storing the client certificate: %w", err)
 	}
 	if err := os.Remove(keyPath); err != nil && !os.IsNotExist(err) {
@@ -314,7 +316,7 @@ func (c *Client) requestOnce(ctx context.Context, client kubernetes.Interface) e
 // requestNodeCertificate sends a CSR for the node's client identity,
 // named after its contents as the kubelet names it (so asking again finds
 // the same request), and waits up to an hour for the certificate.
-func requestNodeCertificate(ctx context.Context, client kubernetes.Interface, keyPEM []byte, nodeName string) ([]byte, error) {
+func requestNodeCertificate(ctx context.Context, client CSRs, clk clock.Clock, keyPEM []byte, nodeName string) ([]byte, error) {
 	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap key: %w", err)
@@ -328,19 +330,19 @@ func requestNodeCertificate(ctx context.Context, client kubernetes.Interface, ke
 	if err != nil {
 		return nil, err
 	}
-	usages := certificate.DefaultKubeletClientGetUsages(key)
+	usages := keyUsages(key, certificatesv1.UsageClientAuth)
 	name, err := digestedName(signer.Public(), subject, usages)
 	if err != nil {
 		return nil, err
 	}
-	reqName, reqUID, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, name, ClientSignerName, nil, usages, key)
+	reqName, reqUID, err := submit(ctx, client, csrRequest{name: name, signer: ClientSignerName, csrPEM: csrPEM, usages: usages, key: signer})
 	if err != nil {
 		return nil, err
 	}
 	klog.InfoS("Waiting for the node's client certificate to be issued", "csr", reqName)
 	ctx, cancel := context.WithTimeout(ctx, time.Hour)
 	defer cancel()
-	return csr.WaitForCertificate(ctx, client, reqName, reqUID)
+	return awaitCertificate(ctx, client, clk, reqName, reqUID)
 }
 
 // digestedName is "node-csr-" and a hash of the request's public key,

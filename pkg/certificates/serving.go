@@ -12,14 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/certificate"
 	"k8s.io/utils/clock"
 )
 
 // ServingOptions configure the serving certificate from the CSR API.
 type ServingOptions struct {
-	Client   kubernetes.Interface
+	// CSRs is the CSR API, with the node's own credentials.
+	CSRs     CSRs
 	NodeName string
 	// Addresses are the node's addresses as last reported; the
 	// certificate names its hostnames and IPs, and is requested again
@@ -30,7 +29,7 @@ type ServingOptions struct {
 	// serve until a certificate is issued, as the kubelet's store falls
 	// back to them.
 	CertFile, KeyFile string
-	Clock             clock.PassiveClock
+	Clock             clock.Clock
 }
 
 // Serving is the kubelet API's certificate from a kubernetes.io/kubelet-serving
@@ -38,7 +37,7 @@ type ServingOptions struct {
 // until an administrator (or an approver the cluster runs) approves one,
 // TLS handshakes fail for want of a certificate, as the kubelet's do.
 type Serving struct {
-	manager     certificate.Manager
+	manager     *rotator
 	renewErrors prometheus.Counter
 	ttl         prometheus.GaugeFunc
 }
@@ -46,21 +45,22 @@ type Serving struct {
 // NewServing sets up the serving certificate manager over the store
 // <cert-dir>/kubelet-server-current.pem.
 func NewServing(o ServingOptions) (*Serving, error) {
-	store, err := certificate.NewFileStore(servingPairPrefix, o.CertDir, o.CertDir, o.CertFile, o.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate store in %s: %w", o.CertDir, err)
-	}
 	s := &Serving{renewErrors: prometheus.NewCounter(prometheus.CounterOpts{
 		Subsystem: "kubelet", Name: "server_expiration_renew_errors", Help: "Counter of certificate renewal errors.",
 	})}
-	s.manager, err = certificate.NewManager(&certificate.Config{
-		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return o.Client, nil },
-		GetTemplate: func() *x509.CertificateRequest { return servingTemplate(o.NodeName, o.Addresses()) },
-		SignerName:  certificatesv1.KubeletServingSignerName, GetUsages: certificate.DefaultKubeletServingGetUsages,
-		CertificateStore: store, CertificateRenewFailure: s.renewErrors, Name: "kubelet-serving",
+	var err error
+	s.manager, err = newRotator(rotatorOptions{
+		Name:     "kubelet-serving",
+		Store:    pairStore{prefix: servingPairPrefix, dir: o.CertDir, certFile: o.CertFile, keyFile: o.KeyFile, clock: o.Clock},
+		Template: func() *x509.CertificateRequest { return servingTemplate(o.NodeName, o.Addresses()) },
+		Dynamic:  true,
+		Signer:   certificatesv1.KubeletServingSignerName, Auth: certificatesv1.UsageServerAuth,
+		CSRs:     func(*tls.Certificate) (CSRs, error) { return o.CSRs, nil },
+		Failed:   func(error) { s.renewErrors.Inc() },
+		Clock:    o.Clock,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("serving certificate manager: %w", err)
+		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	s.ttl = ttlGauge("server", o.Clock, s.manager.Current)
 	return s, nil
@@ -75,12 +75,7 @@ func (s *Serving) Collectors() []prometheus.Collector {
 }
 
 // Run requests and renews the certificate until ctx ends.
-func (s *Serving) Run(ctx context.Context) error {
-	s.manager.Start()
-	<-ctx.Done()
-	s.manager.Stop()
-	return nil
-}
+func (s *Serving) Run(ctx context.Context) error { return s.manager.Run(ctx) }
 
 // servingTemplate is the request for the node's serving certificate: its
 // hostnames as DNS names and its IPs, sorted, or nil while it has no IP.

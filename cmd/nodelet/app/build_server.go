@@ -110,7 +110,7 @@ func servingTLS(b *base, reporter *reporterParts) (server.TLSOptions, []componen
 	var components []component
 	if c.ServerTLSBootstrap {
 		serving, err := certificates.NewServing(certificates.ServingOptions{
-			Client: b.client, NodeName: b.nodeName, CertDir: b.opts.CertDir, CertFile: c.TLSCertFile, KeyFile: c.TLSPrivateKeyFile, Clock: b.clock,
+			CSRs: b.client.CertificatesV1().CertificateSigningRequests(), NodeName: b.nodeName, CertDir: b.opts.CertDir, CertFile: c.TLSCertFile, KeyFile: c.TLSPrivateKeyFile, Clock: b.clock,
 			Addresses: func() []v1.NodeAddress { return reporter.node().Status.Addresses },
 		})
 		if err != nil {
