@@ -62,7 +62,9 @@ func NewCSRClient(cfg *rest.Config) (CSRs, error) {
 	return gentype.NewClientWithList[*certificatesv1.CertificateSigningRequest, *certificatesv1.CertificateSigningRequestList](
 		"certificatesigningrequests", rc, runtime.NewParameterCodec(csrScheme), "",
 		func() *certificatesv1.CertificateSigningRequest { return &certificatesv1.CertificateSigningRequest{} },
-		func() *certificatesv1.CertificateSigningRequestList { return &certificatesv1.CertificateSigningRequestList{} }), nil
+		func() *certificatesv1.CertificateSigningRequestList {
+			return &certificatesv1.CertificateSigningRequestList{}
+		}), nil
 }
 
 // keyUsages are what a certificate for key is requested for, as the

@@ -108,8 +108,8 @@ func clientRotator(t *testing.T, dir string, client *fake.Clientset, clk *testin
 		Name: "kubelet-client", Store: pairStore{prefix: clientPairPrefix, dir: dir, clock: clk},
 		Template: func() *x509.CertificateRequest { return &x509.CertificateRequest{Subject: nodeSubject("n1")} },
 		Signer:   ClientSignerName, Auth: certificatesv1.UsageClientAuth,
-		CSRs:     func(*tls.Certificate) (CSRs, error) { return client.CertificatesV1().CertificateSigningRequests(), nil },
-		Failed:   func(error) {}, Clock: clk,
+		CSRs:   func(*tls.Certificate) (CSRs, error) { return client.CertificatesV1().CertificateSigningRequests(), nil },
+		Failed: func(error) {}, Clock: clk,
 	}
 	if o != nil {
 		o(&opts)
@@ -161,7 +161,10 @@ func TestRotatorRenewsInTheJitteredWindow(t *testing.T) {
 		waitIdle(t, clk)
 		clk.Step(time.Hour)
 	}
-	eventually(t, func() bool { cur := r.Current(); return cur != nil && cur.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0 })
+	eventually(t, func() bool {
+		cur := r.Current()
+		return cur != nil && cur.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0
+	})
 	if n := is.requests.Load(); n != 1 {
 		t.Fatalf("%d requests by 84%% of the lifetime, want 1", n)
 	}
@@ -437,4 +440,3 @@ func TestCSRClientSpeaksTheAPI(t *testing.T) {
 		t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
 	}
 }
-

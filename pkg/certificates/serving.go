@@ -55,9 +55,9 @@ func NewServing(o ServingOptions) (*Serving, error) {
 		Template: func() *x509.CertificateRequest { return servingTemplate(o.NodeName, o.Addresses()) },
 		Dynamic:  true,
 		Signer:   certificatesv1.KubeletServingSignerName, Auth: certificatesv1.UsageServerAuth,
-		CSRs:     func(*tls.Certificate) (CSRs, error) { return o.CSRs, nil },
-		Failed:   func(error) { s.renewErrors.Inc() },
-		Clock:    o.Clock,
+		CSRs:   func(*tls.Certificate) (CSRs, error) { return o.CSRs, nil },
+		Failed: func(error) { s.renewErrors.Inc() },
+		Clock:  o.Clock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
