@@ -14,8 +14,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -24,12 +25,12 @@ import (
 // client-go clientset: mirror pods, and reading the objects pods refer to
 // (each consumer declares the part it uses).
 type Client struct {
-	client   kubernetes.Interface
+	client   kubeclient.Interface
 	nodeName string
 }
 
 // New returns the node's API client.
-func New(client kubernetes.Interface, nodeName string) *Client {
+func New(client kubeclient.Interface, nodeName string) *Client {
 	return &Client{client: client, nodeName: nodeName}
 }
 

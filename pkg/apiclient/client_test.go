@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -18,7 +19,7 @@ func TestCreateMirrorPodOnlyWhileTheNodeStays(t *testing.T) {
 		Annotations: map[string]string{podutil.ConfigSourceAnnotationKey: "file", podutil.ConfigHashAnnotationKey: "h2"}}}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-uid", Finalizers: []string{"example.com/hold"}}}
 	client := fake.NewClientset(node)
-	api := New(client, "n1")
+	api := New(kubeclienttest.Wrap(client), "n1")
 	ctx := context.Background()
 	if err := api.CreateMirrorPod(ctx, static); err != nil {
 		t.Fatal(err)

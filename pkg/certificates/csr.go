@@ -14,15 +14,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 )
 
 // CSRs is the part of the certificates.k8s.io/v1 CSR API the node uses.
@@ -33,38 +31,14 @@ type CSRs interface {
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// csrScheme knows the CSR API and the options its calls take, and
-// nothing else: client-go's typed clients each pull in the scheme of
-// every API group, which the node never talks to.
-var csrScheme = func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := certificatesv1.AddToScheme(s); err != nil {
-		panic(err) // a programming error: the types are fixed
-	}
-	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	return s
-}()
-
 // NewCSRClient is a client of the CSR API over cfg's server and
 // credentials (and its content type: protobuf when the node asks for it).
 func NewCSRClient(cfg *rest.Config) (CSRs, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &certificatesv1.SchemeGroupVersion
-	c.APIPath = "/apis"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(csrScheme).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
+	c, err := kubeclient.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("CSR API client: %w", err)
 	}
-	return gentype.NewClientWithList[*certificatesv1.CertificateSigningRequest, *certificatesv1.CertificateSigningRequestList](
-		"certificatesigningrequests", rc, runtime.NewParameterCodec(csrScheme), "",
-		func() *certificatesv1.CertificateSigningRequest { return &certificatesv1.CertificateSigningRequest{} },
-		func() *certificatesv1.CertificateSigningRequestList {
-			return &certificatesv1.CertificateSigningRequestList{}
-		}), nil
+	return c.CertificatesV1().CertificateSigningRequests(), nil
 }
 
 // keyUsages are what a certificate for key is requested for, as the

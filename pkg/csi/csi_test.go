@@ -27,6 +27,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/csitest"
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
@@ -101,7 +102,7 @@ func TestRegistration(t *testing.T) {
 	root := shortDir(t)
 	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-uid"}})
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
+	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: kubeclienttest.Wrap(client), NodeName: "n1"}, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- runWatched(ctx, r, root, clk) }()
@@ -161,7 +162,7 @@ func TestRegistrationInSubdirectories(t *testing.T) {
 	root := shortDir(t)
 	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
+	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: kubeclienttest.Wrap(client), NodeName: "n1"}, Clock: clk})
 	for _, dir := range []string{".tmp", "sub"} {
 		testutil.Must(t, os.MkdirAll(filepath.Join(r.Dir(), dir), 0o750))
 	}
@@ -194,7 +195,7 @@ func TestRegistrationWhileTheAPIIsDown(t *testing.T) {
 		return false, nil, nil
 	})
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
+	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: kubeclienttest.Wrap(client), NodeName: "n1"}, Clock: clk})
 	testutil.Must(t, os.MkdirAll(r.Dir(), 0o750))
 	d := startDriver(t, csitest.Options{Name: "hostpath.test", RegistryDir: r.Dir()})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,7 +229,7 @@ func TestReplacedSocketRegistersAgain(t *testing.T) {
 	root := shortDir(t)
 	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: client, NodeName: "n1"}, Clock: clk})
+	r := NewRegistry(RegistryOptions{RootDir: root, Nodes: APINodes{Client: kubeclienttest.Wrap(client), NodeName: "n1"}, Clock: clk})
 	testutil.Must(t, os.MkdirAll(r.Dir(), 0o750))
 	first := startDriver(t, csitest.Options{Name: "hostpath.test", RegistryDir: r.Dir(), NodeID: "first"})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,8 +10,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 )
 
 // NodeIDAnnotation maps each registered driver to its node ID on the
@@ -21,7 +22,7 @@ const NodeIDAnnotation = "csi.volume.kubernetes.io/nodeid"
 // APINodes keeps the CSINode object and the Node's labels and node ID
 // annotation for the registered drivers.
 type APINodes struct {
-	Client   kubernetes.Interface
+	Client   kubeclient.Interface
 	NodeName string
 }
 

@@ -23,6 +23,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 )
@@ -137,7 +138,7 @@ func newFixture(t *testing.T, root string, objects ...*resourceapi.ResourceClaim
 		_, err := f.client.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{})
 		testutil.Must(t, err)
 	}
-	m, err := New(Options{RootDir: root, NodeName: "n1", Client: f.client, Clock: f.clock})
+	m, err := New(Options{RootDir: root, NodeName: "n1", Client: kubeclienttest.Wrap(f.client), Clock: f.clock})
 	testutil.Must(t, err)
 	f.m = m
 	w := pluginwatcher.New(pluginwatcher.Options{RootDir: root, Clock: f.clock, Handlers: map[string]pluginwatcher.Handler{registerapi.DRAPlugin: m}})
@@ -268,7 +269,7 @@ func TestRestartKeepsClaims(t *testing.T) {
 	go w.Run(ctx)
 	d := f2.register(t, "v1.DRAPlugin")
 	// Marked for unpreparing, the claim takes no new pod meanwhile.
-	g.o.Client = f.client
+	g.o.Client = kubeclienttest.Wrap(f.client)
 	if err := g.Prepare(context.Background(), goes, false); err == nil || !strings.Contains(err.Error(), "is being unprepared") {
 		t.Fatalf("a claim being unprepared: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 )
@@ -87,7 +88,7 @@ func TestClaimLifecycle(t *testing.T) {
 	f.stop()
 	d.srv.Stop()
 	d.reg.Stop()
-	g, err := New(Options{RootDir: root, NodeName: "n1", Client: f.client, Clock: f.clock})
+	g, err := New(Options{RootDir: root, NodeName: "n1", Client: kubeclienttest.Wrap(f.client), Clock: f.clock})
 	testutil.Must(t, err)
 	f.m = g
 	w := pluginwatcher.New(pluginwatcher.Options{RootDir: root, Clock: f.clock, Handlers: map[string]pluginwatcher.Handler{registerapi.DRAPlugin: g}})

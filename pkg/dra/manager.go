@@ -45,12 +45,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 
 	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 )
@@ -60,7 +61,7 @@ type Options struct {
 	RootDir  string
 	NodeName string
 	// Client reads ResourceClaims and deletes the node's ResourceSlices.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	Clock  clock.WithTicker
 	// WipeDelay is how long a driver that went may take to come back
 	// before its ResourceSlices are deleted (upstream: 30 s).

@@ -18,11 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 )
 
 // Defaults of the reporter's timing, as the kubelet's.
@@ -45,7 +46,7 @@ const (
 
 // ReporterOptions configure a Reporter.
 type ReporterOptions struct {
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Node is the node as nodelet describes it: labels, addresses,
 	// capacity, allocatable, system info and daemon endpoints.
 	Node *v1.Node

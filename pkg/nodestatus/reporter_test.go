@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/internal/testutil"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,7 +26,7 @@ func newReporter(t *testing.T, ready *error) (*Reporter, *fake.Clientset, *testi
 	client := fake.NewClientset()
 	node := Node(Config{NodeName: "n1", MaxPods: 10, HostIPs: []string{"10.0.0.1"}}, Machine{CPUs: 2, MemoryBytes: 1 << 30, EphemeralStorage: 1 << 34})
 	r := NewReporter(ReporterOptions{
-		Client: client, Node: node, Clock: clk, Recorder: record.NewFakeRecorder(100),
+		Client: kubeclienttest.Wrap(client), Node: node, Clock: clk, Recorder: record.NewFakeRecorder(100),
 		Ready: func() error { return *ready },
 	})
 	return r, client, clk
@@ -125,7 +126,7 @@ func TestReporterRegistersAndReportsReadiness(t *testing.T) {
 
 	// A restart finds the node and keeps it.
 	r2, _, _ := newReporter(t, &notReady)
-	r2.o.Client = client
+	r2.o.Client = kubeclienttest.Wrap(client)
 	if !r2.register(ctx) {
 		t.Fatal("re-registration failed")
 	}
@@ -231,7 +232,7 @@ func TestRegisterNodeFalseWaitsForTheNode(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	client := fake.NewClientset()
 	node := Node(Config{NodeName: "n1", MaxPods: 10, Labels: map[string]string{"role": "edge"}}, Machine{CPUs: 2, MemoryBytes: 1 << 30})
-	r := NewReporter(ReporterOptions{Client: client, Node: node, Clock: clk, Recorder: record.NewFakeRecorder(100),
+	r := NewReporter(ReporterOptions{Client: kubeclienttest.Wrap(client), Node: node, Clock: clk, Recorder: record.NewFakeRecorder(100),
 		Ready: func() error { return nil }, SkipRegistration: true})
 	ctx := context.Background()
 	if r.register(ctx) {

@@ -29,9 +29,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 )
 
 // syncWait bounds how long a read waits for a new watch's first list
@@ -57,7 +58,7 @@ type watched struct {
 
 // Manager caches the objects pods refer to.
 type Manager struct {
-	client kubernetes.Interface
+	client kubeclient.Interface
 	// OnChange receives the pods referring to an object that changed.
 	onChange func([]types.UID)
 	// ctx bounds the per-object watches, started as pods register,
@@ -78,7 +79,7 @@ type Manager struct {
 
 // NewManager returns a manager; its watches run until Run ends. onChange
 // may be nil.
-func NewManager(client kubernetes.Interface, onChange func([]types.UID)) *Manager {
+func NewManager(client kubeclient.Interface, onChange func([]types.UID)) *Manager {
 	if onChange == nil {
 		onChange = func([]types.UID) {}
 	}

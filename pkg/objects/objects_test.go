@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
@@ -84,7 +85,7 @@ func TestRegisteredObjectChangeSyncsItsPods(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(configMap("ns", "cfg", "1"), configMap("other", "cfg", "1"))
 	var seen changes
-	m := NewManager(client, seen.record)
+	m := NewManager(kubeclienttest.Wrap(client), seen.record)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- m.Run(runCtx) }()
@@ -139,7 +140,7 @@ func TestUnregisteredObjectsAreReadDirectly(t *testing.T) {
 	ctx := context.Background()
 	secret := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}, Data: map[string][]byte{"k": []byte("v")}}
 	client := fake.NewClientset(secret)
-	m := NewManager(client, nil)
+	m := NewManager(kubeclienttest.Wrap(client), nil)
 	got, err := m.GetSecret(ctx, "ns", "s")
 	if err != nil || string(got.Data["k"]) != "v" {
 		t.Fatalf("GetSecret: %v %v", got, err)
@@ -164,7 +165,7 @@ func TestServicesAppearOnceListed(t *testing.T) {
 	svc := func(ns, name string) *v1.Service {
 		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	}
-	m := NewManager(fake.NewClientset(svc("ns", "web"), svc("default", "kubernetes")), nil)
+	m := NewManager(kubeclienttest.Wrap(fake.NewClientset(svc("ns", "web"), svc("default", "kubernetes"))), nil)
 	if got := m.Services(""); got != nil {
 		t.Fatalf("services before the watch ran: %v", got)
 	}

@@ -5,9 +5,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 
 	"github.com/nodelet/nodelet/pkg/apiwatch"
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -43,13 +44,13 @@ func strip(obj interface{}) interface{} {
 // retries with a back-off and nothing is delivered, so the last set stays
 // in force and no pod is stopped because the control plane blinked.
 type APISource struct {
-	client   kubernetes.Interface
+	client   kubeclient.Interface
 	nodeName string
 	out      Setter
 }
 
 // NewAPISource returns the API server source for nodeName.
-func NewAPISource(client kubernetes.Interface, nodeName string, out Setter) *APISource {
+func NewAPISource(client kubeclient.Interface, nodeName string, out Setter) *APISource {
 	return &APISource{client: client, nodeName: nodeName, out: out}
 }
 

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 )
 
 func podNames(pods []*v1.Pod) []string {
@@ -33,7 +35,7 @@ func TestAPISourceDeliversTheWholeSet(t *testing.T) {
 	}
 	client := fake.NewClientset(mk("a"))
 	rec := &setRecorder{sets: make(chan []*v1.Pod, 100)}
-	go NewAPISource(client, "node1", rec).Run(ctx)
+	go NewAPISource(kubeclienttest.Wrap(client), "node1", rec).Run(ctx)
 
 	next := func(want ...string) {
 		t.Helper()

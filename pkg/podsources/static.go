@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/dump"
 
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 	"github.com/nodelet/nodelet/pkg/podsources/internal/core"
 	core135 "github.com/nodelet/nodelet/pkg/podsources/internal/core/v1_35"
 	core136 "github.com/nodelet/nodelet/pkg/podsources/internal/core/v1_36"
@@ -27,7 +27,7 @@ import (
 
 // decoder reads Pods and PodLists, in YAML or JSON, checking apiVersion
 // and kind. It applies no defaults: nodelet applies its own (defaults.go).
-var decoder = scheme.Codecs.UniversalDeserializer()
+var decoder = kubeclient.Codecs.UniversalDeserializer()
 
 // maxManifestBytes bounds what nodelet reads from one manifest.
 const maxManifestBytes = 10 << 20

@@ -15,10 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/timeline"
@@ -63,7 +64,7 @@ type PodSource interface {
 // API server refuses the patch for another pod of the same name). Only
 // when nodelet has no copy, or a patch failed, is the pod read first.
 type APISyncer struct {
-	client kubernetes.Interface
+	client kubeclient.Interface
 	m      *Manager
 	pods   PodSource
 	clock  clock.WithTicker
@@ -105,7 +106,7 @@ func NewAPISyncer(o APISyncerOptions) *APISyncer {
 
 // APISyncerOptions configure an APISyncer.
 type APISyncerOptions struct {
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	Status *Manager
 	Pods   PodSource
 	Clock  clock.WithTicker

@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/timeline"
@@ -50,7 +51,7 @@ func newSyncer(t *testing.T, objs ...*v1.Pod) (*APISyncer, *Manager, *fake.Clien
 	for _, o := range objs {
 		pods.desired[o.UID] = o
 	}
-	return NewAPISyncer(APISyncerOptions{Client: client, Status: m, Pods: pods, Clock: clk}), m, client, pods
+	return NewAPISyncer(APISyncerOptions{Client: kubeclienttest.Wrap(client), Status: m, Pods: pods, Clock: clk}), m, client, pods
 }
 
 func apiPod(t *testing.T, c *fake.Clientset, name string) *v1.Pod {

@@ -11,9 +11,10 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 )
 
 // User is who made a request.
@@ -45,7 +46,7 @@ type AuthOptions struct {
 	// Client, when set, checks bearer tokens with TokenReview (Webhook
 	// authentication) and, with AuthorizeWebhook, access with
 	// SubjectAccessReview.
-	Client           kubernetes.Interface
+	Client           kubeclient.Interface
 	TokenWebhook     bool
 	AuthorizeWebhook bool
 	TokenCacheTTL    time.Duration
@@ -69,7 +70,7 @@ func (certAuthenticator) Authenticate(r *http.Request) (User, bool, error) {
 // tokenAuthenticator checks bearer tokens with the API server's
 // TokenReview, caching the answers.
 type tokenAuthenticator struct {
-	client kubernetes.Interface
+	client kubeclient.Interface
 	cache  answers[tokenResult]
 	ttl    time.Duration
 }
@@ -104,7 +105,7 @@ func (a *tokenAuthenticator) Authenticate(r *http.Request) (User, bool, error) {
 // webhookAuthorizer asks the API server with SubjectAccessReview, caching
 // allowed answers longer than denied ones, as the kubelet does.
 type webhookAuthorizer struct {
-	client            kubernetes.Interface
+	client            kubeclient.Interface
 	nodeName          string
 	cache             answers[bool]
 	allowTTL, denyTTL time.Duration

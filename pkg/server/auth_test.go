@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/kubeclienttest"
 )
 
 // reviews is an API server that knows one token and lets its user read
@@ -60,7 +62,7 @@ func TestWebhookAuthnAndAuthz(t *testing.T) {
 	clk := testingclock.NewFakePassiveClock(time.Unix(1000, 0))
 	rv := &reviews{}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
-	h := WithAuth(ok, AuthOptions{NodeName: "n1", Client: rv.client(), TokenWebhook: true, AuthorizeWebhook: true,
+	h := WithAuth(ok, AuthOptions{NodeName: "n1", Client: kubeclienttest.Wrap(rv.client()), TokenWebhook: true, AuthorizeWebhook: true,
 		TokenCacheTTL: time.Minute, AuthorizedTTL: 5 * time.Minute, UnauthorizedTTL: 30 * time.Second, Clock: clk})
 	get := func(path, token string) int {
 		r := httptest.NewRequest("GET", path, nil)
@@ -169,7 +171,7 @@ func TestFineGrainedAttributes(t *testing.T) {
 			return true, sar, nil
 		})
 		ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
-		return WithAuth(ok, AuthOptions{NodeName: "n1", Client: c, AuthorizeWebhook: true, Anonymous: true})
+		return WithAuth(ok, AuthOptions{NodeName: "n1", Client: kubeclienttest.Wrap(c), AuthorizeWebhook: true, Anonymous: true})
 	}
 	for _, tc := range []struct {
 		grant, path string

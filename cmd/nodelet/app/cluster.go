@@ -9,9 +9,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 
 	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/containeropts"
@@ -33,17 +34,17 @@ const Version = "v1.37.2-nodelet"
 // everything but events, rate-limited by kubeAPIQPS/kubeAPIBurst, and one
 // for events, rate-limited by eventRecordQPS/eventBurst, so a burst of
 // events never delays a status update.
-func apiClients(base *rest.Config, c *kubeletv1beta1.KubeletConfiguration) (client, events kubernetes.Interface, err error) {
+func apiClients(base *rest.Config, c *kubeletv1beta1.KubeletConfiguration) (client, events kubeclient.Interface, err error) {
 	cfg := rest.CopyConfig(base)
 	cfg.UserAgent = "nodelet/" + Version
 	cfg.ContentType = c.ContentType
 	cfg.QPS, cfg.Burst = float32(*c.KubeAPIQPS), int(c.KubeAPIBurst)
-	if client, err = kubernetes.NewForConfig(cfg); err != nil {
+	if client, err = kubeclient.New(cfg); err != nil {
 		return nil, nil, fmt.Errorf("API client: %w", err)
 	}
 	ecfg := rest.CopyConfig(cfg)
 	ecfg.QPS, ecfg.Burst = float32(*c.EventRecordQPS), int(c.EventBurst)
-	if events, err = kubernetes.NewForConfig(ecfg); err != nil {
+	if events, err = kubeclient.New(ecfg); err != nil {
 		return nil, nil, fmt.Errorf("API client for events: %w", err)
 	}
 	return client, events, nil

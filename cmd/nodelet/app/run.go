@@ -8,13 +8,12 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/certificates"
@@ -56,7 +55,7 @@ type base struct {
 	clock    clock.WithTicker
 	recorder record.EventRecorder
 	// client is nil on a standalone node.
-	client kubernetes.Interface
+	client kubeclient.Interface
 	// credentials are the node's API credentials, renewed as they run
 	// out; nil on a standalone node.
 	credentials *certificates.Client
@@ -168,7 +167,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 	// the broadcaster until the API sink is attached.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(2)
-	nodeEvents := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName})
+	nodeEvents := broadcaster.NewRecorder(kubeclient.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName})
 	if o.Kubeconfig != "" {
 		if err := connectCluster(ctx, b, nodeEvents, broadcaster); err != nil {
 			broadcaster.Shutdown()
@@ -203,13 +202,13 @@ func connectCluster(ctx context.Context, b *base, events record.EventRecorder, b
 	if err != nil {
 		return err
 	}
-	var eventClient kubernetes.Interface
+	var eventClient kubeclient.Interface
 	if b.client, eventClient, err = apiClients(creds.Config(), c); err != nil {
 		return err
 	}
 	b.credentials = creds
 	b.metrics.Register(creds.Collectors()...)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(kubeclient.EventSink{Client: eventClient})
 	klog.InfoS("Cluster mode", "kubeconfig", o.Kubeconfig, "bootstrapKubeconfig", o.BootstrapKubeconfig,
 		"rotateCertificates", c.RotateCertificates, "certDir", o.CertDir)
 	return nil

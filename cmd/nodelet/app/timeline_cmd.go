@@ -10,8 +10,9 @@ import (
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 )
 
 // TimelineCommand is `nodelet timeline [flags] [NAMESPACE/]NAME`: it asks
@@ -42,7 +43,7 @@ func TimelineCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("timeline: kubeconfig %s: %w", *kubeconfig, err)
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubeclient.New(cfg)
 	if err != nil {
 		return fmt.Errorf("timeline: %w", err)
 	}
