@@ -90,7 +90,9 @@ func (g coordination) Leases(ns string) kubeclient.Resource[*coordinationv1.Leas
 	return g.c.Leases(ns)
 }
 
-type storage struct{ c storagev1client.StorageV1Interface }
+type storage struct {
+	c storagev1client.StorageV1Interface
+}
 
 func (g storage) CSINodes() kubeclient.Resource[*storagev1.CSINode, *storagev1.CSINodeList] {
 	return g.c.CSINodes()
@@ -102,7 +104,9 @@ func (g storage) VolumeAttachments() kubeclient.StatusResource[*storagev1.Volume
 	return g.c.VolumeAttachments()
 }
 
-type resource struct{ c resourcev1client.ResourceV1Interface }
+type resource struct {
+	c resourcev1client.ResourceV1Interface
+}
 
 func (g resource) ResourceClaims(ns string) kubeclient.StatusResource[*resourcev1.ResourceClaim, *resourcev1.ResourceClaimList] {
 	return g.c.ResourceClaims(ns)
