@@ -18,7 +18,7 @@
 // and typed clients of every API group (a fifth of the binary). It does
 // what the kubelet's manager does: the same files
 // (kubelet-client-<timestamp>.pem and the kubelet-client-current.pem
-// link in the certificate directory), the same rotation window (70 to 84%
+// link in the certificate directory), the same rotation window (70 to 90%
 // of the lifetime) and back-off, so a node moves between the kubelet and
 // nodelet with its certificates in place.
 package certificates

@@ -54,7 +54,7 @@ type rotatorOptions struct {
 }
 
 // rotator obtains a certificate through the CSR API and renews it at 70
-// to 84% of its lifetime (a jittered point, so nodes that joined
+// to 90% of its lifetime (a jittered point, so nodes that joined
 // together do not renew together), as the kubelet's certificate manager
 // does. A failed attempt is retried after 2 s, doubling five times, then
 // every 32 s.
@@ -122,7 +122,7 @@ func (r *rotator) setCert(cert *tls.Certificate) {
 	defer r.mu.Unlock()
 	r.cert = cert
 	total := cert.Leaf.NotAfter.Sub(cert.Leaf.NotBefore)
-	r.deadline = cert.Leaf.NotBefore.Add(time.Duration(float64(total) * (0.7 + 0.14*mathrand.Float64())))
+	r.deadline = cert.Leaf.NotBefore.Add(time.Duration(float64(total) * (0.7 + 0.2*mathrand.Float64())))
 }
 
 // Run renews the certificate until ctx ends.
@@ -156,14 +156,18 @@ func (r *rotator) due() bool {
 	return !r.o.Clock.Now().Before(r.deadline)
 }
 
-// nextLook is how long to wait before due is asked again: until the
-// deadline, but at most a second while there is no certificate or the
-// template may change.
+// nextLook is how long to wait before due is asked again: a second while
+// there is no certificate (nothing to request yet: the serving template
+// waits for the node's addresses), else until the deadline, but at most
+// a second when the template may change.
 func (r *rotator) nextLook() time.Duration {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	if r.cert == nil {
+		return time.Second
+	}
 	d := r.deadline.Sub(r.o.Clock.Now())
-	if r.cert == nil || r.o.Dynamic {
+	if r.o.Dynamic {
 		d = min(d, time.Second)
 	}
 	return max(d, 0)
