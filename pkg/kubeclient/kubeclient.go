@@ -4,11 +4,11 @@
 //
 // client-go's clientset registers every API group of Kubernetes (about
 // 50 group versions, their typed clients, apply configurations and
-// discovery): a fifth of nodelet's binary, initialised at every start and
-// resident for good. The clients here are client-go's own generic ones
-// (k8s.io/client-go/gentype) over a narrow scheme, and their method sets
-// are those of client-go's typed clients, so a test can stand client-go's
-// fake clientset in (internal/kubeclienttest).
+// discovery): a third of nodelet's binary, initialised at every start
+// and resident for good. The clients here make the calls client-go's
+// generic ones make (typed.go), over a narrow scheme, and their method
+// sets are those of client-go's typed clients, so a test can stand
+// client-go's fake clientset in (internal/kubeclienttest).
 package kubeclient
 
 import (
@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -205,19 +204,6 @@ func restClient(cfg *rest.Config, hc *http.Client, gv schema.GroupVersion, path 
 	return rc, nil
 }
 
-// typed is client-go's generic client of one resource.
-func typed[T interface {
-	*E
-	runtime.Object
-	metav1.Object
-}, L interface {
-	*EL
-	runtime.Object
-}, E, EL any](rc rest.Interface, resource, namespace string) *gentype.ClientWithList[T, L] {
-	return gentype.NewClientWithList[T, L](resource, rc, parameterCodec, namespace,
-		func() T { return T(new(E)) }, func() L { return L(new(EL)) })
-}
-
 func (c *client) CoreV1() CoreV1                     { return coreV1{c.core} }
 func (c *client) CoordinationV1() CoordinationV1     { return coordinationV1{c.coordination} }
 func (c *client) StorageV1() StorageV1               { return storageV1{c.storage} }
@@ -258,7 +244,7 @@ func (g coreV1) Events(ns string) Resource[*v1.Event, *v1.EventList] {
 }
 
 type serviceAccounts struct {
-	*gentype.ClientWithList[*v1.ServiceAccount, *v1.ServiceAccountList]
+	*typedClient[*v1.ServiceAccount, *v1.ServiceAccountList, v1.ServiceAccount, v1.ServiceAccountList]
 	rc rest.Interface
 	ns string
 }
@@ -306,13 +292,11 @@ func (g certificatesV1) CertificateSigningRequests() StatusResource[*certificate
 type authenticationV1 struct{ rc rest.Interface }
 
 func (g authenticationV1) TokenReviews() Creator[*authenticationv1.TokenReview] {
-	return gentype.NewClient[*authenticationv1.TokenReview]("tokenreviews", g.rc, parameterCodec, "",
-		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} })
+	return creator[*authenticationv1.TokenReview, authenticationv1.TokenReview]{g.rc, "tokenreviews"}
 }
 
 type authorizationV1 struct{ rc rest.Interface }
 
 func (g authorizationV1) SubjectAccessReviews() Creator[*authorizationv1.SubjectAccessReview] {
-	return gentype.NewClient[*authorizationv1.SubjectAccessReview]("subjectaccessreviews", g.rc, parameterCodec, "",
-		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} })
+	return creator[*authorizationv1.SubjectAccessReview, authorizationv1.SubjectAccessReview]{g.rc, "subjectaccessreviews"}
 }

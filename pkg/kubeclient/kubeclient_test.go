@@ -144,3 +144,59 @@ func mustGV(t *testing.T, s string) schema.GroupVersion {
 	}
 	return gv
 }
+
+// TestTypedCallsTheirPaths: each call of a typed client goes to its verb
+// and path, with its options as parameters.
+func TestTypedCallsTheirPaths(t *testing.T) {
+	a := &apiServer{}
+	srv := a.serve(t, func(r *http.Request) runtime.Object {
+		if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/p1") {
+			return &v1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}, Items: []v1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "p1"}}}}
+		}
+		if r.Method == http.MethodDelete {
+			return &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusSuccess}
+		}
+		return &v1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "ns"}}
+	})
+	c, err := New(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pods := c.CoreV1().Pods("ns")
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "ns"}}
+	secs := int64(5)
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "a=b", TimeoutSeconds: &secs})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("list: %v, %+v", err, list)
+	}
+	for _, call := range []func() error{
+		func() error { _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); return err },
+		func() error { _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); return err },
+		func() error { return pods.Delete(ctx, "p1", metav1.DeleteOptions{}) },
+		func() error {
+			return c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=n1"})
+		},
+	} {
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{
+		"GET /api/v1/namespaces/ns/pods?labelSelector=a%3Db&timeout=5s&timeoutSeconds=5 ",
+		"PUT /api/v1/namespaces/ns/pods/p1 ",
+		"PUT /api/v1/namespaces/ns/pods/p1/status ",
+		"DELETE /api/v1/namespaces/ns/pods/p1 ",
+		"DELETE /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dn1 ",
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.calls) != len(want) {
+		t.Fatalf("calls:\n%s", strings.Join(a.calls, "\n"))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(a.calls[i], w) {
+			t.Errorf("call %d: %s\nwant:    %s", i, a.calls[i], w)
+		}
+	}
+}
