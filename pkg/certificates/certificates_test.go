@@ -22,10 +22,7 @@ import (
 	"testing"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -140,45 +137,18 @@ func TestBootstrapDecision(t *testing.T) {
 	}
 }
 
-// signer approves and signs every CSR created in client, as the
-// controller manager would, recording what it saw.
-func signer(t *testing.T, client *fake.Clientset, ca *testCA, seen chan<- *certificatesv1.CertificateSigningRequest) {
-	w := must(client.CertificatesV1().CertificateSigningRequests().Watch(context.Background(), metav1.ListOptions{}))(t)
-	t.Cleanup(w.Stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			csr, ok := ev.Object.(*certificatesv1.CertificateSigningRequest)
-			if !ok || ev.Type != watch.Added {
-				continue
-			}
-			block, _ := pem.Decode(csr.Spec.Request)
-			req, err := x509.ParseCertificateRequest(block.Bytes)
-			if err != nil {
-				continue
-			}
-			seen <- csr.DeepCopy()
-			csr.Status.Certificate = ca.sign(t, &x509.Certificate{Subject: req.Subject}, req.PublicKey, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
-			csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: v1.ConditionTrue}}
-			if _, err := client.CertificatesV1().CertificateSigningRequests().UpdateStatus(context.Background(), csr, metav1.UpdateOptions{}); err != nil {
-				t.Errorf("signing: %v", err)
-			}
-		}
-	}()
-}
-
 // TestRequestNodeCertificate: the bootstrap request is for the node's
 // identity, to the kubelet client signer, named after its contents, and
 // what the signer issues comes back.
 func TestRequestNodeCertificate(t *testing.T) {
 	client := fake.NewClientset()
 	ca := newCA(t)
-	seen := make(chan *certificatesv1.CertificateSigningRequest, 1)
-	signer(t, client, ca, seen)
+	is := startIssuer(t, client, ca, testingclock.NewFakeClock(time.Now()), time.Hour)
 	keyPEM := must(keyutil.MakeEllipticPrivateKeyPEM())(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	certPEM := must(requestNodeCertificate(ctx, client.CertificatesV1().CertificateSigningRequests(), clock.RealClock{}, keyPEM, "worker-1"))(t)
-	csr := <-seen
+	csr := is.lastRequest()
 	block, _ := pem.Decode(csr.Spec.Request)
 	req := must(x509.ParseCertificateRequest(block.Bytes))(t)
 	if req.Subject.CommonName != "system:node:worker-1" || strings.Join(req.Subject.Organization, ",") != "system:nodes" ||
@@ -206,8 +176,7 @@ func TestRequestNodeCertificate(t *testing.T) {
 func TestBootstrapOnceStoresTheCertificate(t *testing.T) {
 	dir := t.TempDir()
 	client := fake.NewClientset()
-	seen := make(chan *certificatesv1.CertificateSigningRequest, 1)
-	signer(t, client, newCA(t), seen)
+	startIssuer(t, client, newCA(t), testingclock.NewFakeClock(time.Now()), time.Hour)
 	c := &Client{o: ClientOptions{CertDir: dir, NodeName: "worker-1", Clock: testingclock.NewFakeClock(time.Now())}}
 	c.renewErrors = newCounter()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
