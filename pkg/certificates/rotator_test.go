@@ -32,6 +32,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/keyutil"
 	testingclock "k8s.io/utils/clock/testing"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // issuer approves and signs every CSR created in client, as the
@@ -46,14 +48,7 @@ type issuer struct {
 func startIssuer(t *testing.T, client *fake.Clientset, ca *testCA, clk *testingclock.FakeClock, lifetime time.Duration) *issuer {
 	t.Helper()
 	is := &issuer{}
-	// The fake clientset does not generate names, as the API server does.
-	var n atomic.Int32
-	client.PrependReactor("create", "certificatesigningrequests", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if csr := a.(clienttesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest); csr.Name == "" {
-			csr.Name = fmt.Sprintf("%s%d", csr.GenerateName, n.Add(1))
-		}
-		return false, nil, nil
-	})
+	generateNames(client)
 	w := must(client.CertificatesV1().CertificateSigningRequests().Watch(context.Background(), metav1.ListOptions{}))(t)
 	t.Cleanup(w.Stop)
 	go func() {
@@ -82,6 +77,18 @@ func startIssuer(t *testing.T, client *fake.Clientset, ca *testCA, clk *testingc
 		}
 	}()
 	return is
+}
+
+// generateNames names created requests from their generateName, as the
+// API server does and the fake clientset does not.
+func generateNames(client *fake.Clientset) {
+	var n atomic.Int32
+	client.PrependReactor("create", "certificatesigningrequests", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if csr := a.(clienttesting.CreateAction).GetObject().(*certificatesv1.CertificateSigningRequest); csr.Name == "" {
+			csr.Name = fmt.Sprintf("%s%d", csr.GenerateName, n.Add(1))
+		}
+		return false, nil, nil
+	})
 }
 
 func (is *issuer) lastRequest() *certificatesv1.CertificateSigningRequest {
@@ -315,6 +322,52 @@ func TestServingRotatorFollowsTheTemplate(t *testing.T) {
 	stepUntil(t, clk, func() bool { return fmt.Sprint(s.Current().Leaf.IPAddresses) == "[10.0.0.2]" })
 	if n := is.requests.Load(); n != 2 {
 		t.Fatalf("%d requests, want 2", n)
+	}
+}
+
+// TestServingRequestFollowsAChangedTemplate: a request still waiting for
+// approval when the node's addresses change is given up, and one for the
+// new addresses made at once; that is not a failure.
+func TestServingRequestFollowsAChangedTemplate(t *testing.T) {
+	ca := newCA(t)
+	clk := testingclock.NewFakeClock(time.Now())
+	client := fake.NewClientset()
+	generateNames(client)
+	csrs := client.CertificatesV1().CertificateSigningRequests()
+	var addrs atomic.Pointer[[]v1.NodeAddress]
+	addrs.Store(&[]v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.1"}})
+	s := must(NewServing(ServingOptions{CSRs: csrs, NodeName: "n1", CertDir: t.TempDir(),
+		Addresses: func() []v1.NodeAddress { return *addrs.Load() }, Clock: clk}))(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	requests := func() []certificatesv1.CertificateSigningRequest {
+		return must(csrs.List(context.Background(), metav1.ListOptions{}))(t).Items
+	}
+	eventually(t, func() bool { return len(requests()) == 1 })
+	addrs.Store(&[]v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.2"}})
+	stepUntil(t, clk, func() bool { return len(requests()) == 2 })
+	var second certificatesv1.CertificateSigningRequest
+	for _, r := range requests() {
+		if r.Name == "csr-2" {
+			second = r
+		}
+	}
+	req := must(parseCSR(second.Spec.Request))(t)
+	if fmt.Sprint(req.IPAddresses) != "[10.0.0.2]" {
+		t.Fatalf("the new request asks for %v", req.IPAddresses)
+	}
+	second.Status.Certificate = ca.sign(t, &x509.Certificate{Subject: req.Subject, IPAddresses: req.IPAddresses}, req.PublicKey, clk.Now(), clk.Now().Add(time.Hour))
+	second.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: v1.ConditionTrue}}
+	must(csrs.UpdateStatus(context.Background(), &second, metav1.UpdateOptions{}))(t)
+	eventually(t, func() bool { return s.Current() != nil })
+	if got := fmt.Sprint(s.Current().Leaf.IPAddresses); got != "[10.0.0.2]" {
+		t.Fatalf("certificate for %s", got)
+	}
+	var m dto.Metric
+	if err := s.renewErrors.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Fatalf("%v renewal errors counted for a changed template (%v)", m.GetCounter().GetValue(), err)
 	}
 }
 
