@@ -12,6 +12,8 @@ import (
 
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/poddirs"
 )
 
 // errNoPair: the store holds no certificate yet.
@@ -68,8 +70,9 @@ func (s pairStore) current() (*tls.Certificate, error) {
 }
 
 // update stores a new pair and makes it the current one. The file is
-// synced before the link moves to it, and the link moves by a rename, so
-// a crash leaves the old pair or the new one in use, never a torn one.
+// written durably (synced, renamed into place, its directory synced)
+// before the link moves to it, and the link moves by a rename, so a
+// crash leaves the old pair or the new one in use, never a torn one.
 func (s pairStore) update(certPEM, keyPEM []byte) (*tls.Certificate, error) {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("certificate directory: %w", err)
@@ -91,8 +94,8 @@ func (s pairStore) update(certPEM, keyPEM []byte) (*tls.Certificate, error) {
 		return nil, fmt.Errorf("the certificate and key do not make a pair: %w", err)
 	}
 	path := filepath.Join(s.dir, s.prefix+"-"+s.clock.Now().Format("2006-01-02-15-04-05")+".pem")
-	if err := writeSynced(path, data); err != nil {
-		return nil, err
+	if err := poddirs.WriteFileDurable(path, data, 0o600); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
 	cert, err := loadPair(path, path)
 	if err != nil {
@@ -115,22 +118,6 @@ func (s pairStore) update(certPEM, keyPEM []byte) (*tls.Certificate, error) {
 		return nil, fmt.Errorf("making the new certificate current: %w", err)
 	}
 	return cert, nil
-}
-
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("syncing %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 func exists(path string) bool {
