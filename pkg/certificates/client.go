@@ -22,7 +22,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	certutil "k8s.io/client-go/util/cert"
@@ -49,9 +48,6 @@ type ClientOptions struct {
 	// attached later: events wait in the broadcaster).
 	Recorder record.EventRecorder
 	Clock    clock.WithTicker
-	// CSRs builds the CSR API client for a configuration (NewCSRClient
-	// when nil; tests stand in a fake).
-	CSRs func(*rest.Config) (CSRs, error)
 	// CheckPeriod is how often the certificate in use is compared with
 	// the manager's (upstream: 10 s); ExitAfter how long an expired or
 	// missing certificate is tolerated while the API server answers
@@ -90,14 +86,11 @@ func NewClient(ctx context.Context, o ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.CSRs == nil {
-		o.CSRs = NewCSRClient
-	}
 	c := &Client{o: o, nodeRef: &v1.ObjectReference{Kind: "Node", Name: o.NodeName, UID: types.UID(o.NodeName), APIVersion: "v1"}}
 	c.renewErrors = newCounter()
 	if !o.Rotate {
 		if cfgs.bootstrapping {
-			client, err := o.CSRs(cfgs.request)
+			client, err := newCSRClient(cfgs.request)
 			if err != nil {
 				return nil, err
 			}
@@ -150,9 +143,9 @@ func (c *Client) startRotation(cfgs clientConfigs) error {
 			// With a certificate, renew with it; without one, with the
 			// bootstrap credentials.
 			if current != nil {
-				return c.o.CSRs(c.Config())
+				return newCSRClient(c.Config())
 			}
-			return c.o.CSRs(cfgs.request)
+			return newCSRClient(cfgs.request)
 		},
 		BootstrapCert: user.CertData, BootstrapKey: user.KeyData,
 		Failed: func(error) { c.renewErrors.Inc(); c.renewalFailed() },
@@ -288,8 +281,7 @@ func (c *Client) requestOnce(ctx context.Context, client CSRs) error {
 	if err != nil {
 		return fmt.Errorf("bootstrap key: %w", err)
 	}
-	// The certificate manager's back-off: 2 s doubling to 32 s.
-	backoff := wait.Backoff{Duration: 2 * time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 32 * time.Second}
+	backoff := retryBackoff()
 	var certPEM []byte
 	for {
 		if certPEM, err = requestNodeCertificate(ctx, client, c.o.Clock, keyPEM, c.o.NodeName); err == nil {

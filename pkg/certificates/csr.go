@@ -31,9 +31,9 @@ type CSRs interface {
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// NewCSRClient is a client of the CSR API over cfg's server and
+// newCSRClient is a client of the CSR API over cfg's server and
 // credentials (and its content type: protobuf when the node asks for it).
-func NewCSRClient(cfg *rest.Config) (CSRs, error) {
+func newCSRClient(cfg *rest.Config) (CSRs, error) {
 	c, err := kubeclient.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("CSR API client: %w", err)

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	mathrand "math/rand/v2"
 	"net"
 	"reflect"
@@ -24,6 +25,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
+
+// retryBackoff is the kubelet's certificate manager's: 2 s, doubling to
+// 32 s, then every 32 s (each with up to 10% jitter).
+func retryBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 2 * time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 32 * time.Second}
+}
 
 // errTemplateChanged ends the wait for a request that no longer asks for
 // what is wanted.
@@ -176,7 +183,7 @@ func (r *rotator) nextLook() time.Duration {
 // renew requests a certificate until one is issued or ctx ends, backing
 // off as the kubelet does.
 func (r *rotator) renew(ctx context.Context) {
-	backoff := wait.Backoff{Duration: 2 * time.Second, Factor: 2, Jitter: 0.1, Steps: 5}
+	backoff := retryBackoff()
 	for ctx.Err() == nil {
 		err := r.requestOnce(ctx)
 		if err == nil || ctx.Err() != nil {
@@ -187,13 +194,9 @@ func (r *rotator) renew(ctx context.Context) {
 		}
 		klog.ErrorS(err, "Requesting a certificate failed; retrying", "certificate", r.o.Name)
 		r.o.Failed(err)
-		wait := 32 * time.Second
-		if backoff.Steps > 0 {
-			wait = backoff.Step()
-		}
 		select {
 		case <-ctx.Done():
-		case <-r.o.Clock.After(wait):
+		case <-r.o.Clock.After(backoff.Step()):
 		}
 	}
 }

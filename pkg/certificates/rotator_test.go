@@ -485,7 +485,7 @@ func TestCSRClientSpeaksTheAPI(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	api := must(NewCSRClient(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}}))(t)
+	api := must(newCSRClient(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}}))(t)
 	ctx := context.Background()
 	created := must(api.Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{GenerateName: "csr-"}}, metav1.CreateOptions{}))(t)
 	got := must(api.Get(ctx, "r1", metav1.GetOptions{}))(t)
