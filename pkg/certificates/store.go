@@ -74,50 +74,66 @@ func (s pairStore) current() (*tls.Certificate, error) {
 // before the link moves to it, and the link moves by a rename, so a
 // crash leaves the old pair or the new one in use, never a torn one.
 func (s pairStore) update(certPEM, keyPEM []byte) (*tls.Certificate, error) {
+	data, cert, err := pairFile(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("certificate directory: %w", err)
 	}
+	path := filepath.Join(s.dir, s.prefix+"-"+s.clock.Now().Format("2006-01-02-15-04-05")+".pem")
+	if err := poddirs.WriteFileDurable(path, data, 0o600); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := s.link(path); err != nil {
+		return nil, err
+	}
+	return cert, nil
+}
+
+// pairFile is the content of a pair file (the certificates, then the
+// key) and the pair it holds, checked to be one.
+func pairFile(certPEM, keyPEM []byte) ([]byte, *tls.Certificate, error) {
 	certs, err := certutil.ParseCertsPEM(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("invalid certificate: %w", err)
+		return nil, nil, fmt.Errorf("invalid certificate: %w", err)
 	}
 	keyBlock, _ := pem.Decode(keyPEM)
 	if keyBlock == nil {
-		return nil, errors.New("invalid key: no PEM block")
+		return nil, nil, errors.New("invalid key: no PEM block")
 	}
 	var data []byte
 	for _, c := range certs {
 		data = append(data, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
 	}
 	data = append(data, pem.EncodeToMemory(keyBlock)...)
-	if _, err := tls.X509KeyPair(data, data); err != nil {
-		return nil, fmt.Errorf("the certificate and key do not make a pair: %w", err)
-	}
-	path := filepath.Join(s.dir, s.prefix+"-"+s.clock.Now().Format("2006-01-02-15-04-05")+".pem")
-	if err := poddirs.WriteFileDurable(path, data, 0o600); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", path, err)
-	}
-	cert, err := loadPair(path, path)
+	cert, err := tls.X509KeyPair(data, data)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("the certificate and key do not make a pair: %w", err)
 	}
+	cert.Leaf = certs[0]
+	return data, &cert, nil
+}
+
+// link makes path the current pair: a new link, renamed over the old.
+func (s pairStore) link(path string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := os.Remove(s.updatedPath()); err != nil && !os.IsNotExist(err) {
-		return nil, err
+		return err
 	}
 	if err := os.Symlink(abs, s.updatedPath()); err != nil {
-		return nil, fmt.Errorf("linking the new certificate: %w", err)
+		return fmt.Errorf("linking the new certificate: %w", err)
 	}
 	if fi, err := os.Lstat(s.currentPath()); err == nil && fi.Mode()&os.ModeSymlink == 0 {
-		return nil, fmt.Errorf("%s should be a link, but is a file", s.currentPath())
+		return fmt.Errorf("%s should be a link, but is a file", s.currentPath())
 	}
 	if err := os.Rename(s.updatedPath(), s.currentPath()); err != nil {
-		return nil, fmt.Errorf("making the new certificate current: %w", err)
+		return fmt.Errorf("making the new certificate current: %w", err)
 	}
-	return cert, nil
+	return nil
 }
 
 func exists(path string) bool {
