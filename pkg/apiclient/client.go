@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/kubeclient"
-
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 

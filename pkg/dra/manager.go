@@ -52,7 +52,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/kubeclient"
-
 	"github.com/nodelet/nodelet/pkg/pluginwatcher"
 )
 

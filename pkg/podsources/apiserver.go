@@ -8,9 +8,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/kubeclient"
-
 	"github.com/nodelet/nodelet/pkg/apiwatch"
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 

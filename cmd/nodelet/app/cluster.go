@@ -12,13 +12,12 @@ import (
 	"k8s.io/client-go/rest"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/nodelet/nodelet/pkg/kubeclient"
-
 	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/journal"
+	"github.com/nodelet/nodelet/pkg/kubeclient"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/podsync"
