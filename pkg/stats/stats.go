@@ -7,15 +7,15 @@
 // rates (the runtime reports cumulative usage, so the provider remembers
 // the previous sample of each cgroup), the size of each pod's logs and
 // volumes, and the node itself, read from /proc and the filesystems under
-// the root and log directories. Nothing here is cached between requests
-// except those CPU samples, so a summary is always fresh and costs a few
-// CRI calls and directory walks.
+// the root and log directories. A summary is fresh and costs a few CRI
+// calls and directory walks; what is kept between requests is the CPU
+// samples, and the last complete read of the sandboxes' stats, which
+// stands in for a while when the runtime fails to list them.
 package stats
 
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -68,22 +68,23 @@ type Provider struct {
 	// cpu holds the last cumulative CPU sample per cgroup (node, sandbox
 	// or container id), from which the next request computes a rate.
 	cpu map[string]cpuSample
-	// oneByOne is the last time the stats were read sandbox by sandbox,
-	// and what that found.
-	oneByOne struct {
+	// lastRead is the last time every ready sandbox's stats were read,
+	// in one list or one by one, and what that found.
+	lastRead struct {
 		at    time.Time
 		stats map[string]*runtimeapi.PodSandboxStats
 	}
 }
 
-// oneByOneEvery spaces reading the stats sandbox by sandbox: during a
-// burst of deletions containerd 1.6 fails the whole list on almost every
-// call, and a read per sandbox (110 calls of 40 ms on the development VM)
-// on every eviction pass took a third of the runtime's time from the
-// pods being started and stopped. In between, the last such read stands
-// in, for the sandboxes it covered: stats up to this old, as a cached
-// cAdvisor's are.
-const oneByOneEvery = 30 * time.Second
+// lastReadStandsIn is how long the last complete read stands in when
+// the list fails: during a burst of starts or deletions containerd 1.6
+// fails the whole list on almost every call, and reading each sandbox
+// alone (110 calls of 40-120 ms on the development VM) on every eviction
+// pass took a third of the runtime's time from the pods being started
+// and stopped. Within it, the sandboxes the last read covered keep its
+// stats, as up to this old as a cached cAdvisor's are; a sandbox started
+// since is left out until the list answers again or this expires.
+const lastReadStandsIn = 30 * time.Second
 
 type cpuSample struct {
 	at    time.Time
@@ -286,10 +287,12 @@ func (p *Provider) podStats(ctx context.Context, imageFs *statsapi.FsStats, only
 }
 
 // sandboxStats reads the ready sandboxes' stats in one call, or, when
-// that fails, one sandbox at a time: containerd fails the whole list when
-// a stopped sandbox's cgroup is already gone (an evicted or deleted pod's,
-// removed by nodelet), which must not blind eviction and /stats/summary
-// to every other pod. A sandbox that still fails alone is left out.
+// that fails, takes them from the last complete read if it is recent, and
+// otherwise reads one sandbox at a time: containerd fails the whole list
+// when a stopped sandbox's cgroup is already gone (an evicted or deleted
+// pod's, removed by nodelet) or a sandbox is half set up, which must not
+// blind eviction and /stats/summary to every other pod. A sandbox that
+// still fails alone is left out.
 func (p *Provider) sandboxStats(ctx context.Context, ready []*runtimeapi.PodSandbox) (map[string]*runtimeapi.PodSandboxStats, error) {
 	byID := map[string]*runtimeapi.PodSandboxStats{}
 	all, err := p.o.Runtime.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{})
@@ -297,16 +300,17 @@ func (p *Provider) sandboxStats(ctx context.Context, ready []*runtimeapi.PodSand
 		for _, s := range all.Stats {
 			byID[s.GetAttributes().GetId()] = s
 		}
+		p.remember(byID)
 		return byID, nil
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("pod sandbox stats: %w", err)
 	}
 	p.mu.Lock()
-	last, at := p.oneByOne.stats, p.oneByOne.at
+	last, at := p.lastRead.stats, p.lastRead.at
 	p.mu.Unlock()
-	if last != nil && p.o.Clock.Since(at) < oneByOneEvery {
-		klog.V(4).InfoS("Listing pod sandbox stats failed; using the last sandbox-by-sandbox read", "err", err, "age", p.o.Clock.Since(at))
+	if last != nil && p.o.Clock.Since(at) < lastReadStandsIn {
+		klog.V(4).InfoS("Listing pod sandbox stats failed; using the last complete read", "err", err, "age", p.o.Clock.Since(at))
 		for _, sb := range ready {
 			if s, ok := last[sb.Id]; ok {
 				byID[sb.Id] = s
@@ -315,11 +319,6 @@ func (p *Provider) sandboxStats(ctx context.Context, ready []*runtimeapi.PodSand
 		return byID, nil
 	}
 	klog.V(2).InfoS("Listing pod sandbox stats failed; reading each ready sandbox", "err", err)
-	defer func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.oneByOne.at, p.oneByOne.stats = p.o.Clock.Now(), maps.Clone(byID)
-	}()
 	for _, sb := range ready {
 		one, err := p.o.Runtime.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{Id: sb.Id}})
 		if err != nil {
@@ -330,7 +329,16 @@ func (p *Provider) sandboxStats(ctx context.Context, ready []*runtimeapi.PodSand
 			byID[s.GetAttributes().GetId()] = s
 		}
 	}
+	p.remember(byID)
 	return byID, nil
+}
+
+// remember keeps a complete read to stand in for failing lists. The map
+// is not changed after, by the provider or its callers.
+func (p *Provider) remember(byID map[string]*runtimeapi.PodSandboxStats) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastRead.at, p.lastRead.stats = p.o.Clock.Now(), byID
 }
 
 // rootfs is a container's writable layer on the image filesystem.

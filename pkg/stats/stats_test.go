@@ -3,6 +3,7 @@ package stats
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,33 +202,20 @@ func TestSummarySurvivesAFailingStatsList(t *testing.T) {
 	if len(s.Pods) != 1 || s.Pods[0].Memory == nil || len(s.Pods[0].Containers) != 1 {
 		t.Fatalf("pods %+v", s.Pods)
 	}
-	n := 0
-	for _, c := range f.rt.Calls() {
-		if strings.HasPrefix(c, "ListPodSandboxStats") {
-			n++
-		}
-	}
+	n := statsCalls(f.rt)
 	if n != 2 {
 		t.Fatalf("%d stats calls, want the list and one for the ready sandbox", n)
 	}
 
 	// Failing again within 30 s: the sandbox-by-sandbox read stands in,
 	// and no sandbox is read alone.
-	statsCalls := func() (n int) {
-		for _, c := range f.rt.Calls() {
-			if strings.HasPrefix(c, "ListPodSandboxStats") {
-				n++
-			}
-		}
-		return n
-	}
 	f.rt.ResetCalls()
 	f.clock.Step(10 * time.Second)
 	f.rt.FailNext("ListPodSandboxStats", errors.New("failed to load sandbox cgroup: cgroups: cgroup deleted"))
 	if s, err = f.p.Summary(context.Background(), false); err != nil || len(s.Pods) != 1 || s.Pods[0].Memory == nil {
 		t.Fatalf("pods %+v, %v", s.Pods, err)
 	}
-	if n := statsCalls(); n != 1 {
+	if n := statsCalls(f.rt); n != 1 {
 		t.Fatalf("%d stats calls within 30 s of the last read one by one, want the list alone", n)
 	}
 	// Past 30 s, each sandbox is read alone again.
@@ -237,9 +225,62 @@ func TestSummarySurvivesAFailingStatsList(t *testing.T) {
 	if _, err = f.p.Summary(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	if n := statsCalls(); n != 2 {
+	if n := statsCalls(f.rt); n != 2 {
 		t.Fatalf("%d stats calls 40 s after the last read one by one, want the list and one for the sandbox", n)
 	}
+}
+
+// A successful list stands in for a failing one as a read one by one
+// does: a burst of starts must not cost a read per sandbox. A sandbox
+// started since is left out until the list answers again.
+func TestALastListStandsInForAFailingOne(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.p.Summary(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := f.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "new", Namespace: "default", Uid: "u2"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rt.SetUsage(sb.PodSandboxId, 1e9, 1<<20)
+	f.rt.ResetCalls()
+	f.clock.Step(29 * time.Second)
+	f.rt.FailNext("ListPodSandboxStats", errors.New("failed to get sandbox task: not found"))
+	s, err := f.p.Summary(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := statsCalls(f.rt); n != 1 {
+		t.Fatalf("%d stats calls within 30 s of a complete list, want the failing list alone", n)
+	}
+	measured := map[string]bool{}
+	for _, p := range s.Pods {
+		measured[p.PodRef.Name] = p.Memory != nil
+	}
+	if want := map[string]bool{"web": true, "new": false}; !maps.Equal(measured, want) {
+		t.Fatalf("pods measured %v, want %v (the list's pod kept, the new one left out)", measured, want)
+	}
+	// Once the list answers, the new sandbox is measured.
+	if s, err = f.p.Summary(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range s.Pods {
+		if p.Memory == nil {
+			t.Fatalf("pod %s not measured after the list answered", p.PodRef.Name)
+		}
+	}
+}
+
+func statsCalls(rt *fakecri.Runtime) (n int) {
+	for _, c := range rt.Calls() {
+		if strings.HasPrefix(c, "ListPodSandboxStats") {
+			n++
+		}
+	}
+	return n
 }
 
 type csiStats struct{ used uint64 }
