@@ -86,7 +86,7 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration, extra ...
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 * 1024 * 1024)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16*1024*1024), answers),
 	}, extra...)
 	conn, err := grpc.NewClient("unix://"+path, opts...)
 	if err != nil {
