@@ -45,6 +45,7 @@ var (
 	settle       = flag.Duration("scale.settle", 15*time.Second, "how long after every pod runs the steady window begins")
 	profile      = flag.String("scale.profile", "", "file for a CPU profile of nodelet during the largest size's steady window")
 	startProfile = flag.String("scale.startprofile", "", "file for a CPU profile of nodelet over the first 10 s of the largest size's start")
+	stopProfile  = flag.String("scale.stopprofile", "", "file for a CPU profile of nodelet over the first 30 s of the largest size's stop")
 	verbosity    = flag.Int("scale.v", 2, "nodelet's log verbosity")
 	maxSize      int
 )
@@ -183,6 +184,9 @@ authorization: {mode: AlwaysAllow}
 	r.loop = meanSince(before, after, "nodelet_sync_loop_iteration_duration_seconds", "")
 	r.syncs = countSince(before, after, "kubelet_pod_worker_duration_seconds") / window.Seconds()
 
+	if *stopProfile != "" && pods == maxSize {
+		go fetchProfile(b, n, *stopProfile, 30*time.Second)
+	}
 	cpu0, t0 = must[time.Duration](b)(testbed.ProcessCPU(pid)), time.Now()
 	for i := 0; i < pods; i++ {
 		n.RemoveManifest(fmt.Sprintf("p%05d.yaml", i))
