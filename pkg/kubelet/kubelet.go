@@ -54,6 +54,9 @@ type PodWorkers interface {
 
 // Runtime is what the core (not the sync scripts) asks of the runtime.
 type Runtime interface {
+	// GetPods is every pod with a sandbox or container in the runtime,
+	// as housekeeping sees them; nodelet answers it from the PLEG's last
+	// relist, with the pods read since (pleg.Generic.RuntimePods).
 	GetPods(ctx context.Context) ([]*container.Pod, error)
 	ForgetBackOffs()
 }

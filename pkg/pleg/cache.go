@@ -89,6 +89,18 @@ func (c *Cache) entry(uid types.UID) (*container.PodStatus, bool) {
 	return e.status, true
 }
 
+// readAfter returns a pod's status if it was read, without error, after t
+// (a relist only vouching for it does not count).
+func (c *Cache) readAfter(uid types.UID, t time.Time) (*container.PodStatus, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.entries[uid]
+	if !ok || e.err != nil || e.status == nil || !e.modified.After(t) {
+		return nil, false
+	}
+	return e.status, true
+}
+
 // Delete forgets a pod.
 func (c *Cache) Delete(uid types.UID) {
 	c.mu.Lock()

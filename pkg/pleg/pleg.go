@@ -80,8 +80,18 @@ type Generic struct {
 
 	// lastRelist is the start of the last successful relist (unix nanos).
 	lastRelist atomic.Int64
+	// listed is the last successful relist's view of the runtime, for
+	// RuntimePods.
+	listed atomic.Pointer[listing]
 	// observe, if set, is told each successful relist's start and length.
 	observe func(start time.Time, took time.Duration)
+}
+
+// listing is what a relist found in the runtime, and when it began.
+// Nothing changes it once stored.
+type listing struct {
+	pods []*container.Pod
+	at   time.Time
 }
 
 // GenericOptions configure a Generic PLEG.
@@ -305,6 +315,7 @@ func (g *Generic) Relist(ctx context.Context) {
 		klog.ErrorS(err, "PLEG: cannot list pods from the runtime")
 		return
 	}
+	g.listed.Store(&listing{pods: pods, at: ts})
 	if g.observe != nil {
 		defer func() { g.observe(ts, g.clock.Since(ts)) }()
 	}
@@ -356,6 +367,35 @@ func (g *Generic) vouched(uid types.UID, cur *container.Pod) (*container.PodStat
 	}
 	p := s.ToRunningPod()
 	return s, maps.Equal(states(&p), states(cur))
+}
+
+// RuntimePods is every pod that has a sandbox or container in the
+// runtime, as the last relist found them, with each pod read since (a pod
+// worker's read after it started or stopped it, a read on an exit) in
+// place of what the relist found: housekeeping takes it instead of listing
+// every sandbox and container again (at 5,000 pods, 8% of nodelet's CPU
+// while they stop). The reads since matter: a pod whose worker stopped it
+// just after the relist would otherwise still show running containers,
+// with no worker left, and be stopped again as an orphan. A pod started
+// since the relist is not in it (its worker owns it). When no relist
+// succeeded in the last two periods, the runtime is listed afresh.
+func (g *Generic) RuntimePods(ctx context.Context) ([]*container.Pod, error) {
+	l := g.listed.Load()
+	if l == nil || g.clock.Since(l.at) > 2*g.period {
+		return g.runtime.GetPods(ctx)
+	}
+	out := make([]*container.Pod, 0, len(l.pods))
+	for _, p := range l.pods {
+		if s, ok := g.cache.readAfter(p.ID, l.at); ok {
+			rp := s.ToRunningPod()
+			if rp.IsEmpty() {
+				continue // gone since
+			}
+			p = &rp
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // GetNewerThan returns a pod's status as of a time after min. When the

@@ -393,3 +393,67 @@ func TestTriggerRetriesForSeconds(t *testing.T) {
 		t.Fatalf("%d waiters after the last retry, want Run's ticker alone", w)
 	}
 }
+
+// Housekeeping's view of the runtime is the last relist's, with each pod
+// read since in place of what the relist found; the runtime is listed
+// afresh only when no relist succeeded in the last two periods.
+func TestRuntimePodsReusesTheRelist(t *testing.T) {
+	R, E := container.StateRunning, container.StateExited
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	ctx := context.Background()
+	view := func() map[types.UID]string {
+		t.Helper()
+		pods, err := g.RuntimePods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[types.UID]string{}
+		for _, p := range pods {
+			for _, c := range p.Containers {
+				out[p.ID] += fmt.Sprintf("%s:%s ", c.ID.ID, c.State)
+			}
+		}
+		return out
+	}
+
+	// No relist yet: the runtime is listed.
+	rt.set(pod("a", ctr("1", R)), pod("b", ctr("2", R)), pod("c", ctr("3", R)))
+	if got, want := view(), map[types.UID]string{"a": "1:running ", "b": "2:running ", "c": "3:running "}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("before any relist: %v, want %v", got, want)
+	}
+	if n := rt.listCount(); n != 1 {
+		t.Fatalf("%d runtime lists before any relist, want 1", n)
+	}
+	g.Relist(ctx)
+
+	// After the relist, a worker stops b and reads it back; c's
+	// containers are removed and read; a is untouched. The runtime is not
+	// listed again, and b does not show running: it would be taken for an
+	// orphan.
+	clk.Step(500 * time.Millisecond)
+	rt.set(pod("a", ctr("1", R)), pod("b", ctr("2", E)))
+	for _, uid := range []string{"b", "c"} {
+		if _, err := g.Refresh(ctx, types.UID(uid), uid, "ns"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lists := rt.listCount()
+	if got, want := view(), map[types.UID]string{"a": "1:running ", "b": "2:exited "}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reads since the relist: %v, want %v", got, want)
+	}
+	if n := rt.listCount(); n != lists {
+		t.Fatalf("the runtime was listed %d more times, want none", n-lists)
+	}
+
+	// Two periods without a relist: the runtime is listed afresh.
+	clk.Step(1600 * time.Millisecond)
+	rt.set(pod("a", ctr("1", E)))
+	if got, want := view(), map[types.UID]string{"a": "1:exited "}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("with a stale relist: %v, want %v", got, want)
+	}
+	if n := rt.listCount(); n != lists+1 {
+		t.Fatalf("the runtime was listed %d more times with a stale relist, want 1", n-lists)
+	}
+}
