@@ -54,10 +54,6 @@ type PodWorkers interface {
 
 // Runtime is what the core (not the sync scripts) asks of the runtime.
 type Runtime interface {
-	// GetPods is every pod with a sandbox or container in the runtime,
-	// as housekeeping sees them; nodelet answers it from the PLEG's last
-	// relist, with the pods read since (pleg.Generic.RuntimePods).
-	GetPods(ctx context.Context) ([]*container.Pod, error)
 	ForgetBackOffs()
 }
 
@@ -67,10 +63,14 @@ type GC interface {
 	PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error
 }
 
-// PLEG is the event source and health of the pod lifecycle event generator.
+// PLEG is the event source and health of the pod lifecycle event
+// generator, and housekeeping's view of what is in the runtime: its last
+// relist, with each pod read since (not a second listing of every
+// sandbox and container).
 type PLEG interface {
 	Watch() <-chan *pleg.Event
 	Healthy() error
+	RuntimePods(ctx context.Context) ([]*container.Pod, error)
 }
 
 // Probes is the prober as the core uses it.
@@ -702,7 +702,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	kl.retryDeferredResizes(all)
 	kl.admission.forget(keep)
 
-	running, err := kl.runtime.GetPods(ctx)
+	running, err := kl.pleg.RuntimePods(ctx)
 	if err != nil {
 		return fmt.Errorf("listing runtime pods: %w", err)
 	}

@@ -96,17 +96,23 @@ func (r *fakeRuntime) PruneDeadContainers(ctx context.Context, uid types.UID, ke
 	return nil
 }
 
-func (r *fakeRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) { return r.pods, nil }
 func (r *fakeRuntime) GarbageCollect(ctx context.Context, p kuberuntime.GCPolicy, s kuberuntime.PodState) error {
 	r.gc++
 	return nil
 }
 func (r *fakeRuntime) ForgetBackOffs() {}
 
-type fakePLEG struct{ ch chan *pleg.Event }
+// fakePLEG lists what the fake runtime holds.
+type fakePLEG struct {
+	ch chan *pleg.Event
+	rt *fakeRuntime
+}
 
 func (p fakePLEG) Watch() <-chan *pleg.Event { return p.ch }
 func (p fakePLEG) Healthy() error            { return nil }
+func (p fakePLEG) RuntimePods(ctx context.Context) ([]*container.Pod, error) {
+	return p.rt.pods, nil
+}
 
 type coreFixture struct {
 	kl       *Kubelet
@@ -155,7 +161,7 @@ func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 	node := nodestatus.Node(nodestatus.Config{NodeName: "n", MaxPods: maxPods},
 		nodestatus.Machine{CPUs: 4, MemoryBytes: 8 << 30, EphemeralStorage: 100 << 30})
 	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), Node: func() *v1.Node { return node }, DeadContainersKept: 1}, Deps{
-		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, GC: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10)},
+		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, GC: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10), f.runtime},
 		Status: f.status, Sources: podsources.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
 		Updates: updates, Health: f.health,
 	})

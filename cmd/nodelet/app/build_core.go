@@ -1,13 +1,11 @@
 package app
 
 import (
-	"context"
 	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
@@ -69,7 +67,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Admit:       []kubelet.AdmitFunc{b.shutdown.Admit, kubelet.RuntimeFeatureCheck(runtime.manager.Features), res.admit},
 		Allocations: b.allocations, Decisions: b.journal, ResizeChecks: res.resizeChecks, Release: res.release,
 	}, kubelet.Deps{
-		Workers: workers, WorkQueue: b.workQueue, Runtime: housekeepingRuntime{runtime}, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
+		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
 		Sources: ready, Updates: podConfig.Updates(), Health: health,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes, Mirrors: cl.mirrors, Volumes: runtime.volumes,
 		PodDirRemoved: []func(types.UID){runtime.userns.Release},
@@ -138,14 +136,3 @@ func buildShutdown(b *base, core *coreParts, reporter *reporterParts) []componen
 	}
 	return []component{runs("node shutdown", nodeshutdown.New(o).Run)}
 }
-
-// housekeepingRuntime is the runtime as the core's housekeeping reads it:
-// the PLEG's last relist, with each pod read since, rather than a second
-// listing of every sandbox and container every 2 s.
-type housekeepingRuntime struct{ r *runtimeParts }
-
-func (h housekeepingRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) {
-	return h.r.pleg.RuntimePods(ctx)
-}
-
-func (h housekeepingRuntime) ForgetBackOffs() { h.r.manager.ForgetBackOffs() }
