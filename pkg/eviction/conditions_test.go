@@ -56,7 +56,9 @@ func conditionsManager(hard, soft Thresholds, cur **statsapi.Summary, clk *testi
 
 type statsFunc func() *statsapi.Summary
 
-func (f statsFunc) Summary(context.Context, bool) (*statsapi.Summary, error) { return f(), nil }
+func (f statsFunc) NodeSummary(context.Context) (*statsapi.Summary, error) { return f(), nil }
+
+func (f statsFunc) PodStats(context.Context) ([]statsapi.PodStats, error) { return f().Pods, nil }
 
 // Each signal below its threshold turns its condition True at the
 // manager's measure; the condition goes back to False only a transition

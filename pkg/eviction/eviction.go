@@ -6,12 +6,14 @@
 //
 // Each interval:
 //
-//	measure ──pods over their own storage limits──▶ evict them all ──▶ done
+//	measure the node (and the pods, if one has a storage limit of its own
+//	   │               or a threshold is met: the runtime's dearest call)
+//	   ├──pods over their own storage limits──▶ evict them all ──▶ done
 //	   │
 //	   ├──none met──▶ done (min-reclaim targets forgotten)
 //	   │ hard met, or soft met for its grace period
 //	   ▼
-//	disk signal? ──▶ reclaim images and dead containers ──▶ measure ──resolved──▶ done
+//	disk signal? ──▶ reclaim images and dead containers ──▶ measure the node ──resolved──▶ done
 //	   │ not disk, or not resolved
 //	   ▼
 //	rank active pods ──▶ evict the first that is not critical ──▶ wait until it stopped
@@ -27,6 +29,7 @@ package eviction
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -64,9 +67,13 @@ type Pods interface {
 	EvictPod(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatus)) <-chan struct{}
 }
 
-// Stats measures the node and its pods.
+// Stats measures the node, and its pods apart: a pass reads the pods only
+// when it must choose one to evict or a pod has a local storage limit of
+// its own, since the runtime's stats of every pod are its dearest call.
 type Stats interface {
-	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error)
+	// NodeSummary measures the node alone; its Pods are empty.
+	NodeSummary(ctx context.Context) (*statsapi.Summary, error)
+	PodStats(ctx context.Context) ([]statsapi.PodStats, error)
 }
 
 // Reclaim frees node-level disk space or inodes (unused images, dead
@@ -132,9 +139,10 @@ func (m *Manager) Run(ctx context.Context) {
 
 // Synchronize measures the node once; it evicts pods over their own local
 // storage limits, or, if a threshold is met, reclaims or evicts. It
-// returns the (first) evicted pod, if any.
+// returns the (first) evicted pod, if any. The pods are measured only
+// when one of them has a local storage limit or a threshold is met.
 func (m *Manager) Synchronize(ctx context.Context) (*v1.Pod, error) {
-	summary, err := m.o.Stats.Summary(ctx, false)
+	summary, err := m.o.Stats.NodeSummary(ctx)
 	if err != nil {
 		// No measurement is no news: the conditions keep their state.
 		return nil, fmt.Errorf("measuring the node: %w", err)
@@ -142,10 +150,15 @@ func (m *Manager) Synchronize(ctx context.Context) (*v1.Pod, error) {
 	readings := Readings(&summary.Node)
 	due, crossed := m.due(readings)
 	m.o.Conditions.update(crossed)
+	if len(due) > 0 || slices.ContainsFunc(m.o.Pods.ActivePods(), hasLocalLimit) {
+		if summary.Pods, err = m.o.Stats.PodStats(ctx); err != nil {
+			return nil, fmt.Errorf("measuring the pods: %w", err)
+		}
+	}
 	if evicted := m.localStorage(ctx, summary); len(evicted) > 0 {
 		return evicted[0], nil
 	}
-	klog.V(4).InfoS("Eviction manager: measured the node", "memoryAvailable", readings[SignalMemoryAvailable].Available, "thresholdsDue", len(due))
+	klog.V(4).InfoS("Eviction manager: measured the node", "memoryAvailable", readings[SignalMemoryAvailable].Available, "thresholdsDue", len(due), "podsMeasured", len(summary.Pods))
 	if len(due) == 0 {
 		return nil, nil
 	}
@@ -218,7 +231,7 @@ func (m *Manager) reclaimed(ctx context.Context, th threshold) bool {
 			klog.ErrorS(err, "Eviction manager: reclaiming node resources failed", "reclaim", r.Name, "signal", th.signal)
 		}
 	}
-	summary, err := m.o.Stats.Summary(ctx, false)
+	summary, err := m.o.Stats.NodeSummary(ctx)
 	if err != nil {
 		klog.ErrorS(err, "Eviction manager: measuring after reclaim failed")
 		return false

@@ -19,20 +19,29 @@ import (
 
 const mi = 1 << 20
 
-// fakeStats returns the summaries queued, the last one again once the
-// queue is down to it.
+// fakeStats returns the summaries queued, one per measure of the node
+// (the last one again once the queue is down to it); the pods' stats are
+// those of the node's last measure.
 type fakeStats struct {
 	queue []*statsapi.Summary
 	calls int
+	// podCalls counts the reads of the pods' stats.
+	podCalls int
+	current  *statsapi.Summary
 }
 
-func (f *fakeStats) Summary(context.Context, bool) (*statsapi.Summary, error) {
+func (f *fakeStats) NodeSummary(context.Context) (*statsapi.Summary, error) {
 	f.calls++
-	s := f.queue[0]
+	f.current = f.queue[0]
 	if len(f.queue) > 1 {
 		f.queue = f.queue[1:]
 	}
-	return s, nil
+	return &statsapi.Summary{Node: f.current.Node}, nil
+}
+
+func (f *fakeStats) PodStats(context.Context) ([]statsapi.PodStats, error) {
+	f.podCalls++
+	return f.current.Pods, nil
 }
 
 type kill struct {
@@ -263,6 +272,35 @@ func TestNothingMet(t *testing.T) {
 		[]*v1.Pod{pod("a", 0, 0, 0)}, node(5000, 5000, map[string][2]uint64{"a": {4000, 4000}}))
 	if got := f.sync(t); got != "" || f.stats.calls != 1 || len(f.pods.kills) != 0 {
 		t.Fatalf("evicted %q, measured %d times", got, f.stats.calls)
+	}
+}
+
+// The pods are measured only when a pass needs them: a threshold met, or a
+// pod with a local storage limit of its own (not a critical one, which is
+// never evicted for it). The node is measured on every pass.
+func TestPodsAreMeasuredOnlyWhenNeeded(t *testing.T) {
+	limited := pod("limited", 0, 0, 0)
+	limited.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
+	critical := pod("critical", 0, 0, 2000001000)
+	critical.Spec.Containers[0].Resources.Limits = limited.Spec.Containers[0].Resources.Limits
+	quiet, short := node(5000, 5000, map[string][2]uint64{"a": {1, 1}}), node(50, 5000, map[string][2]uint64{"a": {1, 1}})
+	for _, tc := range []struct {
+		name     string
+		pods     []*v1.Pod
+		summary  *statsapi.Summary
+		podReads int
+	}{
+		{"nothing met, no limit", []*v1.Pod{pod("a", 0, 0, 0), critical}, quiet, 0},
+		{"a pod with a limit", []*v1.Pod{pod("a", 0, 0, 0), limited}, quiet, 1},
+		{"a threshold met", []*v1.Pod{pod("a", 0, 0, 0)}, short, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Options{Hard: thresholds(t, map[string]string{"memory.available": "100Mi"})}, tc.pods, tc.summary)
+			f.sync(t)
+			if f.stats.calls != 1 || f.stats.podCalls != tc.podReads {
+				t.Fatalf("measured the node %d times and the pods %d, want 1 and %d", f.stats.calls, f.stats.podCalls, tc.podReads)
+			}
+		})
 	}
 }
 

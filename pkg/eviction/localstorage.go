@@ -42,6 +42,26 @@ func (m *Manager) localStorage(ctx context.Context, summary *statsapi.Summary) [
 	return out
 }
 
+// hasLocalLimit says whether eviction must measure the pod for limits of
+// its own: an emptyDir's sizeLimit or a container's ephemeral-storage
+// limit. A critical pod is never evicted for them.
+func hasLocalLimit(pod *v1.Pod) bool {
+	if podutil.IsCritical(pod) {
+		return false
+	}
+	for _, v := range pod.Spec.Volumes {
+		if e := v.EmptyDir; e != nil && e.SizeLimit != nil && !e.SizeLimit.IsZero() {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if _, ok := c.Resources.Limits[v1.ResourceEphemeralStorage]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // overLocalLimit returns upstream's message for the first local storage
 // limit the pod is over, or "".
 func overLocalLimit(pod *v1.Pod, ps *statsapi.PodStats) string {

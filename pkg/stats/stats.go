@@ -110,23 +110,54 @@ func NewProvider(o Options) (*Provider, error) {
 // (metrics-server's request) filesystems, networks and volumes are left
 // out, which makes it cheap enough to scrape often.
 func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error) {
-	node, err := p.nodeStats(onlyCPUAndMemory)
+	s, imageFs, err := p.node(ctx, onlyCPUAndMemory)
 	if err != nil {
 		return nil, err
+	}
+	if s.Pods, err = p.podStats(ctx, imageFs, onlyCPUAndMemory); err != nil {
+		return nil, err
+	}
+	p.forgetStale(s.Node.CPU.Time.Time)
+	return s, nil
+}
+
+// NodeSummary measures the node alone, in full, with its runtime's image
+// filesystem: what eviction's thresholds are read from. It makes no call
+// per pod (the runtime's stats of every sandbox took 0.6-1.9 s at 110
+// pods on containerd 1.6, in the middle of the pods' starts).
+func (p *Provider) NodeSummary(ctx context.Context) (*statsapi.Summary, error) {
+	s, _, err := p.node(ctx, false)
+	return s, err
+}
+
+// PodStats measures every running pod, in full.
+func (p *Provider) PodStats(ctx context.Context) ([]statsapi.PodStats, error) {
+	imageFs, err := p.imageFs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := p.podStats(ctx, imageFs, false)
+	if err == nil {
+		p.forgetStale(p.o.Clock.Now())
+	}
+	return pods, err
+}
+
+// node is a summary of the node alone, and its image filesystem (nil with
+// onlyCPUAndMemory).
+func (p *Provider) node(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, *statsapi.FsStats, error) {
+	node, err := p.nodeStats(onlyCPUAndMemory)
+	if err != nil {
+		return nil, nil, err
 	}
 	var imageFs *statsapi.FsStats
 	if !onlyCPUAndMemory {
 		if imageFs, err = p.imageFs(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		node.Runtime = &statsapi.RuntimeStats{ImageFs: imageFs, ContainerFs: imageFs}
 	}
-	pods, err := p.podStats(ctx, imageFs, onlyCPUAndMemory)
-	if err != nil {
-		return nil, err
-	}
-	p.forgetStale(node.CPU.Time.Time)
-	return &statsapi.Summary{Node: *node, Pods: pods}, nil
+	return &statsapi.Summary{Node: *node, Pods: []statsapi.PodStats{}}, imageFs, nil
 }
 
 // nanoCores turns a cumulative CPU sample into a rate against the

@@ -122,6 +122,31 @@ func TestSummaryNode(t *testing.T) {
 	}
 }
 
+// The node alone is measured with its image filesystem and no call about
+// pods (eviction's every pass); the pods apart, as the summary has them.
+func TestNodeSummaryAndPodStatsApart(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.rt.ResetCalls()
+	s, err := f.p.NodeSummary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Node.Runtime == nil || s.Node.Runtime.ImageFs == nil || s.Node.Memory == nil || len(s.Pods) != 0 {
+		t.Fatalf("node summary %+v", s)
+	}
+	if calls := f.rt.Calls(); len(calls) != 0 {
+		t.Fatalf("the node alone made runtime calls %v (ImageFsInfo is not recorded)", calls)
+	}
+	pods, err := f.p.PodStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 || pods[0].PodRef.UID != "u1" || pods[0].EphemeralStorage == nil || statsCalls(f.rt) != 1 {
+		t.Fatalf("pods %+v after %v", pods, f.rt.Calls())
+	}
+}
+
 func TestSummaryPods(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
