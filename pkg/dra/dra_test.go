@@ -198,6 +198,27 @@ func TestPrepareCreateUnprepare(t *testing.T) {
 	}
 }
 
+// TestUnprepareWithoutClaimsWritesNothing: a pod without claims, stopped,
+// leaves the state file alone (it was rewritten and synced for every pod),
+// while one with a claim removes it from the file.
+func TestUnprepareWithoutClaimsWritesNothing(t *testing.T) {
+	p := pod("a")
+	f := newFixture(t, shortRoot(t), claimFor(p, true))
+	f.register(t, "v1.DRAPlugin")
+	plain := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "ns", UID: "plain"}}
+	testutil.Must(t, f.m.Prepare(context.Background(), p, false))
+	state := filepath.Join(f.root, StateFile)
+	testutil.Must(t, os.Remove(state))
+	testutil.Must(t, f.m.Unprepare(context.Background(), plain))
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Fatalf("a pod without claims wrote the state: %v", err)
+	}
+	testutil.Must(t, f.m.Unprepare(context.Background(), p))
+	if claims, err := loadState(state); err != nil || len(claims) != 0 {
+		t.Fatalf("after the claim's pod stopped: %v %v", claims, err)
+	}
+}
+
 // TestPrepareRefusals: nothing is tracked or prepared for a claim the
 // pod may not use here.
 func TestPrepareRefusals(t *testing.T) {
