@@ -417,3 +417,40 @@ func TestProbeResults(t *testing.T) {
 		t.Errorf("results of a forgotten pod kept: %+v", s.Probes)
 	}
 }
+
+// In a burst, commits are at least commitWindow apart: a change right
+// after a commit waits for the window (Run is seen waiting on its timer)
+// and is committed when it ends; a Flush does not wait for it; a change
+// after a quiet spell is committed at once.
+func TestCommitWindow(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	j := openRunning(t, options(t, clk))
+	testutil.WaitFor(t, "Run's prune ticker", func() bool { return clk.Waiters() == 1 })
+	upToDate := func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return j.committed == j.queued
+	}
+	decide := func(name string) { j.Decide(testPod(name, types.UID(name), ""), true, "", "") }
+
+	decide("first")
+	testutil.WaitFor(t, "the first change committed at once", upToDate)
+	decide("second")
+	testutil.WaitFor(t, "the second change waiting for the window", func() bool { return clk.Waiters() == 2 })
+	if upToDate() {
+		t.Fatal("a change right after a commit was committed within the window")
+	}
+	clk.Step(commitWindow)
+	testutil.WaitFor(t, "the second change committed when the window ended", upToDate)
+
+	decide("third")
+	testutil.WaitFor(t, "the third change waiting for the window", func() bool { return clk.Waiters() == 2 })
+	flush(t, j.Journal)
+
+	clk.Step(time.Second)
+	decide("after a quiet spell")
+	testutil.WaitFor(t, "a change after a quiet spell committed at once", upToDate)
+	if n := clk.Waiters(); n != 1 {
+		t.Fatalf("%d waiters after the quiet spell's commit, want the prune ticker alone", n)
+	}
+}
