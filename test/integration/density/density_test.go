@@ -14,6 +14,7 @@ package density
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -122,6 +123,7 @@ func BenchmarkDensity(b *testing.B) {
 			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s\n", round, n, res.cpu)
 			fmt.Printf("round %d, %d pods: CPU used during the delete burst: %s; during the floor's stops (before): %s\n", round, n, res.cpuStop, res.floorCPUStop)
 			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
+			fmt.Printf("round %d, %d pods: where the client's create → Ready went: %s\n", round, n, res.legs.String(pct(res.floorStart, 100)))
 			fmt.Printf("round %d, %d pods: the slowest pod's timeline:\n%s", round, n, res.slowest)
 			r.results = append(r.results, res)
 		}
@@ -173,8 +175,11 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		profiled = make(chan error, 1)
 		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
 	}
-	res.start, res.allReady = burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
+	createStart := time.Now()
+	created, ready := burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
+	res.start, res.allReady = since(created, ready), latest(ready).Sub(createStart)
 	res.slowest = slowestTimeline(x, names, res.start)
+	res.legs = splitLegs(x, names, created, ready)
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			b.Fatal(err)
@@ -456,19 +461,17 @@ func benchPod(name, nodeName string) *v1.Pod {
 
 // burstCreate creates the pods at once and returns each one's create →
 // Ready time and the time from the first create to the last Ready.
-func burstCreate(b *testing.B, c kubernetes.Interface, w *watcher, ns, nodeName string, names []string) ([]time.Duration, time.Duration) {
-	created := make([]time.Time, len(names))
+func burstCreate(b *testing.B, c kubernetes.Interface, w *watcher, ns, nodeName string, names []string) (created, ready []time.Time) {
+	created = make([]time.Time, len(names))
 	at := func(i int) error {
 		created[i] = time.Now()
 		_, err := c.CoreV1().Pods(ns).Create(context.Background(), benchPod(names[i], nodeName), metav1.CreateOptions{})
 		return err
 	}
-	start := time.Now()
 	if err := all(len(names), at); err != nil {
 		b.Fatal(err)
 	}
-	ready := w.waitAll(b, w.ready, names, "Ready")
-	return since(created, ready), latest(ready).Sub(start)
+	return created, w.waitAll(b, w.ready, names, "Ready")
 }
 
 // burstDelete deletes the pods at once (default grace; they exit on
@@ -572,6 +575,75 @@ type result struct {
 	// slowest is the lifecycle timeline of the pod that took longest to
 	// be Ready (nodelet's text rendering): where its time went.
 	slowest string
+	// legs splits the client's create → Ready by nodelet's timelines.
+	legs legs
+}
+
+// legs splits each pod's create → Ready, as the client saw it, at the
+// moments nodelet's timeline recorded: the API server's way in (create →
+// nodelet saw the pod), nodelet and the runtime (seen → running), and the
+// way out (running → the client saw Ready: the status write and the
+// watch). nodeAll is from the first pod seen to the last running, the
+// span comparable with the floor's all started, which has no API legs.
+type legs struct {
+	in, node, out []time.Duration
+	nodeAll       time.Duration
+	err           error
+}
+
+// splitLegs reads every pod's timeline (JSON) through the node proxy.
+func splitLegs(x bench, names []string, created, ready []time.Time) legs {
+	var l legs
+	var first, last time.Time
+	for i, name := range names {
+		body, err := x.client.CoreV1().RESTClient().Get().
+			AbsPath("/api/v1/nodes", x.nodeName, "proxy", "debug", "pods", x.ns, name, "timeline").
+			Param("format", "json").DoRaw(context.Background())
+		if err != nil {
+			return legs{err: fmt.Errorf("the timeline of %s: %w", name, err)}
+		}
+		var tl struct {
+			Steps []struct {
+				Kind, Name string
+				Start      time.Time
+			}
+		}
+		if err := json.Unmarshal(body, &tl); err != nil {
+			return legs{err: fmt.Errorf("the timeline of %s: %w", name, err)}
+		}
+		var seen, running time.Time
+		for _, st := range tl.Steps {
+			switch {
+			case st.Kind == "source" && st.Name == "seen" && seen.IsZero():
+				seen = st.Start
+			case st.Kind == "running" && running.IsZero():
+				running = st.Start
+			}
+		}
+		if seen.IsZero() || running.IsZero() {
+			return legs{err: fmt.Errorf("the timeline of %s has no seen or running step", name)}
+		}
+		l.in = append(l.in, seen.Sub(created[i]))
+		l.node = append(l.node, running.Sub(seen))
+		l.out = append(l.out, ready[i].Sub(running))
+		if first.IsZero() || seen.Before(first) {
+			first = seen
+		}
+		if running.After(last) {
+			last = running
+		}
+	}
+	l.nodeAll = last.Sub(first)
+	return l
+}
+
+func (l legs) String(floorAll time.Duration) string {
+	if l.err != nil {
+		return l.err.Error()
+	}
+	return fmt.Sprintf("create → nodelet saw it p50 %s max %s; seen → running p50 %s max %s, first seen → last running %s (floor all started %s, ×%s); running → the client saw Ready p50 %s max %s",
+		ms(pct(l.in, 50)), ms(pct(l.in, 100)), ms(pct(l.node, 50)), ms(pct(l.node, 100)), ms(l.nodeAll), ms(floorAll), ratio(l.nodeAll, floorAll),
+		ms(pct(l.out, 50)), ms(pct(l.out, 100)))
 }
 
 // slowestTimeline fetches the timeline of the pod that took longest from
