@@ -120,7 +120,7 @@ func BenchmarkDensity(b *testing.B) {
 			// Printed, not logged: a benchmark's log is cut after ten lines.
 			fmt.Printf("round %d, %d pods: %s\n", round, n, res.line())
 			fmt.Printf("round %d, %d pods: floor all started before nodelet %s, after %s\n", round, n, ms(res.floorBefore), ms(res.floorAfter))
-			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s\n", round, n, res.cpu)
+			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s; during the floor's starts (before): %s\n", round, n, res.cpu, res.floorCPUStart)
 			fmt.Printf("round %d, %d pods: CPU used during the delete burst: %s; during the floor's stops (before): %s\n", round, n, res.cpuStop, res.floorCPUStop)
 			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
 			fmt.Printf("round %d, %d pods: where the client's create → Ready went: %s\n", round, n, res.legs.String(pct(res.floorStart, 100)))
@@ -216,15 +216,16 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	res.floorStart, res.floorStop = mean(before.start, after.start), mean(before.stop, after.stop)
 	res.floorBefore, res.floorAfter = pct(before.start, 100), pct(after.start, 100)
 	res.ops = compareOps(before.calls, opsBefore, opsAfter)
-	res.floorCPUStop = before.cpuStop
+	res.floorCPUStart, res.floorCPUStop = before.cpuStart, before.cpuStop
 	return res
 }
 
 type floorResult struct {
 	start, stop []time.Duration
-	// cpuStop is what each command used while the floor stopped its pods.
-	cpuStop string
-	calls   map[string]testbed.CallStats
+	// cpuStart and cpuStop are what each command used while the floor
+	// started and stopped its pods.
+	cpuStart, cpuStop string
+	calls             map[string]testbed.CallStats
 }
 
 // floorRun starts and stops n pods straight through CRI, parallel at a
@@ -237,10 +238,12 @@ func floorRun(b *testing.B, x bench, prefix string, n, parallelism int) floorRes
 	f := &testbed.Floor{CD: cd, Parallel: parallelism, LogDir: b.TempDir(), Template: x.template}
 	var out floorResult
 	var err error
+	cpuBefore := testbed.CPUByCommand()
 	if out.start, err = f.Start(ctx, prefix, n); err != nil {
 		b.Fatal(err)
 	}
-	cpuBefore := testbed.CPUByCommand()
+	out.cpuStart = cpuSince(cpuBefore)
+	cpuBefore = testbed.CPUByCommand()
 	if out.stop, err = f.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -568,8 +571,9 @@ type result struct {
 	memory string
 	// cpu is what each command used during the create burst.
 	cpu, cpuStop string
-	// floorCPUStop is what each command used during the floor's stops.
-	floorCPUStop string
+	// floorCPUStart and floorCPUStop are what each command used during
+	// the floor's starts and stops (the run before the burst).
+	floorCPUStart, floorCPUStop string
 	// ops compares nodelet's mean CRI call latencies with the floor's.
 	ops string
 	// slowest is the lifecycle timeline of the pod that took longest to
