@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 // returns its own clean-up.
 func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cleanup func(), err error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	sweepStaleCgroups()
 	var err error
 	if _, err = NodeletBinary(); err == nil {
 		*cd, err = StartContainerd(ctx)
@@ -48,11 +52,7 @@ func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cle
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		cleanups[i]()
 	}
-	if cg, err := cm.New(cm.Options{CgroupRoot: CgroupRoot()}); err == nil {
-		if err := cg.RemoveRoot(); err != nil {
-			fmt.Fprintln(os.Stderr, "removing test cgroups:", err)
-		}
-	}
+	removeCgroupRoot(CgroupRoot())
 	if err := (*cd).Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping test bed:", err)
 		if code == 0 {
@@ -61,6 +61,38 @@ func Main(m *testing.M, cd **Containerd, extra ...func(ctx context.Context) (cle
 	}
 	removeBinaries()
 	os.Exit(code)
+}
+
+// sweepStaleCgroups removes the cgroup roots of test processes that are
+// gone: a run killed before its teardown leaves its root in every
+// hierarchy, with a cgroup for each pod its floors started (1,300 after
+// one density run), and later runs would work among them.
+func sweepStaleCgroups() {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/nodelet-test-*")
+	unified, _ := filepath.Glob("/sys/fs/cgroup/nodelet-test-*")
+	seen := map[string]bool{}
+	for _, dir := range append(roots, unified...) {
+		name := filepath.Base(dir)
+		pid, err := strconv.Atoi(strings.TrimPrefix(name, "nodelet-test-"))
+		if err != nil || seen[name] {
+			continue
+		}
+		seen[name] = true
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			continue // that test run is still going
+		}
+		removeCgroupRoot("/" + name)
+	}
+}
+
+// removeCgroupRoot removes a test cgroup root and what is below it, in
+// every hierarchy; a failure is reported, not fatal.
+func removeCgroupRoot(root string) {
+	if cg, err := cm.New(cm.Options{CgroupRoot: root}); err == nil {
+		if err := cg.RemoveRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, "removing test cgroups:", err)
+		}
+	}
 }
 
 // RemoveBuilt removes the binaries built for the tests (for a TestMain
