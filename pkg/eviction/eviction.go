@@ -150,12 +150,13 @@ func (m *Manager) Synchronize(ctx context.Context) (*v1.Pod, error) {
 	readings := Readings(&summary.Node)
 	due, crossed := m.due(readings)
 	m.o.Conditions.update(crossed)
-	if len(due) > 0 || slices.ContainsFunc(m.o.Pods.ActivePods(), hasLocalLimit) {
+	limited := slices.DeleteFunc(m.o.Pods.ActivePods(), func(p *v1.Pod) bool { return !hasLocalLimit(p) })
+	if len(due) > 0 || len(limited) > 0 {
 		if summary.Pods, err = m.o.Stats.PodStats(ctx); err != nil {
 			return nil, fmt.Errorf("measuring the pods: %w", err)
 		}
 	}
-	if evicted := m.localStorage(ctx, summary); len(evicted) > 0 {
+	if evicted := m.localStorage(ctx, summary, limited); len(evicted) > 0 {
 		return evicted[0], nil
 	}
 	klog.V(4).InfoS("Eviction manager: measured the node", "memoryAvailable", readings[SignalMemoryAvailable].Available, "thresholdsDue", len(due), "podsMeasured", len(summary.Pods))

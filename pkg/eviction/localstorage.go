@@ -17,16 +17,17 @@ import (
 // whatever the node's signals: an emptyDir over its sizeLimit, the pod over
 // the sum of its containers' ephemeral-storage limits, or a container over
 // its own (writable layer plus logs). As upstream, these come first, and an
-// interval that evicts for them evicts for nothing else.
-func (m *Manager) localStorage(ctx context.Context, summary *statsapi.Summary) []*v1.Pod {
+// interval that evicts for them evicts for nothing else. limited are the
+// active pods with such a limit (hasLocalLimit).
+func (m *Manager) localStorage(ctx context.Context, summary *statsapi.Summary, limited []*v1.Pod) []*v1.Pod {
 	stats := map[types.UID]*statsapi.PodStats{}
 	for i := range summary.Pods {
 		stats[types.UID(summary.Pods[i].PodRef.UID)] = &summary.Pods[i]
 	}
 	var out []*v1.Pod
-	for _, pod := range m.o.Pods.ActivePods() {
+	for _, pod := range limited {
 		ps, ok := stats[pod.UID]
-		if !ok || podutil.IsCritical(pod) {
+		if !ok {
 			continue
 		}
 		if msg := overLocalLimit(pod, ps); msg != "" {

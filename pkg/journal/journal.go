@@ -12,9 +12,10 @@
 //
 // Writers never wait for the disk: a change is encoded at once and queued,
 // and Run commits the queue, one transaction (and fsync) per batch, newest
-// value of each key winning; in a burst, commits are commitWindow apart. A record is sealed with a CRC-32C, so a
-// damaged one is detected and skipped on load, never half-applied; a file
-// bbolt cannot open or check is moved aside and a new one started.
+// value of each key winning; in a burst, commits are commitWindow apart.
+// A record is sealed with a CRC-32C, so a damaged one is detected and
+// skipped on load, never half-applied; a file bbolt cannot open or check
+// is moved aside and a new one started.
 package journal
 
 import (
@@ -381,10 +382,7 @@ func (j *Journal) Flush(ctx context.Context) error {
 		if done {
 			return nil
 		}
-		select {
-		case j.urgent <- struct{}{}:
-		default:
-		}
+		signal(j.urgent)
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -393,9 +391,10 @@ func (j *Journal) Flush(ctx context.Context) error {
 	}
 }
 
-func (j *Journal) poke() {
+// signal leaves one wake-up on ch (buffered, of one) without waiting.
+func signal(ch chan struct{}) {
 	select {
-	case j.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -408,7 +407,7 @@ func (j *Journal) queue(changes map[bkey]op) {
 	}
 	j.queued++
 	j.mu.Unlock()
-	j.poke()
+	signal(j.wake)
 }
 
 // put queues one record, encoded as JSON.

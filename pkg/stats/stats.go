@@ -114,10 +114,9 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsap
 	if err != nil {
 		return nil, err
 	}
-	if s.Pods, err = p.podStats(ctx, imageFs, onlyCPUAndMemory); err != nil {
+	if s.Pods, err = p.pods(ctx, imageFs, onlyCPUAndMemory); err != nil {
 		return nil, err
 	}
-	p.forgetStale(s.Node.CPU.Time.Time)
 	return s, nil
 }
 
@@ -136,11 +135,18 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsapi.PodStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	pods, err := p.podStats(ctx, imageFs, false)
-	if err == nil {
-		p.forgetStale(p.o.Clock.Now())
+	return p.pods(ctx, imageFs, false)
+}
+
+// pods measures the running pods, then forgets the CPU samples of the
+// cgroups not seen for a while.
+func (p *Provider) pods(ctx context.Context, imageFs *statsapi.FsStats, onlyCPUAndMemory bool) ([]statsapi.PodStats, error) {
+	out, err := p.podStats(ctx, imageFs, onlyCPUAndMemory)
+	if err != nil {
+		return nil, err
 	}
-	return pods, err
+	p.forgetStale(p.o.Clock.Now())
+	return out, nil
 }
 
 // node is a summary of the node alone, and its image filesystem (nil with
