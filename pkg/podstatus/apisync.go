@@ -1,6 +1,7 @@
 package podstatus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -52,7 +52,8 @@ type PodSource interface {
 
 // APISyncer writes the manager's statuses to the API server: each pod's
 // status as soon as it changes (changes in between are coalesced into the
-// newest), pods in the order their statuses changed, a few at a time, and
+// newest), pods in the order their statuses changed (those past Pending,
+// finished or deletable before first sightings), a few at a time, and
 // never moving the API's status out of a terminal phase; and once a
 // deleted pod has stopped for good, it deletes the object with grace 0
 // and a UID precondition, which completes the graceful deletion the user
@@ -68,7 +69,7 @@ type APISyncer struct {
 	pods   PodSource
 	clock  clock.WithTicker
 	steps  StepRecorder
-	queue  workqueue.TypedDelayingInterface[types.UID]
+	queue  *writeQueue
 
 	mu sync.Mutex
 	// synced is the version of each pod's status last written (or found
@@ -97,7 +98,7 @@ func NewAPISyncer(o APISyncerOptions) *APISyncer {
 	}
 	return &APISyncer{
 		client: o.Client, m: o.Status, pods: o.Pods, clock: o.Clock, steps: o.Steps,
-		queue:  workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{Clock: o.Clock, Name: ""}),
+		queue:  newWriteQueue(o.Clock),
 		synced: map[types.UID]uint64{}, target: map[types.UID]types.UID{}, deleted: map[types.UID]bool{},
 		reread: map[types.UID]bool{}, checked: map[types.UID]checkedPair{},
 	}
@@ -139,8 +140,8 @@ func (s *APISyncer) Run(ctx context.Context) {
 	t := s.clock.NewTicker(resyncPeriod)
 	defer t.Stop()
 	for {
-		for _, uid := range s.due() {
-			s.queue.Add(uid)
+		for _, d := range s.due() {
+			s.queue.Add(d.uid, d.urgent)
 		}
 		select {
 		case <-ctx.Done():
@@ -168,13 +169,13 @@ func (s *APISyncer) Flush(ctx context.Context) {
 }
 
 func (s *APISyncer) processNext(ctx context.Context) bool {
-	uid, quit := s.queue.Get()
+	uid, urgent, quit := s.queue.Get()
 	if quit {
 		return false
 	}
 	defer s.queue.Done(uid)
 	if !s.syncOne(ctx, uid) {
-		s.queue.AddAfter(uid, retryDelay)
+		s.queue.AddAfter(uid, urgent, retryDelay)
 	}
 	return true
 }
@@ -183,21 +184,29 @@ func (s *APISyncer) processNext(ctx context.Context) bool {
 // deletes the pods that may now go. It reports whether something must be
 // tried again soon. Run does the same with several writers.
 func (s *APISyncer) SyncBatch(ctx context.Context) (retry bool) {
-	for _, uid := range s.due() {
-		if !s.syncOne(ctx, uid) {
+	for _, d := range s.due() {
+		if !s.syncOne(ctx, d.uid) {
 			retry = true
 		}
 	}
 	return retry
 }
 
-// due lists the pods with something to write or delete, oldest change
-// first, and forgets the state of pods the manager no longer has.
-func (s *APISyncer) due() []types.UID {
+// dueWrite is a pod with something to write or delete; urgent when the
+// write is news a client waits for (see writeQueue).
+type dueWrite struct {
+	uid    types.UID
+	urgent bool
+}
+
+// due lists the pods with something to write or delete: the urgent ones
+// (started, finished, or deletable) first, each class oldest change
+// first. It forgets the state of pods the manager no longer has.
+func (s *APISyncer) due() []dueWrite {
 	all := s.m.versions()
-	slices.SortFunc(all, func(a, b versionInfo) int { return int(a.seq - b.seq) })
+	slices.SortFunc(all, func(a, b versionInfo) int { return cmp.Compare(a.seq, b.seq) })
 	live := make(map[types.UID]bool, len(all))
-	var out []types.UID
+	var urgent, normal []dueWrite
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range all {
@@ -205,8 +214,13 @@ func (s *APISyncer) due() []types.UID {
 		if s.deleted[p.uid] {
 			continue
 		}
-		if s.synced[p.uid] != p.version || s.deletableLocked(p) || s.needsReconcileLocked(p) {
-			out = append(out, p.uid)
+		deletable := s.deletableLocked(p)
+		switch {
+		case s.synced[p.uid] == p.version && !deletable && !s.needsReconcileLocked(p):
+		case p.started || p.finished || deletable:
+			urgent = append(urgent, dueWrite{p.uid, true})
+		default:
+			normal = append(normal, dueWrite{p.uid, false})
 		}
 	}
 	for uid := range s.synced {
@@ -218,7 +232,7 @@ func (s *APISyncer) due() []types.UID {
 			delete(s.checked, uid)
 		}
 	}
-	return out
+	return append(urgent, normal...)
 }
 
 // deletableLocked reports whether the pod's object may be deleted: it is

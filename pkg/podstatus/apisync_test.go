@@ -308,8 +308,43 @@ func TestSyncerTakesTheOldestChangeFirst(t *testing.T) {
 	for _, name := range []string{"d", "b", "e", "a", "c"} {
 		m.SetPodStatus(testPod(name), ready(v1.ConditionTrue))
 	}
-	if got := fmt.Sprint(s.due()); got != "[d b e a c]" {
+	if got := dueUIDs(s); got != "[d b e a c]" {
 		t.Fatalf("due %s", got)
+	}
+}
+
+func dueUIDs(s *APISyncer) string {
+	var out []types.UID
+	for _, d := range s.due() {
+		out = append(out, d.uid)
+	}
+	return fmt.Sprint(out)
+}
+
+// TestSyncerTakesStartedPodsFirst: in a burst, pods that started (or
+// stopped, or may be deleted) are written before pods only just seen,
+// whose Pending status says nothing a client waits for; each class in
+// the order of change.
+func TestSyncerTakesStartedPodsFirst(t *testing.T) {
+	var objs []*v1.Pod
+	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
+		objs = append(objs, testPod(name))
+	}
+	s, m, _, _ := newSyncer(t, objs...)
+	pending := v1.PodStatus{Phase: v1.PodPending}
+	m.SetPodStatus(testPod("a"), pending)
+	m.SetPodStatus(testPod("b"), pending)
+	m.SetPodStatus(testPod("c"), ready(v1.ConditionTrue))
+	m.SetPodStatus(testPod("d"), pending)
+	m.SetPodStatus(testPod("e"), v1.PodStatus{Phase: v1.PodFailed})
+	m.SetPodStatus(testPod("b"), ready(v1.ConditionFalse))
+	m.SetPodStatus(testPod("f"), pending)
+	var got []string
+	for _, d := range s.due() {
+		got = append(got, fmt.Sprintf("%s:%v", d.uid, d.urgent))
+	}
+	if want := "[c:true e:true b:true a:false d:false f:false]"; fmt.Sprint(got) != want {
+		t.Fatalf("due %v, want %s", got, want)
 	}
 }
 
@@ -446,4 +481,56 @@ func TestSyncerHoldsTheTerminalPhaseWhileContainersMayRun(t *testing.T) {
 	if got := apiPod(t, client, "a"); got.Status.Phase != v1.PodFailed || got.Status.Reason != "DeadlineExceeded" {
 		t.Fatalf("once the containers are gone: phase %s reason %q", got.Status.Phase, got.Status.Reason)
 	}
+}
+
+// TestSyncerRunWritesAStartedPodBeforeWaitingFirstSightings: with every
+// writer busy and Pending pods waiting, a pod that starts is written by
+// the next free writer, ahead of them.
+func TestSyncerRunWritesAStartedPodBeforeWaitingFirstSightings(t *testing.T) {
+	var objs []*v1.Pod
+	for i := 0; i < writers+4; i++ {
+		objs = append(objs, testPod(fmt.Sprintf("p%d", i)))
+	}
+	_, m, client, pods := newSyncer(t, objs...)
+	// Each write blocks just before its PATCH (the fake client serializes
+	// its reactors, so they cannot hold the writers).
+	steps := &blockingSteps{entered: make(chan string, 2*len(objs)), release: make(chan struct{})}
+	s := NewAPISyncer(APISyncerOptions{Client: kubeclienttest.Wrap(client), Status: m, Pods: pods,
+		Clock: testingclock.NewFakeClock(time.Unix(1000, 0)), Steps: steps})
+	for _, o := range objs {
+		m.SetPodStatus(o, v1.PodStatus{Phase: v1.PodPending})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); close(steps.release); <-done }()
+	first := map[string]bool{}
+	for i := 0; i < writers; i++ {
+		first[<-steps.entered] = true
+	}
+	last := objs[len(objs)-1]
+	if first[last.Name] {
+		t.Fatalf("writers took %v first, not the oldest changes", first)
+	}
+	m.SetPodStatus(last, ready(v1.ConditionTrue))
+	testutil.WaitFor(t, "the started pod waiting as urgent", func() bool {
+		s.queue.mu.Lock()
+		defer s.queue.mu.Unlock()
+		return len(s.queue.urgent) == 1 && s.queue.urgent[0] == last.UID
+	})
+	steps.release <- struct{}{}
+	if next := <-steps.entered; next != last.Name {
+		t.Fatalf("the next write was %s's, not the started pod %s's", next, last.Name)
+	}
+}
+
+type blockingSteps struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (b *blockingSteps) Begin(pod *v1.Pod, _ timeline.Kind, _ string) func(error, string) {
+	b.entered <- pod.Name
+	<-b.release
+	return func(error, string) {}
 }

@@ -75,6 +75,14 @@ type versionInfo struct {
 	seq      uint64
 	mirrorOf string
 	finished bool
+	// started: the status is past Pending (running or terminal), news a
+	// client waits for, written before first sightings.
+	started bool
+}
+
+func (v *versioned) info(uid types.UID) versionInfo {
+	return versionInfo{uid: uid, version: v.version, seq: v.seq, mirrorOf: v.mirrorOf, finished: v.finished,
+		started: v.status.Phase != v1.PodPending && v.status.Phase != ""}
 }
 
 // pending is one pod's status to write.
@@ -90,7 +98,7 @@ func (m *Manager) versions() []versionInfo {
 	defer m.mu.RUnlock()
 	out := make([]versionInfo, 0, len(m.statuses))
 	for uid, v := range m.statuses {
-		out = append(out, versionInfo{uid: uid, version: v.version, seq: v.seq, mirrorOf: v.mirrorOf, finished: v.finished})
+		out = append(out, v.info(uid))
 	}
 	return out
 }
@@ -104,7 +112,7 @@ func (m *Manager) pending(uid types.UID) (pending, bool) {
 		return pending{}, false
 	}
 	return pending{
-		versionInfo: versionInfo{uid: uid, version: v.version, seq: v.seq, mirrorOf: v.mirrorOf, finished: v.finished},
+		versionInfo: v.info(uid),
 		name:        v.name, namespace: v.namespace, status: *v.status.DeepCopy(),
 	}, true
 }

@@ -1,0 +1,171 @@
+package podstatus
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
+)
+
+func newTestQueue() (*writeQueue, *testingclock.FakeClock) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	return newWriteQueue(clk), clk
+}
+
+// drain takes (and ends) every pod waiting, and lists them with their class.
+func drain(q *writeQueue) string {
+	var out []string
+	for {
+		q.mu.Lock()
+		empty := len(q.urgent) == 0 && len(q.normal) == 0
+		q.mu.Unlock()
+		if empty {
+			return fmt.Sprint(out)
+		}
+		uid, urgent, _ := q.Get()
+		q.Done(uid)
+		out = append(out, fmt.Sprintf("%s:%v", uid, urgent))
+	}
+}
+
+func TestWriteQueueUrgentFirstEachInOrder(t *testing.T) {
+	q, _ := newTestQueue()
+	q.Add("n1", false)
+	q.Add("n2", false)
+	q.Add("u1", true)
+	q.Add("n3", false)
+	q.Add("u2", true)
+	q.Add("n1", false) // waiting already: keeps its place
+	q.Add("u1", false) // an urgent pod stays urgent
+	if got, want := drain(q), "[u1:true u2:true n1:false n2:false n3:false]"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+}
+
+// A waiting pod that becomes urgent moves to the urgent list's end, once.
+func TestWriteQueueMovesAPodThatBecomesUrgent(t *testing.T) {
+	q, _ := newTestQueue()
+	q.Add("a", false)
+	q.Add("b", false)
+	q.Add("u", true)
+	q.Add("a", true)
+	q.Add("a", true)
+	if got, want := drain(q), "[u:true a:true b:false]"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+}
+
+// A pod added while a writer has it is not handed to a second writer; it
+// comes back after Done, in the strongest class it was added with.
+func TestWriteQueueNeverHandsAPodToTwoWriters(t *testing.T) {
+	q, _ := newTestQueue()
+	q.Add("a", false)
+	uid, _, _ := q.Get()
+	if uid != "a" {
+		t.Fatalf("got %s", uid)
+	}
+	q.Add("a", false)
+	q.Add("a", true)
+	q.Add("b", false)
+	if got := drain(q); got != "[b:false]" {
+		t.Fatalf("while a is held: %s", got)
+	}
+	q.Done("a")
+	if got := drain(q); got != "[a:true]" {
+		t.Fatalf("after Done: %s", got)
+	}
+}
+
+func TestWriteQueueAddAfter(t *testing.T) {
+	q, clk := newTestQueue()
+	q.AddAfter("a", true, 500*time.Millisecond)
+	testutil.WaitFor(t, "the retry waits on the clock", clk.HasWaiters)
+	if got := drain(q); got != "[]" {
+		t.Fatalf("before the delay: %s", got)
+	}
+	clk.Step(500 * time.Millisecond)
+	uid, urgent, quit := q.Get()
+	if uid != "a" || !urgent || quit {
+		t.Fatalf("got %s %v %v", uid, urgent, quit)
+	}
+}
+
+func TestWriteQueueShutDownWakesWriters(t *testing.T) {
+	q, _ := newTestQueue()
+	quit := make(chan bool)
+	go func() { _, _, q := q.Get(); quit <- q }()
+	q.ShutDown()
+	if !<-quit {
+		t.Fatal("Get after ShutDown did not say quit")
+	}
+	q.Add("a", true)
+	if _, _, quit := q.Get(); !quit {
+		t.Fatal("a shut-down queue handed a pod out")
+	}
+}
+
+// TestWriteQueueConcurrent: writers and adders at once (with -race); no
+// pod is ever held by two writers, and every pod added is written after
+// its last addition.
+func TestWriteQueueConcurrent(t *testing.T) {
+	q, _ := newTestQueue()
+	var mu sync.Mutex
+	held := map[types.UID]bool{}
+	addedSinceWrite := map[types.UID]bool{}
+	var writers sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for {
+				uid, _, quit := q.Get()
+				if quit {
+					return
+				}
+				mu.Lock()
+				if held[uid] {
+					t.Errorf("pod %s held by two writers", uid)
+				}
+				held[uid] = true
+				delete(addedSinceWrite, uid)
+				mu.Unlock()
+				mu.Lock()
+				held[uid] = false
+				mu.Unlock()
+				q.Done(uid)
+			}
+		}()
+	}
+	var adders sync.WaitGroup
+	for a := 0; a < 4; a++ {
+		adders.Add(1)
+		go func() {
+			defer adders.Done()
+			for i := 0; i < 2000; i++ {
+				uid := types.UID(fmt.Sprint(i % 17))
+				mu.Lock()
+				addedSinceWrite[uid] = true
+				mu.Unlock()
+				q.Add(uid, i%3 == 0)
+			}
+		}()
+	}
+	adders.Wait()
+	testutil.WaitFor(t, "the queue idle", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.urgent)+len(q.normal)+len(q.processing)+len(q.again) == 0
+	})
+	mu.Lock()
+	if len(addedSinceWrite) != 0 {
+		t.Errorf("pods added and never written after: %v", addedSinceWrite)
+	}
+	mu.Unlock()
+	q.ShutDown()
+	writers.Wait()
+}
