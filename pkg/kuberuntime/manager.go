@@ -17,6 +17,7 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -380,54 +381,78 @@ func (m *Manager) GetPods(ctx context.Context) ([]*container.Pod, error) {
 }
 
 // GetPodStatus reads everything the runtime knows about one pod: all its
-// sandboxes and all its containers, dead or alive, newest first.
+// sandboxes and all its containers, dead or alive, newest first. The two
+// halves are read side by side: the read after a start or a stop is on
+// the way to the status a client waits for.
 func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error) {
 	cctx, cancel := m.call(ctx)
 	defer cancel()
-	now := m.clock.Now()
+	ps := &container.PodStatus{ID: uid, Name: name, Namespace: namespace, TimeStamp: m.clock.Now()}
 	selector := map[string]string{LabelPodUID: string(uid)}
-	sandboxes, err := m.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		ps.SandboxStatuses, err = m.sandboxStatuses(cctx, selector)
+		return err
+	})
+	g.Go(func() (err error) {
+		ps.ContainerStatuses, err = m.containerStatuses(cctx, selector)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
+	}
+	if len(ps.SandboxStatuses) > 0 && ps.SandboxStatuses[0].Ready {
+		ps.IPs = ps.SandboxStatuses[0].IPs
+	}
+	return ps, nil
+}
+
+// sandboxStatuses reads the sandboxes with the labels, newest first.
+func (m *Manager) sandboxStatuses(ctx context.Context, selector map[string]string) ([]*container.SandboxStatus, error) {
+	sandboxes, err := m.runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
 		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: selector},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing sandboxes of pod %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
-	ps := &container.PodStatus{ID: uid, Name: name, Namespace: namespace, TimeStamp: now}
+	var out []*container.SandboxStatus
 	for _, s := range sandboxes.GetItems() {
-		resp, err := m.runtime.PodSandboxStatus(cctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id})
+		resp, err := m.runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id})
 		if crierr.IsNotFound(err) {
 			continue // removed since the list
 		}
 		if err != nil {
-			return nil, fmt.Errorf("status of sandbox %s of pod %s/%s: %w", s.Id, namespace, name, err)
+			return nil, fmt.Errorf("status of sandbox %s: %w", s.Id, err)
 		}
-		ps.SandboxStatuses = append(ps.SandboxStatuses, sandboxStatusFromCRI(resp.GetStatus()))
+		out = append(out, sandboxStatusFromCRI(resp.GetStatus()))
 	}
-	container.SortSandboxesNewestFirst(ps.SandboxStatuses)
-	if len(ps.SandboxStatuses) > 0 && ps.SandboxStatuses[0].Ready {
-		ps.IPs = ps.SandboxStatuses[0].IPs
-	}
+	container.SortSandboxesNewestFirst(out)
+	return out, nil
+}
 
-	containers, err := m.runtime.ListContainers(cctx, &runtimeapi.ListContainersRequest{
+// containerStatuses reads the containers with the labels, newest first.
+func (m *Manager) containerStatuses(ctx context.Context, selector map[string]string) ([]*container.Status, error) {
+	containers, err := m.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{
 		Filter: &runtimeapi.ContainerFilter{LabelSelector: selector},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing containers of pod %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("listing containers: %w", err)
 	}
+	var out []*container.Status
 	for _, c := range containers.GetContainers() {
-		resp, err := m.runtime.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		resp, err := m.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
 		if crierr.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("status of container %s of pod %s/%s: %w", c.Id, namespace, name, err)
+			return nil, fmt.Errorf("status of container %s: %w", c.Id, err)
 		}
 		st := m.containerStatusFromCRI(resp.GetStatus())
 		st.SandboxID = c.PodSandboxId
-		ps.ContainerStatuses = append(ps.ContainerStatuses, st)
+		out = append(out, st)
 	}
-	container.SortNewestFirst(ps.ContainerStatuses)
-	return ps, nil
+	container.SortNewestFirst(out)
+	return out, nil
 }
 
 func stateFromCRI(s runtimeapi.ContainerState) container.State {

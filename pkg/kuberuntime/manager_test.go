@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testutil"
 
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -627,5 +628,61 @@ func TestSandboxChangePurgesInitContainers(t *testing.T) {
 	// The app container waits for init in the new sandbox.
 	if s := f.status(t, pod); len(s.RunningContainers()) != 1 || s.RunningContainers()[0].Name != "i1" {
 		t.Fatalf("running %v: want only the new init container", s.RunningContainers())
+	}
+}
+
+// rendezvous lets each of the two lists through only once the other has
+// begun: a GetPodStatus that reads its halves one after the other fails.
+type rendezvous struct {
+	*fakecri.Runtime
+	sandboxes, containers chan struct{}
+}
+
+func (r *rendezvous) meet(mine, theirs chan struct{}) error {
+	close(mine)
+	select {
+	case <-theirs:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New("the other half was not read meanwhile")
+	}
+}
+
+func (r *rendezvous) ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, o ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	if err := r.meet(r.sandboxes, r.containers); err != nil {
+		return nil, err
+	}
+	return r.Runtime.ListPodSandbox(ctx, in, o...)
+}
+
+func (r *rendezvous) ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, o ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	if err := r.meet(r.containers, r.sandboxes); err != nil {
+		return nil, err
+	}
+	return r.Runtime.ListContainers(ctx, in, o...)
+}
+
+// TestGetPodStatusReadsSandboxesAndContainersSideBySide: the read after a
+// start is on the way to the Running status, so its two halves overlap.
+func TestGetPodStatusReadsSandboxesAndContainersSideBySide(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	if err := f.sync(t, pod).Error(); err != nil {
+		t.Fatal(err)
+	}
+	rt := &rendezvous{Runtime: f.rt, sandboxes: make(chan struct{}), containers: make(chan struct{})}
+	m := New(Options{Runtime: rt, Images: f.rt, Helper: testHelper{t.TempDir()}, Recorder: f.recorder, Clock: f.clock, RuntimeName: "fake", PodLogsDir: t.TempDir()})
+	s, err := m.GetPodStatus(context.Background(), pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.SandboxStatuses) != 1 || !s.SandboxStatuses[0].Ready || len(s.ContainerStatuses) != 1 || len(s.IPs) == 0 {
+		t.Fatalf("status %+v", s)
+	}
+	// A failing half fails the read, its cause kept.
+	boom := errors.New("boom")
+	f.rt.FailNext("ListContainers", boom)
+	if _, err := f.m.GetPodStatus(context.Background(), pod.UID, pod.Name, pod.Namespace); !errors.Is(err, boom) {
+		t.Fatalf("err %v, want %v", err, boom)
 	}
 }
