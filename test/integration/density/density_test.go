@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -124,6 +125,7 @@ func BenchmarkDensity(b *testing.B) {
 			fmt.Printf("round %d, %d pods: CPU used during the delete burst: %s; during the floor's stops (before): %s\n", round, n, res.cpuStop, res.floorCPUStop)
 			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
 			fmt.Printf("round %d, %d pods: where the client's create → Ready went: %s\n", round, n, res.legs.String(pct(res.floorStart, 100)))
+			fmt.Printf("round %d, %d pods: %s\n", round, n, res.loadedLine())
 			fmt.Printf("round %d, %d pods: the slowest pod's timeline:\n%s", round, n, res.slowest)
 			r.results = append(r.results, res)
 		}
@@ -166,7 +168,7 @@ type bench struct {
 func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	ctx := context.Background()
 	res := result{round: round, pods: n}
-	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n, 0)
+	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n, 0, 0)
 	names := podNames(round, n)
 	opsBefore := runtimeOps(b, x.client, x.nodeName)
 	cpuBefore := testbed.CPUByCommand()
@@ -178,6 +180,7 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	createStart := time.Now()
 	created, ready := burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
 	res.start, res.allReady = since(created, ready), latest(ready).Sub(createStart)
+	res.clusterCores = sumCPU(cpuBefore, clusterCommands).Seconds() / res.allReady.Seconds()
 	res.slowest = slowestTimeline(x, names, res.start)
 	res.legs = splitLegs(x, names, created, ready)
 	if profiled != nil {
@@ -212,7 +215,12 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		sbs, err := cd.Sandboxes(ctx)
 		return err == nil && len(sbs) == 0, fmt.Sprintf("%d sandboxes left (%v)", len(sbs), err)
 	})
-	after := floorRun(b, x, fmt.Sprintf("floor-%d-%d-b", round, n), n, 0)
+	after := floorRun(b, x, fmt.Sprintf("floor-%d-%d-b", round, n), n, 0, 0)
+	// The floor again, with the cores the cluster's own processes used
+	// during the create burst kept busy beside it: what is left of the
+	// distance is nodelet's.
+	loaded := floorRun(b, x, fmt.Sprintf("floor-%d-%d-c", round, n), n, 0, res.clusterCores)
+	res.loadedStart = pct(loaded.start, 100)
 	res.floorStart, res.floorStop = mean(before.start, after.start), mean(before.stop, after.stop)
 	res.floorBefore, res.floorAfter = pct(before.start, 100), pct(after.start, 100)
 	res.ops = compareOps(before.calls, opsBefore, opsAfter)
@@ -229,8 +237,9 @@ type floorResult struct {
 }
 
 // floorRun starts and stops n pods straight through CRI, parallel at a
-// time (the reference floor's parallelism when 0).
-func floorRun(b *testing.B, x bench, prefix string, n, parallelism int) floorResult {
+// time (the reference floor's parallelism when 0); with a load, that many
+// cores are kept busy beside the starts.
+func floorRun(b *testing.B, x bench, prefix string, n, parallelism int, load float64) floorResult {
 	ctx := context.Background()
 	if parallelism == 0 {
 		parallelism = *parallel
@@ -239,7 +248,10 @@ func floorRun(b *testing.B, x bench, prefix string, n, parallelism int) floorRes
 	var out floorResult
 	var err error
 	cpuBefore := testbed.CPUByCommand()
-	if out.start, err = f.Start(ctx, prefix, n); err != nil {
+	stopBurn := burn(load)
+	out.start, err = f.Start(ctx, prefix, n)
+	stopBurn()
+	if err != nil {
 		b.Fatal(err)
 	}
 	out.cpuStart = cpuSince(cpuBefore)
@@ -576,6 +588,11 @@ type result struct {
 	floorCPUStart, floorCPUStop string
 	// ops compares nodelet's mean CRI call latencies with the floor's.
 	ops string
+	// clusterCores is what the cluster's own processes (clusterCommands)
+	// used during the create burst, in cores; loadedStart is the floor's
+	// all started with as many cores kept busy beside it.
+	clusterCores float64
+	loadedStart  time.Duration
 	// slowest is the lifecycle timeline of the pod that took longest to
 	// be Ready (nodelet's text rendering): where its time went.
 	slowest string
@@ -762,6 +779,67 @@ func compareOps(floor, before, after map[string]testbed.CallStats) string {
 	return strings.Join(parts, ", ")
 }
 
+// clusterCommands are the cluster's processes besides nodelet and the
+// runtime: the control plane and the benchmark's own client (this
+// process, by its command name as the kernel keeps it: 15 bytes).
+var clusterCommands = []string{"kube-apiserver", "etcd", "kube-controller", "kube-scheduler", selfCommand()}
+
+func selfCommand() string {
+	b, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		return "density.test"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// sumCPU is the CPU the commands used since before.
+func sumCPU(before map[string]time.Duration, cmds []string) time.Duration {
+	now := testbed.CPUByCommand()
+	var sum time.Duration
+	for _, c := range cmds {
+		sum += now[c] - before[c]
+	}
+	return sum
+}
+
+// burn keeps cores busy (as a duty cycle over ceil(cores) goroutines, in
+// 10 ms periods) until the returned function is called. It stands in for
+// the cluster's CPU beside the floor, not for its disk writes.
+func burn(cores float64) (stop func()) {
+	if cores <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	k := int(math.Ceil(cores))
+	const period = 10 * time.Millisecond
+	busy := time.Duration(float64(period) * cores / float64(k))
+	for i := 0; i < k; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				start := time.Now()
+				for time.Since(start) < busy {
+				}
+				time.Sleep(period - busy)
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
+}
+
+// loadedLine compares nodelet with the floor run beside the cluster's CPU.
+func (r result) loadedLine() string {
+	return fmt.Sprintf("the floor with the cluster's own CPU kept busy beside it (%.2f cores: API server, etcd, controllers, scheduler, the client, as in the burst): all started %s (×%s the plain floor); nodelet's all ready ×%s and first seen → last running ×%s of it",
+		r.clusterCores, ms(r.loadedStart), ratio(r.loadedStart, pct(r.floorStart, 100)), ratio(r.allReady, r.loadedStart), ratio(r.legs.nodeAll, r.loadedStart))
+}
+
 // cpuSince lists the commands that used the most CPU since before.
 func cpuSince(before map[string]time.Duration) string {
 	type use struct {
@@ -858,6 +936,16 @@ func (r *report) String() string {
 			med(func(x result) float64 { return rat(pct(x.stop, 99), pct(x.floorStop, 99)) }),
 			med(func(x result) float64 { return rat(x.allGone, pct(x.floorStop, 100)) }))
 	}
+	for _, n := range order {
+		var all, node []float64
+		for _, x := range byCount[n] {
+			all = append(all, float64(x.allReady)/float64(x.loadedStart))
+			node = append(node, float64(x.legs.nodeAll)/float64(x.loadedStart))
+		}
+		slices.Sort(all)
+		slices.Sort(node)
+		fmt.Fprintf(&sb, "%4d pods against the floor with the cluster's CPU beside it: all ready ×%.2f, first seen → last running ×%.2f (medians)\n", n, all[len(all)/2], node[len(node)/2])
+	}
 	r.againstBest(&sb, order, byCount)
 	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s (%s)\nnodelet idle after: %s\n", r.idle, r.busy, r.memory, r.idleAfter)
 	return sb.String()
@@ -877,7 +965,7 @@ type curvePoint struct {
 func floorCurve(b *testing.B, x bench, n int, parallels []int) curve {
 	var c curve
 	for _, p := range parallels {
-		f := floorRun(b, x, fmt.Sprintf("curve-%d-%d", n, p), n, p)
+		f := floorRun(b, x, fmt.Sprintf("curve-%d-%d", n, p), n, p, 0)
 		c.points = append(c.points, curvePoint{parallel: p, start: f.start, stop: f.stop})
 	}
 	return c
