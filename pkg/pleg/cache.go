@@ -26,6 +26,10 @@ type cacheEntry struct {
 	status   *container.PodStatus
 	err      error
 	modified time.Time
+	// settled: read back by the pod worker's sync after its last change
+	// to the pod, and not handed to the worker since: fresh for its next
+	// sync, whatever that sync's minimum time.
+	settled bool
 }
 
 // NewCache returns an empty cache.
@@ -55,11 +59,14 @@ var ErrNotRelisted = errors.New("the pod lifecycle event generator has not compl
 // getIfFresh returns the entry when it is known to be at least as new as
 // min, and reports whether it is.
 func (c *Cache) getIfFresh(uid types.UID, min time.Time) (*container.PodStatus, error, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.entries[uid]
 	switch {
-	case ok && (e.modified.After(min) || c.relisted.After(min)):
+	case ok && (e.settled || e.modified.After(min) || c.relisted.After(min)):
+		// Handed to the worker: if this sync changes the pod, the next
+		// one must read it again.
+		e.settled = false
 		return e.status, e.err, true
 	case !ok && c.relisted.After(min):
 		return &container.PodStatus{ID: uid}, nil, true
@@ -76,6 +83,16 @@ func (c *Cache) Set(uid types.UID, status *container.PodStatus, err error, ts ti
 		return
 	}
 	c.entries[uid] = &cacheEntry{status: status, err: err, modified: ts}
+}
+
+// settle marks the entry read at ts as the pod worker's read back (see
+// Generic.Refresh), unless a newer read replaced it.
+func (c *Cache) settle(uid types.UID, ts time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[uid]; ok && e.err == nil && e.modified.Equal(ts) {
+		e.settled = true
+	}
 }
 
 // entry returns a pod's cached status, if one was read without error.

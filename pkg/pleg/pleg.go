@@ -406,17 +406,31 @@ func (g *Generic) GetNewerThan(ctx context.Context, uid types.UID, name, namespa
 	if s, err, ok := g.cache.getIfFresh(uid, min); ok {
 		return s, err
 	}
-	return g.Refresh(ctx, uid, name, namespace)
+	return g.read(ctx, uid, name, namespace, false)
 }
 
-// Refresh reads one pod from the runtime into the cache now.
+// Refresh reads back a pod that the pod worker's sync has just changed
+// (its containers started, or all stopped), as that sync's last runtime
+// call. The status stands for everything the sync did, so the worker's
+// next sync takes it from the cache, once, however old: in a burst that
+// next sync comes milliseconds later (the API's echo of the status just
+// written), and would otherwise read the pod again.
 func (g *Generic) Refresh(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error) {
+	return g.read(ctx, uid, name, namespace, true)
+}
+
+// read reads one pod from the runtime into the cache now; settled marks
+// it as the sync's read back (see Refresh).
+func (g *Generic) read(ctx context.Context, uid types.UID, name, namespace string, settled bool) (*container.PodStatus, error) {
 	ts := g.clock.Now()
 	s, err := g.runtime.GetPodStatus(ctx, uid, name, namespace)
 	if err != nil {
 		return nil, err
 	}
 	g.cache.Set(uid, s, nil, ts)
+	if settled {
+		g.cache.settle(uid, ts)
+	}
 	// The stored status may be newer than ours if a relist raced us.
 	return g.cache.Get(uid)
 }

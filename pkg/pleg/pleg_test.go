@@ -457,3 +457,43 @@ func TestRuntimePodsReusesTheRelist(t *testing.T) {
 		t.Fatalf("the runtime was listed %d more times with a stale relist, want 1", n-lists)
 	}
 }
+
+// TestReadBackServesTheWorkersNextSyncOnce: the worker's read back after
+// its sync changed the pod (Refresh) answers the worker's next sync from
+// the cache, whatever its minimum time, once; a read the worker made for
+// itself at a sync's start (GetNewerThan) does not, nor does the read
+// back once a newer read replaced it.
+func TestReadBackServesTheWorkersNextSyncOnce(t *testing.T) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	ctx := context.Background()
+	rt.set(pod("p", ctr("1", container.StateRunning)))
+	next := func(reads int, why string) {
+		t.Helper()
+		// The sync that read back ended after the read.
+		clk.Step(time.Millisecond)
+		if s, err := g.GetNewerThan(ctx, "p", "p", "ns", clk.Now()); err != nil || len(s.ContainerStatuses) != 1 {
+			t.Fatalf("status %v %v", s, err)
+		}
+		if n := rt.readCount("p"); n != reads {
+			t.Fatalf("%d reads, want %d: %s", n, reads, why)
+		}
+	}
+	if _, err := g.Refresh(ctx, "p", "p", "ns"); err != nil {
+		t.Fatal(err)
+	}
+	next(1, "the read back serves the next sync")
+	next(2, "the read back served one sync already; this one may have changed the pod")
+	next(3, "a sync's own read at its start is no read back")
+
+	if _, err := g.Refresh(ctx, "p", "p", "ns"); err != nil {
+		t.Fatal(err)
+	}
+	// A relist's newer read of the pod replaces the read back.
+	g.cache.Set("p", &container.PodStatus{ID: "p"}, nil, clk.Now().Add(time.Microsecond))
+	clk.Step(time.Millisecond)
+	if s, _ := g.GetNewerThan(ctx, "p", "p", "ns", clk.Now()); len(s.ContainerStatuses) != 1 || rt.readCount("p") != 5 {
+		t.Fatalf("status %v after %d reads: the replaced read back was used", s, rt.readCount("p"))
+	}
+}

@@ -38,9 +38,10 @@ type syncRuntime interface {
 }
 
 // podReads reads a pod's status from the runtime after the scripts changed
-// it (the containers just started, or all stopped). The PLEG's Refresh
-// keeps what it read in its cache, so the relist that then sees the same
-// change need not read the pod again.
+// it (the containers just started, or all stopped), as the sync's last
+// runtime call. The PLEG's Refresh keeps what it read in its cache, so
+// neither the relist that then sees the same change nor the worker's next
+// sync need read the pod again.
 type podReads interface {
 	Refresh(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
 }
