@@ -412,9 +412,10 @@ func (g *Generic) GetNewerThan(ctx context.Context, uid types.UID, name, namespa
 // Refresh reads back a pod that the pod worker's sync has just changed
 // (its containers started, or all stopped), as that sync's last runtime
 // call. The status stands for everything the sync did, so the worker's
-// next sync takes it from the cache, once, however old: in a burst that
-// next sync comes milliseconds later (the API's echo of the status just
-// written), and would otherwise read the pod again.
+// next sync takes it from the cache, once, however old: that next sync
+// often follows within milliseconds (an update that came while the sync
+// ran, or the step from terminating to terminated), and would otherwise
+// read the pod again.
 func (g *Generic) Refresh(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error) {
 	return g.read(ctx, uid, name, namespace, true)
 }
