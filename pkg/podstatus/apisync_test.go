@@ -514,9 +514,8 @@ func TestSyncerRunWritesAStartedPodBeforeWaitingFirstSightings(t *testing.T) {
 	}
 	m.SetPodStatus(last, ready(v1.ConditionTrue))
 	testutil.WaitFor(t, "the started pod waiting as urgent", func() bool {
-		s.queue.mu.Lock()
-		defer s.queue.mu.Unlock()
-		return len(s.queue.urgent) == 1 && s.queue.urgent[0] == last.UID
+		urgent, _ := s.queue.classes.waiting()
+		return len(urgent) == 1 && urgent[0] == last.UID
 	})
 	steps.release <- struct{}{}
 	if next := <-steps.entered; next != last.Name {

@@ -6,13 +6,16 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 )
 
-// writeQueue hands pods to the API writers. Like client-go's workqueue it
-// never hands one pod to two writers at once (a pod added while it is
-// being written is handed out again after Done), but it has two classes:
-// urgent pods go before the others, each class in the order added.
+// writeQueue hands pods to the API writers. It is client-go's delaying
+// workqueue, which never hands one pod to two writers (a pod added while a
+// writer holds it comes back after Done) and delays retries, with its
+// waiting pods kept in two classes (classes): urgent pods go before the
+// others, each class in the order added, and a pod takes the strongest
+// class it was added with since it was last handed out.
 //
 // Why two: in a burst, every new pod's first status (Pending) is written
 // while the earliest pods already run. Taken in the order of change, the
@@ -20,114 +23,119 @@ import (
 // 1.7 s in a 110-pod burst on the development VM; a client waiting for
 // Ready waited that long. Pending writes only say "seen"; they may wait.
 type writeQueue struct {
-	clock clock.Clock
-
-	mu   sync.Mutex
-	cond *sync.Cond
-	// urgent and normal are the pods waiting, in order; class says which
-	// list holds each.
-	urgent, normal []types.UID
-	class          map[types.UID]bool
-	// processing holds the pods a writer has; again those added since,
-	// with their class.
-	processing map[types.UID]bool
-	again      map[types.UID]bool
-	down       bool
-	stop       chan struct{}
+	q       workqueue.TypedDelayingInterface[types.UID]
+	classes *classes
 }
 
-func newWriteQueue(clk clock.Clock) *writeQueue {
-	q := &writeQueue{clock: clk, class: map[types.UID]bool{}, processing: map[types.UID]bool{},
-		again: map[types.UID]bool{}, stop: make(chan struct{})}
-	q.cond = sync.NewCond(&q.mu)
-	return q
+func newWriteQueue(clk clock.WithTicker) *writeQueue {
+	c := &classes{marks: map[types.UID]bool{}, popped: map[types.UID]bool{}}
+	q := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{
+		Clock: clk,
+		Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.UID]{Clock: clk, Queue: c}),
+	})
+	return &writeQueue{q: q, classes: c}
 }
 
-// Add queues uid unless it waits already; a waiting pod that becomes
-// urgent moves to the urgent list's end.
-func (q *writeQueue) Add(uid types.UID, urgent bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.addLocked(uid, urgent)
-}
-
-func (q *writeQueue) addLocked(uid types.UID, urgent bool) {
-	if q.down {
-		return
-	}
-	if q.processing[uid] {
-		q.again[uid] = q.again[uid] || urgent
-		return
-	}
-	if was, ok := q.class[uid]; ok {
-		if !urgent || was {
-			return
-		}
-		q.normal = slices.DeleteFunc(q.normal, func(u types.UID) bool { return u == uid })
-	}
-	q.class[uid] = urgent
-	if urgent {
-		q.urgent = append(q.urgent, uid)
-	} else {
-		q.normal = append(q.normal, uid)
-	}
-	q.cond.Signal()
+// Add queues uid; a waiting pod added as urgent moves to the urgent end.
+func (w *writeQueue) Add(uid types.UID, urgent bool) {
+	w.classes.mark(uid, urgent)
+	w.q.Add(uid)
 }
 
 // AddAfter queues uid after d, unless the queue shuts down first.
-func (q *writeQueue) AddAfter(uid types.UID, urgent bool, d time.Duration) {
-	go func() {
-		select {
-		case <-q.clock.After(d):
-			q.Add(uid, urgent)
-		case <-q.stop:
-		}
-	}()
+func (w *writeQueue) AddAfter(uid types.UID, urgent bool, d time.Duration) {
+	w.classes.mark(uid, urgent)
+	w.q.AddAfter(uid, d)
 }
 
 // Get waits for a pod and hands it over, with its class; quit is set once
-// the queue shuts down. The caller must call Done with it.
-func (q *writeQueue) Get() (uid types.UID, urgent, quit bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.urgent) == 0 && len(q.normal) == 0 && !q.down {
-		q.cond.Wait()
-	}
-	if q.down {
+// the queue shut down and is empty. The caller must call Done with it.
+func (w *writeQueue) Get() (uid types.UID, urgent, quit bool) {
+	uid, quit = w.q.Get()
+	if quit {
 		return "", false, true
 	}
-	list := &q.normal
-	if len(q.urgent) > 0 {
-		list = &q.urgent
+	return uid, w.classes.handedOut(uid), false
+}
+
+// Done ends the writer's hold on uid.
+func (w *writeQueue) Done(uid types.UID) { w.q.Done(uid) }
+
+// Len is how many pods wait.
+func (w *writeQueue) Len() int { return w.q.Len() }
+
+// ShutDown makes Get say quit once the waiting pods are handed out.
+func (w *writeQueue) ShutDown() { w.q.ShutDown() }
+
+// classes is the workqueue's store of waiting pods (workqueue.Queue),
+// called with the workqueue's lock held. Its own lock covers the marks,
+// which Add sets before it takes the workqueue's.
+type classes struct {
+	mu sync.Mutex
+	// marks is the strongest class each pod was added with since it was
+	// last handed out; popped is the class of each pod just handed out,
+	// until Get takes it.
+	marks, popped  map[types.UID]bool
+	urgent, normal []types.UID
+}
+
+func (c *classes) mark(uid types.UID, urgent bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.marks[uid] = c.marks[uid] || urgent
+}
+
+func (c *classes) Push(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.marks[uid] {
+		c.urgent = append(c.urgent, uid)
+	} else {
+		c.normal = append(c.normal, uid)
 	}
-	uid = (*list)[0]
+}
+
+// Touch moves a waiting pod marked urgent since it was pushed.
+func (c *classes) Touch(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.normal, uid); i >= 0 && c.marks[uid] {
+		c.normal = slices.Delete(c.normal, i, i+1)
+		c.urgent = append(c.urgent, uid)
+	}
+}
+
+func (c *classes) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.urgent) + len(c.normal)
+}
+
+func (c *classes) Pop() types.UID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list := &c.normal
+	if len(c.urgent) > 0 {
+		list = &c.urgent
+	}
+	uid := (*list)[0]
 	*list = (*list)[1:]
-	urgent = q.class[uid]
-	delete(q.class, uid)
-	q.processing[uid] = true
-	return uid, urgent, false
+	c.popped[uid] = c.marks[uid]
+	delete(c.marks, uid)
+	return uid
 }
 
-// Done ends the writer's hold on uid, queueing it again if it was added
-// meanwhile.
-func (q *writeQueue) Done(uid types.UID) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	delete(q.processing, uid)
-	if urgent, ok := q.again[uid]; ok {
-		delete(q.again, uid)
-		q.addLocked(uid, urgent)
-	}
+func (c *classes) handedOut(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	urgent := c.popped[uid]
+	delete(c.popped, uid)
+	return urgent
 }
 
-// ShutDown wakes every waiting Get with quit; pods being written are
-// finished by their writers.
-func (q *writeQueue) ShutDown() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.down {
-		q.down = true
-		close(q.stop)
-	}
-	q.cond.Broadcast()
+// waiting lists the waiting pods of each class, in order.
+func (c *classes) waiting() (urgent, normal []types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.urgent), slices.Clone(c.normal)
 }

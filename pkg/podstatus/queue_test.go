@@ -8,8 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
-
-	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 func newTestQueue() (*writeQueue, *testingclock.FakeClock) {
@@ -21,10 +19,7 @@ func newTestQueue() (*writeQueue, *testingclock.FakeClock) {
 func drain(q *writeQueue) string {
 	var out []string
 	for {
-		q.mu.Lock()
-		empty := len(q.urgent) == 0 && len(q.normal) == 0
-		q.mu.Unlock()
-		if empty {
+		if q.Len() == 0 {
 			return fmt.Sprint(out)
 		}
 		uid, urgent, _ := q.Get()
@@ -58,6 +53,14 @@ func TestWriteQueueMovesAPodThatBecomesUrgent(t *testing.T) {
 	if got, want := drain(q), "[u:true a:true b:false]"; got != want {
 		t.Fatalf("order %s, want %s", got, want)
 	}
+	// Moved, it goes before pods made urgent after it.
+	q.Add("c", false)
+	q.Add("d", false)
+	q.Add("c", true)
+	q.Add("e", true)
+	if got, want := drain(q), "[c:true e:true d:false]"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
 }
 
 // A pod added while a writer has it is not handed to a second writer; it
@@ -84,11 +87,18 @@ func TestWriteQueueNeverHandsAPodToTwoWriters(t *testing.T) {
 func TestWriteQueueAddAfter(t *testing.T) {
 	q, clk := newTestQueue()
 	q.AddAfter("a", true, 500*time.Millisecond)
-	testutil.WaitFor(t, "the retry waits on the clock", clk.HasWaiters)
+	// b, due sooner, proves the queue has taken a in: it takes the
+	// delayed pods in the order given.
+	q.AddAfter("b", false, 100*time.Millisecond)
+	clk.Step(100 * time.Millisecond)
+	if uid, _, _ := q.Get(); uid != "b" {
+		t.Fatalf("got %s, want b", uid)
+	}
+	q.Done("b")
 	if got := drain(q); got != "[]" {
 		t.Fatalf("before the delay: %s", got)
 	}
-	clk.Step(500 * time.Millisecond)
+	clk.Step(400 * time.Millisecond)
 	uid, urgent, quit := q.Get()
 	if uid != "a" || !urgent || quit {
 		t.Fatalf("got %s %v %v", uid, urgent, quit)
@@ -156,16 +166,13 @@ func TestWriteQueueConcurrent(t *testing.T) {
 		}()
 	}
 	adders.Wait()
-	testutil.WaitFor(t, "the queue idle", func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return len(q.urgent)+len(q.normal)+len(q.processing)+len(q.again) == 0
-	})
+	// A shut-down queue still hands out every pod waiting, and those
+	// added while held: once the writers quit, all is written.
+	q.ShutDown()
+	writers.Wait()
 	mu.Lock()
 	if len(addedSinceWrite) != 0 {
 		t.Errorf("pods added and never written after: %v", addedSinceWrite)
 	}
 	mu.Unlock()
-	q.ShutDown()
-	writers.Wait()
 }
