@@ -25,6 +25,14 @@ type fakeRuntime struct {
 	listErr error
 }
 
+// newTestGeneric returns a PLEG relisting every second on a fake runtime
+// and clock.
+func newTestGeneric() (*fakeRuntime, *testingclock.FakeClock, *Generic) {
+	rt := &fakeRuntime{}
+	clk := testingclock.NewFakeClock(time.Unix(100, 0))
+	return rt, clk, NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+}
+
 func (f *fakeRuntime) GetPods(ctx context.Context) ([]*container.Pod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -99,9 +107,7 @@ func events(g *Generic) []string {
 
 func TestRelistEmitsEvents(t *testing.T) {
 	R, E, U := container.StateRunning, container.StateExited, container.StateUnknown
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	rt, clk, g := newTestGeneric()
 	ctx := context.Background()
 	steps := []struct {
 		pods []*container.Pod
@@ -128,9 +134,7 @@ func TestRelistEmitsEvents(t *testing.T) {
 }
 
 func TestRelistCachesChangedPodsOnly(t *testing.T) {
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	rt, _, g := newTestGeneric()
 	rt.set(pod("a", ctr("1", container.StateRunning)), pod("b", ctr("2", container.StateRunning)))
 	g.Relist(context.Background())
 	rt.set(pod("a", ctr("1", container.StateExited)), pod("b", ctr("2", container.StateRunning)))
@@ -146,9 +150,7 @@ func TestRelistCachesChangedPodsOnly(t *testing.T) {
 // entry is as fresh as the relist. A change the read did not see is read.
 func TestRelistTrustsAReadOfTheSameChange(t *testing.T) {
 	R, E := container.StateRunning, container.StateExited
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	rt, clk, g := newTestGeneric()
 	ctx := context.Background()
 	g.Relist(ctx)
 	refresh := func() {
@@ -187,9 +189,7 @@ func TestRelistTrustsAReadOfTheSameChange(t *testing.T) {
 }
 
 func TestGetNewerThanReadsOnDemandOnlyWhenStale(t *testing.T) {
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	rt, clk, g := newTestGeneric()
 	ctx := context.Background()
 	rt.set(pod("p", ctr("1", container.StateRunning)))
 
@@ -232,9 +232,7 @@ func TestCacheKeepsTheNewerStatus(t *testing.T) {
 }
 
 func TestHealthy(t *testing.T) {
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	rt, clk, g := newTestGeneric()
 	g.Relist(context.Background())
 	if err := g.Healthy(); err != nil {
 		t.Fatal(err)
@@ -248,9 +246,7 @@ func TestHealthy(t *testing.T) {
 }
 
 func TestRunStopsWithContext(t *testing.T) {
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	_, _, g := newTestGeneric()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { g.Run(ctx); close(done) }()
@@ -399,9 +395,7 @@ func TestTriggerRetriesForSeconds(t *testing.T) {
 // afresh only when no relist succeeded in the last two periods.
 func TestRuntimePodsReusesTheRelist(t *testing.T) {
 	R, E := container.StateRunning, container.StateExited
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	rt, clk, g := newTestGeneric()
 	ctx := context.Background()
 	view := func() map[types.UID]string {
 		t.Helper()
@@ -464,9 +458,7 @@ func TestRuntimePodsReusesTheRelist(t *testing.T) {
 // itself at a sync's start (GetNewerThan) does not, nor does the read
 // back once a newer read replaced it.
 func TestReadBackServesTheWorkersNextSyncOnce(t *testing.T) {
-	rt := &fakeRuntime{}
-	clk := testingclock.NewFakeClock(time.Unix(100, 0))
-	g := NewGeneric(GenericOptions{Runtime: rt, Period: time.Second, Clock: clk})
+	rt, clk, g := newTestGeneric()
 	ctx := context.Background()
 	rt.set(pod("p", ctr("1", container.StateRunning)))
 	next := func(reads int, why string) {
