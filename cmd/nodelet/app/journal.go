@@ -39,7 +39,7 @@ const journalRestoreAfter = 2 * time.Second
 // journalComponents, once the sources are built.
 func openJournal(b *base) error {
 	o := journal.Options{
-		Path: filepath.Join(b.opts.RootDir, journalFile), Clock: b.clock, KeepTimelines: timelineKeepFinished,
+		Path: filepath.Join(b.opts.RootDir, journalFile), Clock: b.clock, KeepTimelines: keepFinished(b.cfg),
 	}
 	if b.client == nil {
 		o.Retention = journalRetention

@@ -86,11 +86,19 @@ type base struct {
 const allocationsFile = "nodelet_allocations.json"
 
 // A pod's timeline keeps at most timelineMaxSteps steps; the timelines of
-// the last timelineKeepFinished finished pods stay readable.
+// the last timelineKeepFinished finished pods stay readable, or of the
+// last maxPods if that is more (keepFinished).
 const (
 	timelineMaxSteps     = 256
 	timelineKeepFinished = 100
 )
+
+// keepFinished is how many finished pods' timelines stay readable: at
+// least a full node's pods, so that after a node drains, or a burst of
+// deletions, every pod's end can still be read.
+func keepFinished(c *kubeletv1beta1.KubeletConfiguration) int {
+	return max(timelineKeepFinished, int(c.MaxPods))
+}
 
 // Run builds nodelet from its options and runs it until ctx ends. Each
 // subsystem's builder returns finished components; one group runs them
@@ -182,7 +190,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		broadcaster.Shutdown()
 		return nil, nil, err
 	}
-	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: timelineKeepFinished,
+	b.timelines = timeline.New(timeline.Options{Clock: b.clock, MaxSteps: timelineMaxSteps, KeepFinished: keepFinished(c),
 		Finished: b.journal.PutTimeline, Observe: b.tracer.Observe})
 	b.recorder = b.timelines.Events(nodeEvents)
 	restoreFromJournal(b)
