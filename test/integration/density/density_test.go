@@ -124,7 +124,9 @@ func BenchmarkDensity(b *testing.B) {
 			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s; during the floor's starts (before): %s\n", round, n, res.cpu, res.floorCPUStart)
 			fmt.Printf("round %d, %d pods: CPU used during the delete burst: %s; during the floor's stops (before): %s\n", round, n, res.cpuStop, res.floorCPUStop)
 			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
+			fmt.Printf("round %d, %d pods: start calls in flight on average, nodelet over first seen → last running %.2f, floor over all started %.2f\n", round, n, res.inFlight[0], res.inFlight[1])
 			fmt.Printf("round %d, %d pods: where the client's create → Ready went: %s\n", round, n, res.legs.String(pct(res.floorStart, 100)))
+			fmt.Printf("round %d, %d pods: where the client's delete → gone went: %s\n", round, n, res.deleteLegs.String(pct(res.floorStop, 100)))
 			fmt.Printf("round %d, %d pods: %s\n", round, n, res.loadedLine())
 			fmt.Printf("round %d, %d pods: the slowest pod's timeline:\n%s", round, n, res.slowest)
 			r.results = append(r.results, res)
@@ -200,7 +202,9 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		}()
 	}
 	cpuBefore = testbed.CPUByCommand()
-	res.stop, res.allGone = burstDelete(b, x.client, x.w, x.ns, names)
+	deleteStart, deleted, gone := burstDelete(b, x.client, x.w, x.ns, names)
+	res.stop, res.allGone = since(deleted, gone), latest(gone).Sub(deleteStart)
+	res.deleteLegs = splitDelete(x, names, deleted, gone)
 	res.cpuStop = cpuSince(cpuBefore)
 	if profiled != nil {
 		if err := <-profiled; err != nil {
@@ -223,7 +227,9 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	res.loadedStart = pct(loaded.start, 100)
 	res.floorStart, res.floorStop = mean(before.start, after.start), mean(before.stop, after.stop)
 	res.floorBefore, res.floorAfter = pct(before.start, 100), pct(after.start, 100)
-	res.ops = compareOps(before.calls, opsBefore, opsAfter)
+	calls := delta(opsBefore, opsAfter)
+	res.ops = compareOps(before.calls, calls)
+	res.inFlight = [2]float64{inFlight(calls, res.legs.nodeAll), inFlight(before.calls, pct(before.start, 100))}
 	res.floorCPUStart, res.floorCPUStop = before.cpuStart, before.cpuStop
 	return res
 }
@@ -490,20 +496,19 @@ func burstCreate(b *testing.B, c kubernetes.Interface, w *watcher, ns, nodeName 
 }
 
 // burstDelete deletes the pods at once (default grace; they exit on
-// SIGTERM) and returns each one's delete → gone time and the time from the
-// first delete to the last gone.
-func burstDelete(b *testing.B, c kubernetes.Interface, w *watcher, ns string, names []string) ([]time.Duration, time.Duration) {
-	deleted := make([]time.Time, len(names))
+// SIGTERM) and returns when each one was deleted and when the client saw
+// it gone, and when the first delete was sent.
+func burstDelete(b *testing.B, c kubernetes.Interface, w *watcher, ns string, names []string) (start time.Time, deleted, gone []time.Time) {
+	deleted = make([]time.Time, len(names))
 	at := func(i int) error {
 		deleted[i] = time.Now()
 		return c.CoreV1().Pods(ns).Delete(context.Background(), names[i], metav1.DeleteOptions{})
 	}
-	start := time.Now()
+	start = time.Now()
 	if err := all(len(names), at); err != nil {
 		b.Fatal(err)
 	}
-	gone := w.waitAll(b, w.gone, names, "gone")
-	return since(deleted, gone), latest(gone).Sub(start)
+	return start, deleted, w.waitAll(b, w.gone, names, "gone")
 }
 
 // all runs fn for every index at once.
@@ -588,6 +593,9 @@ type result struct {
 	floorCPUStart, floorCPUStop string
 	// ops compares nodelet's mean CRI call latencies with the floor's.
 	ops string
+	// inFlight is how many start calls (sandboxes, container creates and
+	// starts) ran at once on average, nodelet's and the floor's (before).
+	inFlight [2]float64
 	// clusterCores is what the cluster's own processes (clusterCommands)
 	// used during the create burst, in cores; loadedStart is the floor's
 	// all started with as many cores kept busy beside it.
@@ -596,8 +604,10 @@ type result struct {
 	// slowest is the lifecycle timeline of the pod that took longest to
 	// be Ready (nodelet's text rendering): where its time went.
 	slowest string
-	// legs splits the client's create → Ready by nodelet's timelines.
-	legs legs
+	// legs splits the client's create → Ready by nodelet's timelines,
+	// deleteLegs its delete → gone.
+	legs       legs
+	deleteLegs deleteLegs
 }
 
 // legs splits each pod's create → Ready, as the client saw it, at the
@@ -614,28 +624,38 @@ type legs struct {
 	err                 error
 }
 
-// splitLegs reads every pod's timeline (JSON) through the node proxy.
+// step is one step of a pod's timeline, as nodelet serves it.
+type step struct {
+	Kind, Name string
+	Start, End time.Time
+}
+
+// podTimeline reads a pod's timeline (JSON) through the node proxy.
+func podTimeline(x bench, name string) ([]step, error) {
+	body, err := x.client.CoreV1().RESTClient().Get().
+		AbsPath("/api/v1/nodes", x.nodeName, "proxy", "debug", "pods", x.ns, name, "timeline").
+		Param("format", "json").DoRaw(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("the timeline of %s: %w", name, err)
+	}
+	var tl struct{ Steps []step }
+	if err := json.Unmarshal(body, &tl); err != nil {
+		return nil, fmt.Errorf("the timeline of %s: %w", name, err)
+	}
+	return tl.Steps, nil
+}
+
+// splitLegs reads every pod's timeline.
 func splitLegs(x bench, names []string, created, ready []time.Time) legs {
 	var l legs
 	var first, last time.Time
 	for i, name := range names {
-		body, err := x.client.CoreV1().RESTClient().Get().
-			AbsPath("/api/v1/nodes", x.nodeName, "proxy", "debug", "pods", x.ns, name, "timeline").
-			Param("format", "json").DoRaw(context.Background())
+		steps, err := podTimeline(x, name)
 		if err != nil {
-			return legs{err: fmt.Errorf("the timeline of %s: %w", name, err)}
-		}
-		var tl struct {
-			Steps []struct {
-				Kind, Name string
-				Start, End time.Time
-			}
-		}
-		if err := json.Unmarshal(body, &tl); err != nil {
-			return legs{err: fmt.Errorf("the timeline of %s: %w", name, err)}
+			return legs{err: err}
 		}
 		var seen, started, running time.Time
-		for _, st := range tl.Steps {
+		for _, st := range steps {
 			switch {
 			case st.Kind == "source" && st.Name == "seen" && seen.IsZero():
 				seen = st.Start
@@ -661,6 +681,65 @@ func splitLegs(x bench, names []string, created, ready []time.Time) legs {
 	}
 	l.nodeAll = last.Sub(first)
 	return l
+}
+
+// deleteLegs splits each pod's delete → gone, as the client saw it, at
+// its termination steps: the way in (delete → nodelet began stopping its
+// containers), stopping them (containers and sandbox), the wait before
+// releasing what it held, releasing it (volumes and cgroups), and the way
+// out (the final status, the pod deleted from the API, the watch).
+// nodeAll is from the first pod's stop begun to the last one's release
+// done, the span comparable with the floor's all stopped.
+type deleteLegs struct {
+	in, stop, wait, release, out []time.Duration
+	nodeAll                      time.Duration
+	err                          error
+}
+
+func splitDelete(x bench, names []string, deleted, gone []time.Time) deleteLegs {
+	var l deleteLegs
+	var first, last time.Time
+	for i, name := range names {
+		steps, err := podTimeline(x, name)
+		if err != nil {
+			return deleteLegs{err: err}
+		}
+		var stopping, released step
+		for _, st := range steps {
+			switch {
+			case st.Kind == "terminating" && stopping.Kind == "":
+				stopping = st
+			case st.Kind == "terminated" && released.Kind == "":
+				released = st
+			}
+		}
+		if stopping.Kind == "" || released.Kind == "" {
+			return deleteLegs{err: fmt.Errorf("the timeline of %s has no terminating or terminated step", name)}
+		}
+		l.in = append(l.in, stopping.Start.Sub(deleted[i]))
+		l.stop = append(l.stop, stopping.End.Sub(stopping.Start))
+		l.wait = append(l.wait, released.Start.Sub(stopping.End))
+		l.release = append(l.release, released.End.Sub(released.Start))
+		l.out = append(l.out, gone[i].Sub(released.End))
+		if first.IsZero() || stopping.Start.Before(first) {
+			first = stopping.Start
+		}
+		if released.End.After(last) {
+			last = released.End
+		}
+	}
+	l.nodeAll = last.Sub(first)
+	return l
+}
+
+func (l deleteLegs) String(floorAll time.Duration) string {
+	if l.err != nil {
+		return l.err.Error()
+	}
+	p := func(d []time.Duration) string { return fmt.Sprintf("p50 %s max %s", ms(pct(d, 50)), ms(pct(d, 100))) }
+	return fmt.Sprintf("delete → nodelet began stopping it %s; stopping (containers, sandbox) %s; wait %s; releasing (volumes, cgroups) %s; "+
+		"released → the client saw it gone %s; first stop begun → last released %s (floor all stopped %s, ×%s)",
+		p(l.in), p(l.stop), p(l.wait), p(l.release), p(l.out), ms(l.nodeAll), ms(floorAll), ratio(l.nodeAll, floorAll))
 }
 
 func (l legs) String(floorAll time.Duration) string {
@@ -759,22 +838,45 @@ func limits(b *testing.B, c kubernetes.Interface, nodeName string) [2]int {
 	return out
 }
 
+// delta is the calls made between two readings.
+func delta(before, after map[string]testbed.CallStats) map[string]testbed.CallStats {
+	out := map[string]testbed.CallStats{}
+	for op, a := range after {
+		out[op] = testbed.CallStats{Count: a.Count - before[op].Count, Total: a.Total - before[op].Total}
+	}
+	return out
+}
+
+// inFlight is how many start calls ran at once on average over span: the
+// runtime's time in them divided by the span. The floor keeps its
+// parallelism busy to the end; a kubelet that leaves the runtime waiting
+// shows fewer.
+func inFlight(calls map[string]testbed.CallStats, span time.Duration) float64 {
+	if span <= 0 {
+		return 0
+	}
+	var busy time.Duration
+	for _, op := range []string{"run_podsandbox", "create_container", "start_container"} {
+		busy += calls[op].Total
+	}
+	return busy.Seconds() / span.Seconds()
+}
+
 // compareOps prints the mean latency of the floor's calls beside
 // nodelet's same calls during the burst.
-func compareOps(floor, before, after map[string]testbed.CallStats) string {
+func compareOps(floor, nodelet map[string]testbed.CallStats) string {
 	var parts []string
 	var ops []string
-	for op := range after {
+	for op := range nodelet {
 		ops = append(ops, op)
 	}
 	slices.Sort(ops)
 	for _, op := range ops {
-		f, a, b := floor[op], after[op], before[op]
-		nodelet := testbed.CallStats{Count: a.Count - b.Count, Total: a.Total - b.Total}
-		if nodelet.Count == 0 {
+		f, n := floor[op], nodelet[op]
+		if n.Count == 0 {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s %s/%d (floor %s/%d)", op, ms(nodelet.Mean()), nodelet.Count, ms(f.Mean()), f.Count))
+		parts = append(parts, fmt.Sprintf("%s %s/%d (floor %s/%d)", op, ms(n.Mean()), n.Count, ms(f.Mean()), f.Count))
 	}
 	return strings.Join(parts, ", ")
 }
