@@ -60,13 +60,25 @@ func CPUCores(pid int, d time.Duration) (float64, error) {
 	return (after - before).Seconds() / time.Since(start).Seconds(), nil
 }
 
+// Machine is the key under which CPUByCommand returns the whole
+// machine's busy time (/proc/stat: user, system, interrupts), which
+// counts the processes that ended meanwhile too.
+const Machine = "(the machine)"
+
 // CPUByCommand returns the CPU time used so far by every process on the
-// machine, summed by command name (containerd, kube-apiserver, runc, …).
-// Processes that ended meanwhile are not counted, so compare two
-// snapshots only for long-lived processes, or read the difference as a
-// lower bound.
+// machine, summed by command name (containerd, kube-apiserver, runc, …),
+// and the machine's under Machine. Processes that ended meanwhile are not
+// counted by name (runc, the CNI plugins), so compare two snapshots by
+// name only for long-lived processes, or read the difference as a lower
+// bound.
 func CPUByCommand() map[string]time.Duration {
 	out := map[string]time.Duration{}
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if st, err := fs.Stat(); err == nil {
+			t := st.CPUTotal
+			out[Machine] = time.Duration((t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ + t.Steal) * float64(time.Second))
+		}
+	}
 	procs, err := procfs.AllProcs()
 	if err != nil {
 		return out

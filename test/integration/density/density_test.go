@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -121,9 +122,12 @@ func BenchmarkDensity(b *testing.B) {
 			// Printed, not logged: a benchmark's log is cut after ten lines.
 			fmt.Printf("round %d, %d pods: %s\n", round, n, res.line())
 			fmt.Printf("round %d, %d pods: floor all started before nodelet %s, after %s\n", round, n, ms(res.floorBefore), ms(res.floorAfter))
-			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s; during the floor's starts (before): %s\n", round, n, res.cpu, res.floorCPUStart)
-			fmt.Printf("round %d, %d pods: CPU used during the delete burst: %s; during the floor's stops (before): %s\n", round, n, res.cpuStop, res.floorCPUStop)
+			fmt.Printf("round %d, %d pods: CPU used during the create burst: %s; during the floor's starts (before): %s\n", round, n, cpuString(res.cpu), cpuString(res.floorCPUStart))
+			fmt.Printf("round %d, %d pods: CPU used during the delete burst: %s; during the floor's stops (before): %s\n", round, n, cpuString(res.cpuStop), cpuString(res.floorCPUStop))
+			fmt.Printf("round %d, %d pods: the create burst's CPU against the floor's starts (before): %s\n", round, n, res.startCPU().compare(res.floorStartCPU()))
+			fmt.Printf("round %d, %d pods: the delete burst's CPU against the floor's stops (before): %s\n", round, n, res.stopCPU().compare(res.floorStopCPU()))
 			fmt.Printf("round %d, %d pods: mean CRI call latency, nodelet (floor): %s\n", round, n, res.ops)
+			fmt.Printf("round %d, %d pods: API requests during the create burst: %s; during the delete burst: %s\n", round, n, res.requests, res.requestsStop)
 			fmt.Printf("round %d, %d pods: start calls in flight on average, nodelet over first seen → last running %.2f, floor over all started %.2f\n", round, n, res.inFlight[0], res.inFlight[1])
 			fmt.Printf("round %d, %d pods: where the client's create → Ready went: %s\n", round, n, res.legs.String(pct(res.floorStart, 100)))
 			fmt.Printf("round %d, %d pods: where the client's delete → gone went: %s\n", round, n, res.deleteLegs.String(pct(res.floorStop, 100)))
@@ -170,7 +174,7 @@ type bench struct {
 func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	ctx := context.Background()
 	res := result{round: round, pods: n}
-	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n, 0, 0)
+	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n, 0, 0, 0)
 	names := podNames(round, n)
 	opsBefore := runtimeOps(b, x.client, x.nodeName)
 	cpuBefore := testbed.CPUByCommand()
@@ -179,10 +183,13 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		profiled = make(chan error, 1)
 		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
 	}
+	reqBefore := apiRequests(b, x.client)
 	createStart := time.Now()
 	created, ready := burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
 	res.start, res.allReady = since(created, ready), latest(ready).Sub(createStart)
-	res.clusterCores = sumCPU(cpuBefore, clusterCommands).Seconds() / res.allReady.Seconds()
+	res.cpu = cpuDelta(cpuBefore)
+	res.requests = requestsSince(b, x.client, reqBefore, n)
+	res.clusterCores = sumCPU(res.cpu, clusterCommands).Seconds() / res.allReady.Seconds()
 	res.slowest = slowestTimeline(x, names, res.start)
 	res.legs = splitLegs(x, names, created, ready)
 	if profiled != nil {
@@ -190,7 +197,6 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 			b.Fatal(err)
 		}
 	}
-	res.cpu = cpuSince(cpuBefore)
 	if busy {
 		res.busy, res.memory = measureBusy(b, x)
 	}
@@ -202,10 +208,13 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		}()
 	}
 	cpuBefore = testbed.CPUByCommand()
+	reqBefore = apiRequests(b, x.client)
 	deleteStart, deleted, gone := burstDelete(b, x.client, x.w, x.ns, names)
 	res.stop, res.allGone = since(deleted, gone), latest(gone).Sub(deleteStart)
+	res.requestsStop = requestsSince(b, x.client, reqBefore, n)
 	res.deleteLegs = splitDelete(x, names, deleted, gone)
-	res.cpuStop = cpuSince(cpuBefore)
+	res.cpuStop = cpuDelta(cpuBefore)
+	res.clusterCoresStop = sumCPU(res.cpuStop, clusterCommands).Seconds() / res.allGone.Seconds()
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			b.Fatal(err)
@@ -219,14 +228,16 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 		sbs, err := cd.Sandboxes(ctx)
 		return err == nil && len(sbs) == 0, fmt.Sprintf("%d sandboxes left (%v)", len(sbs), err)
 	})
-	after := floorRun(b, x, fmt.Sprintf("floor-%d-%d-b", round, n), n, 0, 0)
+	after := floorRun(b, x, fmt.Sprintf("floor-%d-%d-b", round, n), n, 0, 0, 0)
 	// The floor again, with the cores the cluster's own processes used
-	// during the create burst kept busy beside it: what is left of the
+	// during the create burst kept busy beside its starts, and those used
+	// during the delete burst beside its stops: what is left of the
 	// distance is nodelet's.
-	loaded := floorRun(b, x, fmt.Sprintf("floor-%d-%d-c", round, n), n, 0, res.clusterCores)
-	res.loadedStart = pct(loaded.start, 100)
+	loaded := floorRun(b, x, fmt.Sprintf("floor-%d-%d-c", round, n), n, 0, res.clusterCores, res.clusterCoresStop)
+	res.loadedStart, res.loadedStop = pct(loaded.start, 100), pct(loaded.stop, 100)
 	res.floorStart, res.floorStop = mean(before.start, after.start), mean(before.stop, after.stop)
 	res.floorBefore, res.floorAfter = pct(before.start, 100), pct(after.start, 100)
+	res.floorStopBefore = pct(before.stop, 100)
 	calls := delta(opsBefore, opsAfter)
 	res.ops = compareOps(before.calls, calls)
 	res.inFlight = [2]float64{inFlight(calls, res.legs.nodeAll), inFlight(before.calls, pct(before.start, 100))}
@@ -238,14 +249,14 @@ type floorResult struct {
 	start, stop []time.Duration
 	// cpuStart and cpuStop are what each command used while the floor
 	// started and stopped its pods.
-	cpuStart, cpuStop string
+	cpuStart, cpuStop map[string]time.Duration
 	calls             map[string]testbed.CallStats
 }
 
 // floorRun starts and stops n pods straight through CRI, parallel at a
-// time (the reference floor's parallelism when 0); with a load, that many
-// cores are kept busy beside the starts.
-func floorRun(b *testing.B, x bench, prefix string, n, parallelism int, load float64) floorResult {
+// time (the reference floor's parallelism when 0); with loads, that many
+// cores are kept busy beside the starts, and beside the stops.
+func floorRun(b *testing.B, x bench, prefix string, n, parallelism int, load, loadStop float64) floorResult {
 	ctx := context.Background()
 	if parallelism == 0 {
 		parallelism = *parallel
@@ -260,12 +271,15 @@ func floorRun(b *testing.B, x bench, prefix string, n, parallelism int, load flo
 	if err != nil {
 		b.Fatal(err)
 	}
-	out.cpuStart = cpuSince(cpuBefore)
+	out.cpuStart = cpuDelta(cpuBefore)
 	cpuBefore = testbed.CPUByCommand()
-	if out.stop, err = f.Stop(ctx); err != nil {
+	stopBurn = burn(loadStop)
+	out.stop, err = f.Stop(ctx)
+	stopBurn()
+	if err != nil {
 		b.Fatal(err)
 	}
-	out.cpuStop = cpuSince(cpuBefore)
+	out.cpuStop = cpuDelta(cpuBefore)
 	if err := f.Remove(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -581,26 +595,31 @@ type result struct {
 	// limits are nodelet's start and stop limits after the burst.
 	limits                [2]int
 	floorStart, floorStop []time.Duration
-	// floorBefore and floorAfter are the two floor runs' all started.
-	floorBefore, floorAfter time.Duration
+	// floorBefore and floorAfter are the two floor runs' all started,
+	// floorStopBefore the first one's all stopped.
+	floorBefore, floorAfter, floorStopBefore time.Duration
 	// busy and memory are nodelet's with the pods running, if measured.
 	busy   usage
 	memory string
 	// cpu is what each command used during the create burst.
-	cpu, cpuStop string
+	cpu, cpuStop map[string]time.Duration
 	// floorCPUStart and floorCPUStop are what each command used during
 	// the floor's starts and stops (the run before the burst).
-	floorCPUStart, floorCPUStop string
+	floorCPUStart, floorCPUStop map[string]time.Duration
 	// ops compares nodelet's mean CRI call latencies with the floor's.
 	ops string
+	// requests (requestsStop) are the API server's requests during the
+	// create (delete) burst, from every client.
+	requests, requestsStop string
 	// inFlight is how many start calls (sandboxes, container creates and
 	// starts) ran at once on average, nodelet's and the floor's (before).
 	inFlight [2]float64
-	// clusterCores is what the cluster's own processes (clusterCommands)
-	// used during the create burst, in cores; loadedStart is the floor's
-	// all started with as many cores kept busy beside it.
-	clusterCores float64
-	loadedStart  time.Duration
+	// clusterCores (clusterCoresStop) is what the cluster's own processes
+	// (clusterCommands) used during the create (delete) burst, in cores;
+	// loadedStart (loadedStop) is the floor's all started (all stopped)
+	// with as many cores kept busy beside it.
+	clusterCores, clusterCoresStop float64
+	loadedStart, loadedStop        time.Duration
 	// slowest is the lifecycle timeline of the pod that took longest to
 	// be Ready (nodelet's text rendering): where its time went.
 	slowest string
@@ -811,7 +830,12 @@ func goMemory(b *testing.B, c kubernetes.Interface, nodeName string) string {
 
 // scrape reads nodelet's metrics.
 func scrape(b *testing.B, c kubernetes.Interface, nodeName string) map[string]*dto.MetricFamily {
-	data, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy/metrics").DoRaw(context.Background())
+	return scrapePath(b, c, "/api/v1/nodes", nodeName, "proxy/metrics")
+}
+
+// scrapePath reads metrics from a path of the API server.
+func scrapePath(b *testing.B, c kubernetes.Interface, path ...string) map[string]*dto.MetricFamily {
+	data, err := c.CoreV1().RESTClient().Get().AbsPath(path...).DoRaw(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -821,6 +845,49 @@ func scrape(b *testing.B, c kubernetes.Interface, nodeName string) map[string]*d
 		b.Fatal(err)
 	}
 	return families
+}
+
+// apiRequests counts the API server's requests so far by verb and
+// resource ("PATCH pods/status"), from every client.
+func apiRequests(b *testing.B, c kubernetes.Interface) map[string]int {
+	out := map[string]int{}
+	f, ok := scrapePath(b, c, "/metrics")["apiserver_request_total"]
+	if !ok {
+		b.Fatal("the API server serves no apiserver_request_total")
+	}
+	for _, m := range f.Metric {
+		l := map[string]string{}
+		for _, p := range m.Label {
+			l[p.GetName()] = p.GetValue()
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += int(m.GetCounter().GetValue())
+	}
+	return out
+}
+
+// requestsSince lists the requests made since before, the most first,
+// down to one per ten pods.
+func requestsSince(b *testing.B, c kubernetes.Interface, before map[string]int, pods int) string {
+	type count struct {
+		key string
+		n   int
+	}
+	var counts []count
+	for key, n := range apiRequests(b, c) {
+		if n -= before[key]; n > 0 && n*10 >= pods {
+			counts = append(counts, count{key, n})
+		}
+	}
+	slices.SortFunc(counts, func(a, b count) int { return b.n - a.n })
+	var parts []string
+	for _, x := range counts {
+		parts = append(parts, fmt.Sprintf("%s %d", x.key, x.n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // limits are how many starting and stopping calls nodelet lets run at
@@ -894,14 +961,59 @@ func selfCommand() string {
 	return strings.TrimSpace(string(b))
 }
 
-// sumCPU is the CPU the commands used since before.
-func sumCPU(before map[string]time.Duration, cmds []string) time.Duration {
-	now := testbed.CPUByCommand()
+// sumCPU is the CPU the commands used in a delta.
+func sumCPU(delta map[string]time.Duration, cmds []string) time.Duration {
 	var sum time.Duration
 	for _, c := range cmds {
-		sum += now[c] - before[c]
+		sum += delta[c]
 	}
 	return sum
+}
+
+// cpuDelta is what each command, and the machine, used since before.
+func cpuDelta(before map[string]time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for cmd, d := range testbed.CPUByCommand() {
+		out[cmd] = d - before[cmd]
+	}
+	return out
+}
+
+// cpuSplit splits the machine's busy time over a span of n pods started
+// or stopped: nodelet's, the cluster's (clusterCommands), and the rest,
+// which is the runtime's (containerd, its shims, runc and the CNI plugins,
+// which end too soon to be counted by name, the pods' own processes) and
+// the kernel's work for it.
+type cpuSplit struct {
+	machine, nodelet, cluster, runtime time.Duration
+	span                               time.Duration
+	pods                               int
+}
+
+func splitCPU(delta map[string]time.Duration, span time.Duration, pods int) cpuSplit {
+	c := cpuSplit{machine: delta[testbed.Machine], nodelet: delta["nodelet"], cluster: sumCPU(delta, clusterCommands), span: span, pods: pods}
+	c.runtime = c.machine - c.nodelet - c.cluster
+	return c
+}
+
+// busy is how much of the machine's cores were busy over the span.
+func (c cpuSplit) busy() float64 {
+	return c.machine.Seconds() / c.span.Seconds() / float64(runtime.NumCPU())
+}
+
+func (c cpuSplit) perPod(d time.Duration) string {
+	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)/float64(max(c.pods, 1)))
+}
+
+// compare prints nodelet's span beside the floor's, CPU per pod by whom.
+// On a runtime bound by the machine's cores, the span follows the
+// machine's busy time: what nodelet's span adds is then the runtime's
+// extra work, nodelet's and the cluster's CPU, each per pod here.
+func (c cpuSplit) compare(floor cpuSplit) string {
+	return fmt.Sprintf("machine busy %.1f core-s, %.0f%% of its cores (floor %.1f, %.0f%%; ×%.2f); per pod: runtime and kernel %s (floor %s, ×%.2f), nodelet %s (floor %s), cluster %s (floor %s)",
+		c.machine.Seconds(), 100*c.busy(), floor.machine.Seconds(), 100*floor.busy(), c.machine.Seconds()/floor.machine.Seconds(),
+		c.perPod(c.runtime), floor.perPod(floor.runtime), c.runtime.Seconds()/floor.runtime.Seconds(),
+		c.perPod(c.nodelet), floor.perPod(floor.nodelet), c.perPod(c.cluster), floor.perPod(floor.cluster))
 }
 
 // burn keeps cores busy (as a duty cycle over ceil(cores) goroutines, in
@@ -938,19 +1050,32 @@ func burn(cores float64) (stop func()) {
 
 // loadedLine compares nodelet with the floor run beside the cluster's CPU.
 func (r result) loadedLine() string {
-	return fmt.Sprintf("the floor with the cluster's own CPU kept busy beside it (%.2f cores: API server, etcd, controllers, scheduler, the client, as in the burst): all started %s (×%s the plain floor); nodelet's all ready ×%s and first seen → last running ×%s of it",
-		r.clusterCores, ms(r.loadedStart), ratio(r.loadedStart, pct(r.floorStart, 100)), ratio(r.allReady, r.loadedStart), ratio(r.legs.nodeAll, r.loadedStart))
+	return fmt.Sprintf("the floor with the cluster's own CPU kept busy beside it (%.2f cores: API server, etcd, controllers, scheduler, the client, as in the burst): all started %s (×%s the plain floor); nodelet's all ready ×%s and first seen → last running ×%s of it; "+
+		"beside its stops (%.2f cores, as in the delete burst): all stopped %s (×%s the plain floor); nodelet's all gone ×%s and first stop begun → last released ×%s of it",
+		r.clusterCores, ms(r.loadedStart), ratio(r.loadedStart, pct(r.floorStart, 100)), ratio(r.allReady, r.loadedStart), ratio(r.legs.nodeAll, r.loadedStart),
+		r.clusterCoresStop, ms(r.loadedStop), ratio(r.loadedStop, pct(r.floorStop, 100)), ratio(r.allGone, r.loadedStop), ratio(r.deleteLegs.nodeAll, r.loadedStop))
 }
 
-// cpuSince lists the commands that used the most CPU since before.
-func cpuSince(before map[string]time.Duration) string {
+// The CPU of the create and delete bursts and of the floor's starts and
+// stops before them, split by whom.
+func (r result) startCPU() cpuSplit { return splitCPU(r.cpu, r.allReady, r.pods) }
+func (r result) stopCPU() cpuSplit  { return splitCPU(r.cpuStop, r.allGone, r.pods) }
+func (r result) floorStartCPU() cpuSplit {
+	return splitCPU(r.floorCPUStart, r.floorBefore, r.pods)
+}
+func (r result) floorStopCPU() cpuSplit {
+	return splitCPU(r.floorCPUStop, r.floorStopBefore, r.pods)
+}
+
+// cpuString lists the commands that used the most CPU in a delta.
+func cpuString(delta map[string]time.Duration) string {
 	type use struct {
 		cmd string
 		d   time.Duration
 	}
 	var uses []use
-	for cmd, d := range testbed.CPUByCommand() {
-		if d -= before[cmd]; d >= 100*time.Millisecond {
+	for cmd, d := range delta {
+		if d >= 100*time.Millisecond {
 			uses = append(uses, use{cmd, d})
 		}
 	}
@@ -1039,14 +1164,18 @@ func (r *report) String() string {
 			med(func(x result) float64 { return rat(x.allGone, pct(x.floorStop, 100)) }))
 	}
 	for _, n := range order {
-		var all, node []float64
+		var all, node, gone, released []float64
 		for _, x := range byCount[n] {
 			all = append(all, float64(x.allReady)/float64(x.loadedStart))
 			node = append(node, float64(x.legs.nodeAll)/float64(x.loadedStart))
+			gone = append(gone, float64(x.allGone)/float64(x.loadedStop))
+			released = append(released, float64(x.deleteLegs.nodeAll)/float64(x.loadedStop))
 		}
-		slices.Sort(all)
-		slices.Sort(node)
-		fmt.Fprintf(&sb, "%4d pods against the floor with the cluster's CPU beside it: all ready ×%.2f, first seen → last running ×%.2f (medians)\n", n, all[len(all)/2], node[len(node)/2])
+		for _, v := range [][]float64{all, node, gone, released} {
+			slices.Sort(v)
+		}
+		fmt.Fprintf(&sb, "%4d pods against the floor with the cluster's CPU beside it: all ready ×%.2f, first seen → last running ×%.2f; all gone ×%.2f, first stop begun → last released ×%.2f (medians)\n",
+			n, all[len(all)/2], node[len(node)/2], gone[len(gone)/2], released[len(released)/2])
 	}
 	r.againstBest(&sb, order, byCount)
 	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s (%s)\nnodelet idle after: %s\n", r.idle, r.busy, r.memory, r.idleAfter)
@@ -1067,7 +1196,7 @@ type curvePoint struct {
 func floorCurve(b *testing.B, x bench, n int, parallels []int) curve {
 	var c curve
 	for _, p := range parallels {
-		f := floorRun(b, x, fmt.Sprintf("curve-%d-%d", n, p), n, p, 0)
+		f := floorRun(b, x, fmt.Sprintf("curve-%d-%d", n, p), n, p, 0, 0)
 		c.points = append(c.points, curvePoint{parallel: p, start: f.start, stop: f.stop})
 	}
 	return c
