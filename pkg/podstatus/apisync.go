@@ -84,9 +84,6 @@ type APISyncer struct {
 	// checked is the (status version, API object version) pair last found
 	// in agreement, so an unchanged pod costs no comparison.
 	checked map[types.UID]checkedPair
-	// deferred is the status version whose write holding the phase back
-	// was put off once (deferHeld).
-	deferred map[types.UID]uint64
 }
 
 type checkedPair struct {
@@ -103,7 +100,7 @@ func NewAPISyncer(o APISyncerOptions) *APISyncer {
 		client: o.Client, m: o.Status, pods: o.Pods, clock: o.Clock, steps: o.Steps,
 		queue:  newWriteQueue(o.Clock),
 		synced: map[types.UID]uint64{}, target: map[types.UID]types.UID{}, deleted: map[types.UID]bool{},
-		reread: map[types.UID]bool{}, checked: map[types.UID]checkedPair{}, deferred: map[types.UID]uint64{},
+		reread: map[types.UID]bool{}, checked: map[types.UID]checkedPair{},
 	}
 }
 
@@ -233,7 +230,6 @@ func (s *APISyncer) due() []dueWrite {
 			delete(s.deleted, uid)
 			delete(s.reread, uid)
 			delete(s.checked, uid)
-			delete(s.deferred, uid)
 		}
 	}
 	return append(urgent, normal...)
@@ -307,9 +303,6 @@ func (s *APISyncer) syncPod(ctx context.Context, p pending, deletable bool) (boo
 	s.mu.Unlock()
 	held := s.holdTerminalPhase(obj, &p)
 	if write || !apiequality.Semantic.DeepEqual(obj.Status, mergeStatus(obj.Status, p.status)) {
-		if held && s.deferHeld(p) {
-			return false, nil
-		}
 		if err := s.patch(ctx, obj, p); err != nil {
 			s.mark(func() { s.reread[p.uid] = true })
 			return false, err
@@ -375,42 +368,6 @@ func (s *APISyncer) holdTerminalPhase(obj *v1.Pod, p *pending) bool {
 	klog.V(3).InfoS("Holding the terminal phase back while the pod's containers may run", "pod", klog.KObj(obj), "podUID", p.uid, "phase", p.status.Phase)
 	p.status.Phase, p.status.Reason, p.status.Message = obj.Status.Phase, obj.Status.Reason, obj.Status.Message
 	return true
-}
-
-// deferHeld reports whether a write that holds the phase back waits
-// instead, once for each status: when none of the pod's containers runs
-// in it, it is the status recorded after they were stopped, and the pod
-// workers' record that they stopped, which releases the phase, follows
-// within milliseconds. Written now, the pod would be written twice, the
-// second time for the phase alone: two patches, and two watch events to
-// every client, for each pod deleted. A pod whose record takes longer
-// has its status written retryDelay later. A status with a container
-// still running (a pod evicted, or past its deadline, whose containers
-// are being stopped) is written at once.
-func (s *APISyncer) deferHeld(p pending) bool {
-	if anyRunning(&p.status) {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.deferred[p.uid]; ok && v == p.version {
-		return false
-	}
-	s.deferred[p.uid] = p.version
-	klog.V(4).InfoS("Waiting for the pod's containers to be recorded as stopped before writing its terminal status", "pod", klog.KRef(p.namespace, p.name), "podUID", p.uid)
-	return true
-}
-
-// anyRunning reports whether a container of any kind runs in status.
-func anyRunning(status *v1.PodStatus) bool {
-	for _, cs := range [][]v1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses, status.EphemeralContainerStatuses} {
-		for i := range cs {
-			if cs[i].State.Running != nil {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func (s *APISyncer) mark(fn func()) {

@@ -465,7 +465,6 @@ func TestSyncerHoldsTheTerminalPhaseWhileContainersMayRun(t *testing.T) {
 	pods.running[pod.UID] = true
 	failed := ready(v1.ConditionFalse)
 	failed.Phase, failed.Reason, failed.Message = v1.PodFailed, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
-	failed.ContainerStatuses = []v1.ContainerStatus{{Name: "c", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
 	m.SetPodStatus(pod, failed)
 	ctx := context.Background()
 	if retry := s.SyncBatch(ctx); !retry {
@@ -482,57 +481,6 @@ func TestSyncerHoldsTheTerminalPhaseWhileContainersMayRun(t *testing.T) {
 	if got := apiPod(t, client, "a"); got.Status.Phase != v1.PodFailed || got.Status.Reason != "DeadlineExceeded" {
 		t.Fatalf("once the containers are gone: phase %s reason %q", got.Status.Phase, got.Status.Reason)
 	}
-}
-
-// TestSyncerWritesAStoppedPodsTerminalStatusOnce: the status recorded
-// after a pod's containers were stopped (none runs in it) reaches the
-// syncer a moment before the pod workers record that they stopped. The
-// syncer waits for that record rather than write the status without its
-// phase and then again with it; if the record is late, the status goes
-// without its phase on the next try.
-func TestSyncerWritesAStoppedPodsTerminalStatusOnce(t *testing.T) {
-	stopped := func(t *testing.T) (*APISyncer, *fake.Clientset, *fakePods, *v1.Pod) {
-		pod := testPod("a")
-		pod.Status.Phase = v1.PodRunning
-		s, m, client, pods := newSyncer(t, pod)
-		pods.running[pod.UID] = true
-		done := ready(v1.ConditionFalse)
-		done.Phase = v1.PodSucceeded
-		done.ContainerStatuses = []v1.ContainerStatus{{Name: "c", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{Reason: "Completed"}}}}
-		m.SetPodStatus(pod, done)
-		if retry := s.SyncBatch(context.Background()); !retry {
-			t.Fatal("a status put off was taken as written")
-		}
-		if n := countActions(client, "patch", "status"); n != 0 {
-			t.Fatalf("%d patches while the containers are being recorded as stopped, want none yet", n)
-		}
-		return s, client, pods, pod
-	}
-	t.Run("recorded at once", func(t *testing.T) {
-		s, client, pods, pod := stopped(t)
-		pods.running[pod.UID] = false
-		if retry := s.SyncBatch(context.Background()); retry {
-			t.Fatal("nothing left to write, yet a retry")
-		}
-		if got := apiPod(t, client, "a"); got.Status.Phase != v1.PodSucceeded || countActions(client, "patch", "status") != 1 {
-			t.Fatalf("phase %s after %d patches, want Succeeded after 1", got.Status.Phase, countActions(client, "patch", "status"))
-		}
-	})
-	t.Run("recorded late", func(t *testing.T) {
-		s, client, pods, pod := stopped(t)
-		if retry := s.SyncBatch(context.Background()); !retry {
-			t.Fatal("a held status was taken as written")
-		}
-		got := apiPod(t, client, "a")
-		if got.Status.Phase != v1.PodRunning || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].State.Terminated == nil {
-			t.Fatalf("on the second try: phase %s containers %+v, want Running with the container terminated", got.Status.Phase, got.Status.ContainerStatuses)
-		}
-		pods.running[pod.UID] = false
-		s.SyncBatch(context.Background())
-		if got := apiPod(t, client, "a"); got.Status.Phase != v1.PodSucceeded {
-			t.Fatalf("phase %s once recorded, want Succeeded", got.Status.Phase)
-		}
-	})
 }
 
 // TestSyncerRunWritesAStartedPodBeforeWaitingFirstSightings: with every
