@@ -664,10 +664,24 @@ func podTimeline(x bench, name string) ([]step, error) {
 	return tl.Steps, nil
 }
 
+// span is from the earliest start to the latest end of the pods' steps.
+type span struct{ first, last time.Time }
+
+func (s *span) add(start, end time.Time) {
+	if s.first.IsZero() || start.Before(s.first) {
+		s.first = start
+	}
+	if end.After(s.last) {
+		s.last = end
+	}
+}
+
+func (s span) length() time.Duration { return s.last.Sub(s.first) }
+
 // splitLegs reads every pod's timeline.
 func splitLegs(x bench, names []string, created, ready []time.Time) legs {
 	var l legs
-	var first, last time.Time
+	var all span
 	for i, name := range names {
 		steps, err := podTimeline(x, name)
 		if err != nil {
@@ -691,14 +705,9 @@ func splitLegs(x bench, names []string, created, ready []time.Time) legs {
 		l.node = append(l.node, running.Sub(seen))
 		l.read = append(l.read, running.Sub(started))
 		l.out = append(l.out, ready[i].Sub(running))
-		if first.IsZero() || seen.Before(first) {
-			first = seen
-		}
-		if running.After(last) {
-			last = running
-		}
+		all.add(seen, running)
 	}
-	l.nodeAll = last.Sub(first)
+	l.nodeAll = all.length()
 	return l
 }
 
@@ -717,7 +726,7 @@ type deleteLegs struct {
 
 func splitDelete(x bench, names []string, deleted, gone []time.Time) deleteLegs {
 	var l deleteLegs
-	var first, last time.Time
+	var all span
 	for i, name := range names {
 		steps, err := podTimeline(x, name)
 		if err != nil {
@@ -740,14 +749,9 @@ func splitDelete(x bench, names []string, deleted, gone []time.Time) deleteLegs 
 		l.wait = append(l.wait, released.Start.Sub(stopping.End))
 		l.release = append(l.release, released.End.Sub(released.Start))
 		l.out = append(l.out, gone[i].Sub(released.End))
-		if first.IsZero() || stopping.Start.Before(first) {
-			first = stopping.Start
-		}
-		if released.End.After(last) {
-			last = released.End
-		}
+		all.add(stopping.Start, released.End)
 	}
-	l.nodeAll = last.Sub(first)
+	l.nodeAll = all.length()
 	return l
 }
 
