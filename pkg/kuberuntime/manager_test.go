@@ -70,7 +70,7 @@ func (f *fixture) status(t *testing.T, pod *v1.Pod) *container.PodStatus {
 
 func (f *fixture) sync(t *testing.T, pod *v1.Pod) container.PodSyncResult {
 	t.Helper()
-	return f.m.SyncPod(context.Background(), pod, f.status(t, pod), nil)
+	return f.m.SyncPod(context.Background(), pod, f.status(t, pod), nil, nil)
 }
 
 func calls(rt *fakecri.Runtime, prefix ...string) []string {
@@ -122,7 +122,7 @@ func TestSyncPodStartsInitContainersInOrderThenApps(t *testing.T) {
 	}
 	// A fully running pod needs no calls that change anything.
 	f.rt.ResetCalls()
-	f.m.SyncPod(ctx, pod, s, nil)
+	f.m.SyncPod(ctx, pod, s, nil, nil)
 	if got := calls(f.rt, "RunPodSandbox", "CreateContainer", "StopContainer", "StopPodSandbox"); len(got) != 0 {
 		t.Fatalf("steady state made calls %v", got)
 	}
@@ -506,7 +506,7 @@ func TestCancelledPullIsNoFailure(t *testing.T) {
 		cancel() // the pod is deleted mid-pull
 		return context.Canceled
 	}
-	res := f.m.SyncPod(ctx, pod, f.status(t, pod), nil)
+	res := f.m.SyncPod(ctx, pod, f.status(t, pod), nil, nil)
 	if !errors.Is(res.Error(), context.Canceled) {
 		t.Fatalf("result %v, want the cancellation", res.Error())
 	}

@@ -32,7 +32,13 @@ import (
 // Every step is recorded in the result with a typed error, so the caller
 // can tell a crash-loop back-off from a real failure and the status can name
 // exactly what went wrong.
-func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret) (result container.PodSyncResult) {
+//
+// beforeContainers, when set, is what the containers need and the sandbox
+// does not (the pod's volumes): the caller prepares it beside the sandbox's
+// creation, and SyncPod waits for it between steps 4 and 5, so a first
+// start does not wait for both in turn. Its error ends the sync before
+// any container is created.
+func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret, beforeContainers func(context.Context) error) (result container.PodSyncResult) {
 	actions := computePodActions(pod, status, m.health)
 	resizes := m.resizeActions(pod, status, &actions)
 	klog.V(3).InfoS("computePodActions", "pod", klog.KObj(pod), "podUID", pod.UID, "actions", actions.String())
@@ -97,6 +103,12 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 		}
 		if !pod.Spec.HostNetwork {
 			podIPs = sandboxStatusFromCRI(resp.GetStatus()).IPs
+		}
+	}
+	if beforeContainers != nil {
+		if err := beforeContainers(ctx); err != nil {
+			result.Fail(err)
+			return result
 		}
 	}
 

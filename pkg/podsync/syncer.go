@@ -32,7 +32,7 @@ import (
 
 // syncRuntime is what the sync scripts ask of the container runtime.
 type syncRuntime interface {
-	SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret) container.PodSyncResult
+	SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret, beforeContainers func(context.Context) error) container.PodSyncResult
 	KillPod(ctx context.Context, pod *v1.Pod, running container.Pod, gracePeriodOverride *int64) error
 	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
 }
@@ -90,6 +90,10 @@ type probes interface {
 type podVolumes interface {
 	WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error
 	WaitForUnmount(ctx context.Context, pod *v1.Pod) error
+	// Unservable says why the pod's volumes can never be set up on this
+	// node, whatever the API server and the drivers do; nil when only a
+	// set-up can tell.
+	Unservable(pod *v1.Pod) error
 }
 
 // podClaims prepares the resource claims of pods (the DRA manager).
@@ -173,6 +177,7 @@ type noVolumes struct{}
 
 func (noVolumes) WaitForAttachAndMount(context.Context, *v1.Pod) error { return nil }
 func (noVolumes) WaitForUnmount(context.Context, *v1.Pod) error        { return nil }
+func (noVolumes) Unservable(*v1.Pod) error                             { return nil }
 
 // withDefaults fills the optional parts with their null objects.
 func (o SyncerOptions) withDefaults() SyncerOptions {
@@ -259,9 +264,13 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 
 // SyncPod sets a pod up, in seed 002's order: compute the API status and
 // stop if the pod is terminal; record the status; wait for the network;
-// create the pod's directories; let the runtime create the sandbox and
-// containers. Only back-off failures are swallowed: every other failure
-// is returned so the worker retries with a back-off.
+// create the pod's directories; set the volumes up; let the runtime
+// create the sandbox and containers. One departure from the seed: a pod
+// without a running sandbox has its volumes set up while the runtime
+// creates the sandbox, and its containers wait for them (a first start
+// no longer waits for the two in turn). Only back-off failures are
+// swallowed: every other failure is returned so the worker retries with
+// a back-off.
 func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, rs *container.PodStatus) (bool, error) {
 	klog.V(4).InfoS("SyncPod enter", "pod", klog.KObj(pod), "podUID", pod.UID, "updateType", updateType)
 	defer klog.V(4).InfoS("SyncPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
@@ -313,22 +322,43 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 	}
 	s.objects.RegisterPod(pod)
 	// Set up, or refreshed: configMaps, secrets, tokens and the
-	// downward API follow their sources while the pod runs.
-	if err := s.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
-		klog.ErrorS(err, "Unable to attach or mount volumes for pod; skipping pod", "pod", klog.KObj(pod), "podUID", pod.UID)
-		return false, fmt.Errorf("unable to attach or mount volumes: %w", err)
+	// downward API follow their sources while the pod runs. A pod
+	// without a running sandbox gets one while its volumes are set up:
+	// the sandbox does not need them, its containers do, and the runtime
+	// waits for them before it creates the first. A pod whose sandbox
+	// runs waits for them first: nothing in it changes on volumes that
+	// fail. Nor does a pod whose volumes can never be set up get a
+	// sandbox.
+	beside := !sandboxReady(rs) && s.volumes.Unservable(pod) == nil
+	vols := s.setUpVolumes(ctx, pod, beside)
+	if !beside {
+		if err := vols.join(); err != nil {
+			return false, err
+		}
 	}
+	err := s.runPod(ctx, pod, rs, status, vols.wait)
+	if verr := vols.join(); verr != nil {
+		// The runtime stopped at it, or failed beside it: the volumes
+		// are the reason to report either way.
+		return false, verr
+	}
+	return false, err
+}
+
+// runPod has the runtime run what the pod's spec says, once its volumes
+// are set up or being set up (beforeContainers waits for them).
+func (s *PodSyncer) runPod(ctx context.Context, pod *v1.Pod, rs *container.PodStatus, status v1.PodStatus, beforeContainers func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		// Cancelled: the pod workers want it torn down, start nothing new.
-		return false, err
+		return err
 	}
 	s.probes.AddPod(pod)
 	if err := s.claims.Prepare(ctx, pod, sandboxReady(rs)); err != nil {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
-		return false, fmt.Errorf("failed to prepare dynamic resources: %w", err)
+		return fmt.Errorf("failed to prepare dynamic resources: %w", err)
 	}
 
-	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod))
+	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod), beforeContainers)
 	s.reasons.update(pod.UID, result)
 	switch {
 	case started(result):
@@ -340,15 +370,58 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 	}
 	if err := result.Error(); err != nil {
 		if !result.OnlyBackOff() {
-			return false, err
+			return err
 		}
 		if d := result.RetryAfter(); d > 0 {
 			// Waiting is all that is left to do: come back when the
 			// back-off ends, not at the next periodic resync.
-			return false, &podworkers.RetryAfterError{Delay: d, Reason: "back-off"}
+			return &podworkers.RetryAfterError{Delay: d, Reason: "back-off"}
 		}
 	}
-	return false, nil
+	return nil
+}
+
+// volumeSetUp is a pod's volume set-up under way.
+type volumeSetUp struct {
+	done chan struct{}
+	err  error
+}
+
+// setUpVolumes sets the pod's volumes up, beside the caller or before it
+// returns.
+func (s *PodSyncer) setUpVolumes(ctx context.Context, pod *v1.Pod, beside bool) *volumeSetUp {
+	v := &volumeSetUp{done: make(chan struct{})}
+	run := func() {
+		defer close(v.done)
+		if err := s.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
+			klog.ErrorS(err, "Unable to attach or mount volumes for pod; skipping pod", "pod", klog.KObj(pod), "podUID", pod.UID)
+			v.err = fmt.Errorf("unable to attach or mount volumes: %w", err)
+		}
+	}
+	if !beside {
+		run()
+		return v
+	}
+	go run()
+	return v
+}
+
+// wait waits for the set-up, or until the sync is cancelled.
+func (v *volumeSetUp) wait(ctx context.Context) error {
+	select {
+	case <-v.done:
+		return v.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// join waits for the set-up to end, cancelled or not: a sync never
+// returns while it still writes the pod's volumes, which a teardown may
+// be about to remove.
+func (v *volumeSetUp) join() error {
+	<-v.done
+	return v.err
 }
 
 // started: the sync started at least one container.

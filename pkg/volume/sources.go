@@ -78,7 +78,7 @@ func (m *Manager) payload(ctx context.Context, pod *v1.Pod, sources []v1.VolumeP
 		case src.DownwardAPI != nil:
 			err = m.downwardAPI(pod, src.DownwardAPI.Items, add)
 		case src.ClusterTrustBundle != nil, src.PodCertificate != nil:
-			err = fmt.Errorf("clusterTrustBundle and podCertificate projections are not supported")
+			err = errUnsupportedProjection
 		}
 		if err != nil {
 			return nil, err

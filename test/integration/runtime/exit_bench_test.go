@@ -45,7 +45,7 @@ func BenchmarkExitSeen(b *testing.B) {
 				b.StopTimer()
 				pod := benchPod(i)
 				st, _ := m.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
-				if err := m.SyncPod(ctx, pod, st, nil).Error(); err != nil {
+				if err := m.SyncPod(ctx, pod, st, nil, nil).Error(); err != nil {
 					b.Fatal(err)
 				}
 				var id string

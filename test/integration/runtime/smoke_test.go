@@ -54,7 +54,7 @@ func TestSmokeStartKillCollect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := m.SyncPod(ctx, pod, status, nil)
+	res := m.SyncPod(ctx, pod, status, nil, nil)
 	if err := res.Error(); err != nil {
 		t.Fatalf("SyncPod: %v", err)
 	}
