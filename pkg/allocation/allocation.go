@@ -179,7 +179,9 @@ func (s *Store) Actuated(uid types.UID, name string) (v1.ResourceRequirements, b
 	return *st.Actuated.DeepCopy(), true
 }
 
-// SetActuated records what was applied to the container.
+// SetActuated records what was applied to the container. It returns once
+// the file holds it, or says the same without it (a first actuation of
+// what was granted).
 func (s *Store) SetActuated(uid types.UID, name string, r v1.ResourceRequirements) error {
 	s.mu.Lock()
 	st, ok := s.pods[uid][name]
@@ -196,9 +198,19 @@ func (s *Store) SetActuated(uid types.UID, name string, r v1.ResourceRequirement
 		s.mu.Unlock()
 		return nil
 	}
+	// A container's first actuation that is its grant says nothing the
+	// file does not: a running container without an actuated record runs
+	// with what it was granted (the resize paths read it so). The next
+	// write carries it, and any change of the grant is such a write. So
+	// a start does not wait for an fsync between its container's start
+	// and the pod's read back.
+	implied := ok && st.Actuated == nil && Equal(st.Allocated, r)
 	st.Actuated = r.DeepCopy()
 	s.changed++
 	s.mu.Unlock()
+	if implied {
+		return nil
+	}
 	return s.commit()
 }
 

@@ -116,3 +116,51 @@ func TestStageAndGroupCommit(t *testing.T) {
 		t.Fatalf("written %d of %d changes", s.written, s.changed)
 	}
 }
+
+// A container's first actuation of what it was granted is not written on
+// its own: the file without it says the same. The next write carries it,
+// and an actuation that differs from the grant is written at once.
+func TestFirstActuationOfTheGrantRidesTheNextWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(pod("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetActuated("a", "c", pod("a", "1000m").Spec.Containers[0].Resources); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.Actuated("a", "c"); !ok || got.Requests.Cpu().MilliValue() != 1000 {
+		t.Fatalf("actuated in memory: %v %v", got, ok)
+	}
+	if again, err := Open(path); err != nil || !again.Known("a") {
+		t.Fatalf("the grant is not on disk: %v", err)
+	} else if _, ok := again.Actuated("a", "c"); ok {
+		t.Fatal("the first actuation of the grant was written on its own")
+	}
+
+	// Any later write carries it.
+	if err := s.Allocate(pod("b", "1")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := again.Actuated("a", "c"); !ok || got.Requests.Cpu().MilliValue() != 1000 {
+		t.Fatalf("the next write did not carry the actuation: %v %v", got, ok)
+	}
+
+	// An actuation other than the grant (b runs with 2 CPUs where it was
+	// granted 1) is on disk when SetActuated returns.
+	if err := s.SetActuated("b", "c", pod("b", "2").Spec.Containers[0].Resources); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Open(path); err != nil {
+		t.Fatal(err)
+	} else if got, ok := again.Actuated("b", "c"); !ok || got.Requests.Cpu().MilliValue() != 2000 {
+		t.Fatalf("an actuation other than the grant is not on disk: %v %v", got, ok)
+	}
+}
