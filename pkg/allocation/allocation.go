@@ -75,8 +75,13 @@ func Open(path string) (*Store, error) {
 // (with every change made meanwhile). Call without mu.
 func (s *Store) commit() error {
 	s.mu.Lock()
-	want := s.changed
+	want, done := s.changed, s.written >= s.changed
 	s.mu.Unlock()
+	if done {
+		// Nothing to write: do not queue behind a write in flight (every
+		// pod's sync asks).
+		return nil
+	}
 	s.writing.Lock()
 	defer s.writing.Unlock()
 	s.mu.Lock()
@@ -136,8 +141,11 @@ func (s *Store) Allocate(pod *v1.Pod) error {
 }
 
 // Stage is Allocate without waiting for the file: Commit then writes
-// every staged grant at once (the sync loop admitting a batch of pods).
-// Nothing may run with a staged grant before Commit returns.
+// every staged grant at once. The sync loop stages what it admits, and
+// each pod's sync commits before its first container (nothing may run
+// with a staged grant before Commit returns), beside its sandbox: the
+// sync loop never waits for the disk, and pods admitted together share
+// a write.
 func (s *Store) Stage(pod *v1.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

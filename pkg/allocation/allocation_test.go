@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -162,5 +163,29 @@ func TestFirstActuationOfTheGrantRidesTheNextWrite(t *testing.T) {
 		t.Fatal(err)
 	} else if got, ok := again.Actuated("b", "c"); !ok || got.Requests.Cpu().MilliValue() != 2000 {
 		t.Fatalf("an actuation other than the grant is not on disk: %v %v", got, ok)
+	}
+}
+
+// Every pod's sync commits: with nothing to write, Commit returns at
+// once, not after a write in flight.
+func TestCommitWithNothingToWriteDoesNotWait(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(pod("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	s.writing.Lock() // another write in flight
+	defer s.writing.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- s.Commit() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Commit with nothing to write waited for another write")
 	}
 }

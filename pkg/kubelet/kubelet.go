@@ -453,8 +453,9 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 	// then the list is taken afresh.
 	var active []*v1.Pod
 	listed := false
-	// The workers hear of the batch once its grants are on disk: one
-	// write for the batch, not one per pod.
+	// The grants are staged, not written: each pod's sync writes them
+	// before its first container, and the sync loop does not wait for
+	// the disk (under a burst's writeback an fsync took 100 ms and more).
 	var updates []podworkers.UpdatePodOptions
 	for _, pod := range pods {
 		_, known := kl.pods.podByUID(pod.UID)
@@ -484,7 +485,6 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 		}
 		updates = append(updates, podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateCreate, StartTime: start})
 	}
-	kl.admission.commit()
 	for _, u := range updates {
 		kl.workers.UpdatePod(u)
 	}

@@ -14,23 +14,14 @@ import (
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
-// allocate grants an admitted pod what its spec asks for.
+// allocate grants an admitted pod what its spec asks for, staged: the
+// pod's sync writes it before the pod's first container
+// (podsync.SyncerOptions.Grants).
 func (a *admission) allocate(pod *v1.Pod) {
 	if a.alloc == nil || a.alloc.Known(pod.UID) {
 		return
 	}
 	a.alloc.Stage(pod)
-}
-
-// commit writes the grants allocate staged; the pods they are for must
-// not start before.
-func (a *admission) commit() {
-	if a.alloc == nil {
-		return
-	}
-	if err := a.alloc.Commit(); err != nil {
-		klog.ErrorS(err, "Failed to record the admitted pods' allocations")
-	}
 }
 
 // asRun is the pod as nodelet runs it: its containers with the resources

@@ -153,7 +153,20 @@ type SyncerOptions struct {
 	// Claims prepares pods' resource claims before their sandbox and
 	// unprepares them once their containers stopped; nil for none.
 	Claims podClaims
+	// Grants writes the resource grants admission staged; a pod's
+	// containers start only once it returned. nil keeps no grants.
+	Grants grantWriter
 }
+
+// grantWriter writes staged grants to disk (allocation.Store).
+type grantWriter interface {
+	Commit() error
+}
+
+// noGrants keeps no grants.
+type noGrants struct{}
+
+func (noGrants) Commit() error { return nil }
 
 // resizeState is what the status reports of resources and resizes
 // (allocation.Store).
@@ -191,6 +204,7 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	o.Probes = orNone[probes](o.Probes, noProbes{})
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
 	o.Claims = orNone[podClaims](o.Claims, noClaims{})
+	o.Grants = orNone[grantWriter](o.Grants, noGrants{})
 	o.Reads = orNone[podReads](o.Reads, runtimeReads{o.Runtime})
 	if o.Features == nil {
 		o.Features = func() kuberuntime.Features { return kuberuntime.Features{} }
@@ -224,6 +238,7 @@ type PodSyncer struct {
 	resources resizeState
 	features  func() kuberuntime.Features
 	claims    podClaims
+	grants    grantWriter
 }
 
 var _ podworkers.Syncer = (*PodSyncer)(nil)
@@ -235,6 +250,7 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 		runtime: o.Runtime, reads: o.Reads, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
 		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features, claims: o.Claims,
+		grants: o.Grants,
 	}
 }
 
@@ -321,7 +337,8 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		return false, err
 	}
 	s.objects.RegisterPod(pod)
-	// Set up, or refreshed: configMaps, secrets, tokens and the
+	// The pod's grant is written (admission staged it), and its volumes
+	// set up, or refreshed: configMaps, secrets, tokens and the
 	// downward API follow their sources while the pod runs. A pod
 	// without a running sandbox gets one while its volumes are set up:
 	// the sandbox does not need them, its containers do, and the runtime
@@ -330,14 +347,14 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 	// fail. Nor does a pod whose volumes can never be set up get a
 	// sandbox.
 	beside := !sandboxReady(rs) && s.volumes.Unservable(pod) == nil
-	vols := s.setUpVolumes(ctx, pod, beside)
+	prep := s.prepare(ctx, pod, beside)
 	if !beside {
-		if err := vols.join(); err != nil {
+		if err := prep.join(); err != nil {
 			return false, err
 		}
 	}
-	err := s.runPod(ctx, pod, rs, status, vols.wait)
-	if verr := vols.join(); verr != nil {
+	err := s.runPod(ctx, pod, rs, status, prep.wait)
+	if verr := prep.join(); verr != nil {
 		// The runtime stopped at it, or failed beside it: the volumes
 		// are the reason to report either way.
 		return false, verr
@@ -381,47 +398,52 @@ func (s *PodSyncer) runPod(ctx context.Context, pod *v1.Pod, rs *container.PodSt
 	return nil
 }
 
-// volumeSetUp is a pod's volume set-up under way.
-type volumeSetUp struct {
+// preparation is what a pod's containers wait for, under way: its grant
+// written, its volumes set up.
+type preparation struct {
 	done chan struct{}
 	err  error
 }
 
-// setUpVolumes sets the pod's volumes up, beside the caller or before it
-// returns.
-func (s *PodSyncer) setUpVolumes(ctx context.Context, pod *v1.Pod, beside bool) *volumeSetUp {
-	v := &volumeSetUp{done: make(chan struct{})}
+// prepare writes the pod's grant and sets its volumes up, beside the
+// caller or before it returns. A grant that cannot be written is logged
+// and the pod runs with it, as it always did: a restart admits it again.
+func (s *PodSyncer) prepare(ctx context.Context, pod *v1.Pod, beside bool) *preparation {
+	p := &preparation{done: make(chan struct{})}
 	run := func() {
-		defer close(v.done)
+		defer close(p.done)
+		if err := s.grants.Commit(); err != nil {
+			klog.ErrorS(err, "Failed to record the pod's resource grant", "pod", klog.KObj(pod), "podUID", pod.UID)
+		}
 		if err := s.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
 			klog.ErrorS(err, "Unable to attach or mount volumes for pod; skipping pod", "pod", klog.KObj(pod), "podUID", pod.UID)
-			v.err = fmt.Errorf("unable to attach or mount volumes: %w", err)
+			p.err = fmt.Errorf("unable to attach or mount volumes: %w", err)
 		}
 	}
 	if !beside {
 		run()
-		return v
+		return p
 	}
 	go run()
-	return v
+	return p
 }
 
-// wait waits for the set-up, or until the sync is cancelled.
-func (v *volumeSetUp) wait(ctx context.Context) error {
+// wait waits for the preparation, or until the sync is cancelled.
+func (p *preparation) wait(ctx context.Context) error {
 	select {
-	case <-v.done:
-		return v.err
+	case <-p.done:
+		return p.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// join waits for the set-up to end, cancelled or not: a sync never
+// join waits for the preparation to end, cancelled or not: a sync never
 // returns while it still writes the pod's volumes, which a teardown may
 // be about to remove.
-func (v *volumeSetUp) join() error {
-	<-v.done
-	return v.err
+func (p *preparation) join() error {
+	<-p.done
+	return p.err
 }
 
 // started: the sync started at least one container.

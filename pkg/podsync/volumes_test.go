@@ -186,3 +186,37 @@ func TestUnservableVolumesGetNoSandbox(t *testing.T) {
 		t.Fatalf("the runtime was called for a pod whose volumes cannot be set up: %v", calls)
 	}
 }
+
+// gatedGrants holds each write of the staged grants until the test says
+// how it ends.
+type gatedGrants struct {
+	started chan struct{}
+	end     chan error
+}
+
+func (g *gatedGrants) Commit() error {
+	g.started <- struct{}{}
+	return <-g.end
+}
+
+// A pod's grant is written beside its sandbox, and its first container
+// waits for the write; a write that fails is logged and the pod runs, as
+// it did when the sync loop wrote the grants.
+func TestFirstContainerWaitsForTheGrantWrite(t *testing.T) {
+	s, _, rt := newSyncer(t, nil)
+	grants := &gatedGrants{started: make(chan struct{}, 1), end: make(chan error)}
+	s.grants = grants
+	done := syncAsync(context.Background(), s, apiPod("a", "a", now), &container.PodStatus{ID: "a"})
+	receive(t, "the grant write", grants.started)
+	waitFor(t, "the sandbox, with the grant being written", func() bool { n, _ := rt.Counts(); return n == 1 })
+	if _, n := rt.Counts(); n != 0 {
+		t.Fatalf("%d containers created before the grant was written", n)
+	}
+	grants.end <- errors.New("disk full")
+	if err := receive(t, "the sync", done); err != nil {
+		t.Fatalf("a grant that could not be written stopped the pod: %v", err)
+	}
+	if _, n := rt.Counts(); n != 1 {
+		t.Fatalf("containers %d, want 1", n)
+	}
+}

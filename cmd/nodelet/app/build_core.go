@@ -48,7 +48,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Runtime: runtime.manager, Reads: runtime.pleg, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
 		Recorder: b.recorder, Clock: b.clock, CanRun: podsync.SoftAdmissionChecks(), Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
-		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
+		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Grants: b.allocations, Features: runtime.manager.Features,
 		Claims: res.claims,
 	})
 	workers := podworkers.New(podworkers.Options{
