@@ -177,17 +177,21 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n, 0, 0, 0)
 	names := podNames(round, n)
 	opsBefore := runtimeOps(b, x.client, x.nodeName)
-	cpuBefore := testbed.CPUByCommand()
 	var profiled chan error
 	if *profile != "" && busy {
 		profiled = make(chan error, 1)
 		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
 	}
+	// The CPU windows hold the bursts alone: the API server's metrics
+	// (megabytes of text, rendered by it and parsed here) and the
+	// timelines are read outside them, as the floor's windows hold its
+	// CRI calls alone.
 	reqBefore := apiRequests(b, x.client)
+	cpuBefore := testbed.CPUByCommand()
 	createStart := time.Now()
 	created, ready := burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
-	res.start, res.allReady = since(created, ready), latest(ready).Sub(createStart)
 	res.cpu = cpuDelta(cpuBefore)
+	res.start, res.allReady = since(created, ready), latest(ready).Sub(createStart)
 	res.requests = requestsSince(b, x.client, reqBefore, n)
 	res.clusterCores = sumCPU(res.cpu, clusterCommands).Seconds() / res.allReady.Seconds()
 	res.slowest = slowestTimeline(x, names, res.start)
@@ -207,13 +211,13 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 			profiled <- fetch(x.client, x.nodeName, "debug/pprof/profile?seconds=20", *delProf)
 		}()
 	}
-	cpuBefore = testbed.CPUByCommand()
 	reqBefore = apiRequests(b, x.client)
+	cpuBefore = testbed.CPUByCommand()
 	deleteStart, deleted, gone := burstDelete(b, x.client, x.w, x.ns, names)
+	res.cpuStop = cpuDelta(cpuBefore)
 	res.stop, res.allGone = since(deleted, gone), latest(gone).Sub(deleteStart)
 	res.requestsStop = requestsSince(b, x.client, reqBefore, n)
 	res.deleteLegs = splitDelete(x, names, deleted, gone)
-	res.cpuStop = cpuDelta(cpuBefore)
 	res.clusterCoresStop = sumCPU(res.cpuStop, clusterCommands).Seconds() / res.allGone.Seconds()
 	if profiled != nil {
 		if err := <-profiled; err != nil {
