@@ -133,6 +133,7 @@ func BenchmarkDensity(b *testing.B) {
 			fmt.Printf("round %d, %d pods: where the client's delete → gone went: %s\n", round, n, res.deleteLegs.String(pct(res.floorStop, 100)))
 			fmt.Printf("round %d, %d pods: %s\n", round, n, res.loadedLine())
 			fmt.Printf("round %d, %d pods: the slowest pod's timeline:\n%s", round, n, res.slowest)
+			fmt.Printf("round %d, %d pods: the slowest deleted pod's whole timeline (each status write with its phase and version):\n%s", round, n, res.slowestStop)
 			r.results = append(r.results, res)
 		}
 	}
@@ -218,6 +219,7 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	res.stop, res.allGone = since(deleted, gone), latest(gone).Sub(deleteStart)
 	res.requestsStop = requestsSince(b, x.client, reqBefore, n)
 	res.deleteLegs = splitDelete(x, names, deleted, gone)
+	res.slowestStop = slowestTimeline(x, names, res.stop)
 	res.clusterCoresStop = sumCPU(res.cpuStop, clusterCommands).Seconds() / res.allGone.Seconds()
 	if profiled != nil {
 		if err := <-profiled; err != nil {
@@ -625,8 +627,9 @@ type result struct {
 	clusterCores, clusterCoresStop float64
 	loadedStart, loadedStop        time.Duration
 	// slowest is the lifecycle timeline of the pod that took longest to
-	// be Ready (nodelet's text rendering): where its time went.
-	slowest string
+	// be Ready (nodelet's text rendering): where its time went;
+	// slowestStop that of the pod slowest to go, its whole life.
+	slowest, slowestStop string
 	// legs splits the client's create → Ready by nodelet's timelines,
 	// deleteLegs its delete → gone.
 	legs       legs
