@@ -58,16 +58,17 @@ func TestPullSecretsFromTheAPI(t *testing.T) {
 	pod.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "creds"}}
 	pod.Spec.Containers[0].Image = image
 	pod.Spec.Containers[0].ImagePullPolicy = v1.PullAlways
+	// Every status the pod had, through a watch: ErrImagePull may last
+	// only until the next sync (a poll missed it).
+	list, err := cl.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cl.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
-	waitPod(t, 30*time.Second, ns, "via-pod", func(p *v1.Pod) (bool, string) {
-		if cs := p.Status.ContainerStatuses; len(cs) == 1 && cs[0].State.Waiting != nil {
-			seen[cs[0].State.Waiting.Reason] = true
-		}
-		return seen["ErrImagePull"] && seen["ImagePullBackOff"], fmt.Sprintf("waiting reasons seen: %v", seen)
-	})
+	seen := waitingReasons(t, ns, "via-pod", list.ResourceVersion, 30*time.Second, "ErrImagePull", "ImagePullBackOff")
+	t.Logf("waiting reasons seen: %v", seen)
 	waitEvents(t, ns, "via-pod", "Failed", "BackOff")
 
 	fixed := dockerConfigSecret("creds", reg.Host, testbed.RegistryUser, testbed.RegistryPassword)
@@ -76,4 +77,44 @@ func TestPullSecretsFromTheAPI(t *testing.T) {
 	}
 	// The back-off after two failures is at most 20 s.
 	waitPod(t, 40*time.Second, ns, "via-pod", running)
+}
+
+// waitingReasons watches the pod from resourceVersion on until its
+// container has waited for every one of want, and returns every waiting
+// reason seen. The test client's requests end after 5 s, so the watch is
+// taken again from the last version seen.
+func waitingReasons(t *testing.T, ns, name, resourceVersion string, timeout time.Duration, want ...string) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	seen := map[string]bool{}
+	all := func() bool {
+		for _, r := range want {
+			if !seen[r] {
+				return false
+			}
+		}
+		return true
+	}
+	for !all() {
+		w, err := cl.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: resourceVersion})
+		if err != nil {
+			t.Fatalf("watching %s (waiting reasons seen: %v): %v", name, seen, err)
+		}
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*v1.Pod)
+			if !ok {
+				continue
+			}
+			resourceVersion = p.ResourceVersion
+			if cs := p.Status.ContainerStatuses; len(cs) == 1 && cs[0].State.Waiting != nil {
+				seen[cs[0].State.Waiting.Reason] = true
+			}
+			if all() {
+				break
+			}
+		}
+		w.Stop()
+	}
+	return seen
 }

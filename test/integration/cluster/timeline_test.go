@@ -71,15 +71,17 @@ func TestTimelineOfAPod(t *testing.T) {
 		}
 		running = running || s.Kind == timeline.KindRunning
 	}
-	// Volumes, then the sandbox, the init container (its image, created
-	// and started), then the main one, then the pod runs; its readiness
-	// probe passes.
+	// The sandbox, with the volumes set up beside it, then the init
+	// container (its image, created and started), then the main one,
+	// then the pod runs; its readiness probe passes.
 	img := testbed.BusyboxImage
 	want := []string{"source:seen", "merge:ADD", "sync:sync (create)", "volume:scratch", "volume:info",
-		"sandbox:attempt 0", "image:" + img, "container:init", "event:Started", "image:" + img, "container:main", "running:running"}
-	if !inOrder(order, want) || !slices.Contains(order, "probe:Readiness main") || !slices.Contains(order, "status:written to the API") {
-		t.Fatalf("steps %v\nwant in order %v, the probe and a status write", order, want)
+		"image:" + img, "container:init", "event:Started", "image:" + img, "container:main", "running:running"}
+	if !inOrder(order, want) || !inOrder(order, []string{"sync:sync (create)", "sandbox:attempt 0", "image:" + img}) ||
+		!slices.Contains(order, "probe:Readiness main") || !slices.Contains(order, "status:written to the API") {
+		t.Fatalf("steps %v\nwant in order %v, the sandbox before the first image, the probe and a status write", order, want)
 	}
+	checkVolumesBesideTheSandbox(t, tl)
 	for _, s := range tl.Steps {
 		if s.Kind == timeline.KindImage && !strings.Contains(s.Detail, " bytes") {
 			t.Fatalf("image step without its size: %+v", s)
@@ -137,4 +139,33 @@ func podStartSum(t *testing.T, ctx context.Context, node string) float64 {
 		t.Fatalf("pod start histogram has %d samples, want this pod's alone", h.GetSampleCount())
 	}
 	return h.GetSampleSum()
+}
+
+// checkVolumesBesideTheSandbox: the volumes' set-up began before the
+// sandbox was created, and the first container waited for it.
+func checkVolumesBesideTheSandbox(t *testing.T, tl timeline.Timeline) {
+	t.Helper()
+	var sandbox, first *timeline.Step
+	var volumes []timeline.Step
+	for i, st := range tl.Steps {
+		switch {
+		case st.Kind == timeline.KindSandbox && sandbox == nil:
+			sandbox = &tl.Steps[i]
+		case st.Kind == timeline.KindVolume:
+			volumes = append(volumes, st)
+		case st.Kind == timeline.KindImage && first == nil:
+			first = &tl.Steps[i]
+		}
+	}
+	if sandbox == nil || first == nil || len(volumes) != 2 {
+		t.Fatalf("sandbox %v, first image %v, volumes %d", sandbox, first, len(volumes))
+	}
+	for _, v := range volumes {
+		if !v.Start.Before(sandbox.End) {
+			t.Errorf("volume %s began at %v, after the sandbox was created (%v): not beside it", v.Name, v.Start, sandbox.End)
+		}
+		if first.Start.Before(v.End) {
+			t.Errorf("the first container's image step began at %v, before volume %s was set up (%v)", first.Start, v.Name, v.End)
+		}
+	}
 }
