@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -42,11 +44,12 @@ func runProbe(ctx context.Context, exec Executor, p *v1.Probe, c *v1.Container, 
 	if timeout <= 0 {
 		timeout = time.Second
 	}
+	if p.Exec != nil {
+		return execProbe(ctx, exec, containerID, p.Exec.Command, timeout)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	switch {
-	case p.Exec != nil:
-		return execProbe(ctx, exec, containerID, p.Exec.Command, timeout)
 	case p.HTTPGet != nil:
 		return httpProbe(ctx, p.HTTPGet, c, podIP)
 	case p.TCPSocket != nil:
@@ -57,10 +60,22 @@ func runProbe(ctx context.Context, exec Executor, p *v1.Probe, c *v1.Container, 
 	return outcome{output: "probe has no action"}
 }
 
+// execGrace is what an exec probe's CRI call gets beyond the probe's
+// timeout. The runtime times the command itself, from its start; the exec's
+// set-up before it (runc exec, a shim round trip) takes seconds on a loaded
+// node and is not the command's time. Upstream gives the call the runtime
+// request timeout on top (2 min); this also bounds a runtime that never
+// answers, so one hung exec does not hold the probe that long.
+const execGrace = 10 * time.Second
+
 func execProbe(ctx context.Context, exec Executor, id string, cmd []string, timeout time.Duration) outcome {
+	ctx, cancel := context.WithTimeout(ctx, timeout+execGrace)
+	defer cancel()
 	resp, err := exec.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: int64(timeout.Seconds())})
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The runtime says DeadlineExceeded when the command outlived its
+		// timeout (containerd, CRI-O), as upstream reads it.
+		if status.Code(err) == codes.DeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return outcome{output: fmt.Sprintf("command %q timed out", strings.Join(cmd, " "))}
 		}
 		return outcome{output: err.Error()}

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -347,23 +349,43 @@ func TestGRPCProbe(t *testing.T) {
 	}
 }
 
+// The runtime times an exec probe's command: its DeadlineExceeded is a
+// failed probe that says so, and the call itself is given more than the
+// probe's timeout, so a slow exec set-up is not a timeout.
 func TestExecProbeTimeout(t *testing.T) {
-	slow := execFunc(func(ctx context.Context) (*runtimeapi.ExecSyncResponse, error) {
-		<-ctx.Done()
-		return nil, ctx.Err()
+	var left time.Duration
+	var asked int64
+	timedOut := execFunc(func(ctx context.Context, in *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+		dl, _ := ctx.Deadline()
+		left, asked = time.Until(dl), in.Timeout
+		return nil, grpcstatus.Error(codes.DeadlineExceeded, "timeout 1s exceeded: context deadline exceeded")
 	})
 	p := &v1.Probe{TimeoutSeconds: 1, ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "9"}}}}
-	start := time.Now()
-	o := runProbe(context.Background(), slow, p, &v1.Container{}, "id", "")
-	if o.ok || !strings.Contains(o.output, "timed out") || time.Since(start) > 3*time.Second {
-		t.Fatalf("%v %q after %v", o.ok, o.output, time.Since(start))
+	o := runProbe(context.Background(), timedOut, p, &v1.Container{}, "id", "")
+	if o.ok || o.output != `command "sleep 9" timed out` {
+		t.Fatalf("%v %q", o.ok, o.output)
+	}
+	if asked != 1 || left < time.Second+execGrace-time.Second {
+		t.Fatalf("the runtime was asked for %d s and the call had %v left", asked, left)
+	}
+	// A slow set-up that ends within the grace passes.
+	slowStart := execFunc(func(ctx context.Context, in *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+		select {
+		case <-time.After(1200 * time.Millisecond):
+			return &runtimeapi.ExecSyncResponse{}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	if o := runProbe(context.Background(), slowStart, p, &v1.Container{}, "id", ""); !o.ok {
+		t.Fatalf("an exec answered after 1.2 s failed a 1 s probe: %q", o.output)
 	}
 }
 
-type execFunc func(ctx context.Context) (*runtimeapi.ExecSyncResponse, error)
+type execFunc func(ctx context.Context, in *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error)
 
 func (f execFunc) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
-	return f(ctx)
+	return f(ctx, in)
 }
 
 type stepLog []string
