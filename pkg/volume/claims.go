@@ -10,8 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-
-	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // Claims reads the persistent volume claims pods mount and the volumes
@@ -55,9 +53,6 @@ func claimName(pod *v1.Pod, vol *v1.Volume) string {
 func (m *Manager) claim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, name string) (string, error) {
 	if p, ok := m.HostPath(pod.UID, vol.Name); ok {
 		return p, nil
-	}
-	if podutil.IsStatic(pod) {
-		return "", fmt.Errorf("%w (persistentvolumeclaim %q)", ErrStaticPodAPIObject, name)
 	}
 	pvc, err := m.o.Claims.GetPersistentVolumeClaim(ctx, pod.Namespace, name)
 	if err != nil {

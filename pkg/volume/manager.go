@@ -37,7 +37,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/poddirs"
-	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -254,12 +253,10 @@ func (m *Manager) TearDown(uid types.UID) error {
 }
 
 func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (string, error) {
+	if err := m.unservable(pod, vol); err != nil {
+		return "", err
+	}
 	if sources, mode, ok := projections(vol); ok {
-		if podutil.IsStatic(pod) {
-			if ref := apiReference(sources); ref != "" {
-				return "", fmt.Errorf("%w (%s)", ErrStaticPodAPIObject, ref)
-			}
-		}
 		plugin, onTmpfs := "projected", true
 		switch {
 		case vol.ConfigMap != nil:
@@ -293,9 +290,6 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 	}
 	switch {
 	case vol.CSI != nil:
-		if podutil.IsStatic(pod) {
-			return "", fmt.Errorf("%w (CSI volume %q)", ErrStaticPodAPIObject, vol.Name)
-		}
 		if p, ok := m.HostPath(pod.UID, vol.Name); ok {
 			return p, nil
 		}
@@ -321,15 +315,10 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		}
 		return dir, emptyDirOwnership(dir, fsGroup(pod))
 	}
-	if vol.Image != nil {
-		// The runtime mounts the image itself (CRI Mount.image); there is
-		// nothing on the host to set up.
-		if m.o.ImageVolumes != nil {
-			return "", m.o.ImageVolumes()
-		}
-		return "", nil
-	}
-	return "", fmt.Errorf("%w (hostPath, emptyDir, configMap, secret, downwardAPI, projected, image, csi, persistentVolumeClaim and ephemeral are)", ErrUnsupportedVolume)
+	// An image: the runtime mounts it itself (CRI Mount.image), and there
+	// is nothing on the host to set up. unservable refused every other
+	// kind.
+	return "", nil
 }
 
 // emptyDirOwnership lets any user of the pod write to an emptyDir, umask

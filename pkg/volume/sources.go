@@ -77,8 +77,6 @@ func (m *Manager) payload(ctx context.Context, pod *v1.Pod, sources []v1.VolumeP
 			err = m.projectKeys(ctx, pod, "secret", src.Secret.Name, src.Secret.Items, src.Secret.Optional, add)
 		case src.DownwardAPI != nil:
 			err = m.downwardAPI(pod, src.DownwardAPI.Items, add)
-		case src.ClusterTrustBundle != nil, src.PodCertificate != nil:
-			err = errUnsupportedProjection
 		}
 		if err != nil {
 			return nil, err

@@ -17,6 +17,7 @@ var errUnsupportedProjection = errors.New("clusterTrustBundle and podCertificate
 // static pod's reference to an API object, an API object without an API
 // server, an image volume on a runtime that cannot mount images, a kind
 // nodelet does not serve. It returns nil when only a set-up can tell.
+// Every set-up asks it first, so the two never disagree.
 //
 // The pod syncer creates a first sandbox beside the volumes' set-up only
 // when this is nil: a pod that can never run gets no sandbox, as
@@ -71,7 +72,7 @@ func (m *Manager) unservable(pod *v1.Pod, vol *v1.Volume) error {
 			return m.o.ImageVolumes()
 		}
 	case vol.HostPath == nil && vol.EmptyDir == nil:
-		return ErrUnsupportedVolume
+		return fmt.Errorf("%w (hostPath, emptyDir, configMap, secret, downwardAPI, projected, image, csi, persistentVolumeClaim and ephemeral are)", ErrUnsupportedVolume)
 	}
 	return nil
 }
