@@ -84,6 +84,18 @@ type APISyncer struct {
 	// checked is the (status version, API object version) pair last found
 	// in agreement, so an unchanged pod costs no comparison.
 	checked map[types.UID]checkedPair
+	// written is the object each pod's last write returned, with the
+	// resourceVersion of the source's copy at the time. While the source
+	// still holds that copy, the write has not come back through the
+	// watch: the copy's status is ours before the write, not somebody
+	// else's change, and the returned object is the newest there is.
+	// Comparing against the copy would only repeat the write.
+	written map[types.UID]writtenObject
+}
+
+type writtenObject struct {
+	sourceVersion string
+	obj           *v1.Pod
 }
 
 type checkedPair struct {
@@ -100,7 +112,7 @@ func NewAPISyncer(o APISyncerOptions) *APISyncer {
 		client: o.Client, m: o.Status, pods: o.Pods, clock: o.Clock, steps: o.Steps,
 		queue:  newWriteQueue(o.Clock),
 		synced: map[types.UID]uint64{}, target: map[types.UID]types.UID{}, deleted: map[types.UID]bool{},
-		reread: map[types.UID]bool{}, checked: map[types.UID]checkedPair{},
+		reread: map[types.UID]bool{}, checked: map[types.UID]checkedPair{}, written: map[types.UID]writtenObject{},
 	}
 }
 
@@ -230,6 +242,7 @@ func (s *APISyncer) due() []dueWrite {
 			delete(s.deleted, uid)
 			delete(s.reread, uid)
 			delete(s.checked, uid)
+			delete(s.written, uid)
 		}
 	}
 	return append(urgent, normal...)
@@ -254,6 +267,7 @@ func (s *APISyncer) needsReconcileLocked(p versionInfo) bool {
 	if s.target[p.uid] != obj.UID {
 		return true
 	}
+	obj = s.newestLocked(p.uid, obj)
 	pair := checkedPair{p.version, obj.ResourceVersion}
 	if s.checked[p.uid] == pair {
 		return false
@@ -264,6 +278,22 @@ func (s *APISyncer) needsReconcileLocked(p versionInfo) bool {
 	}
 	s.checked[p.uid] = pair
 	return false
+}
+
+// newestLocked returns the object the pod's last write returned while the
+// source's copy is still the one it had then (see written), else the
+// source's copy, forgetting the write: the watch has brought it or
+// something newer. A copy without a resourceVersion proves nothing.
+func (s *APISyncer) newestLocked(uid types.UID, source *v1.Pod) *v1.Pod {
+	w, ok := s.written[uid]
+	if !ok {
+		return source
+	}
+	if source.ResourceVersion != "" && source.ResourceVersion == w.sourceVersion {
+		return w.obj
+	}
+	delete(s.written, uid)
+	return source
 }
 
 // errStale classifies a pod whose object is not the one the status is
@@ -303,10 +333,12 @@ func (s *APISyncer) syncPod(ctx context.Context, p pending, deletable bool) (boo
 	s.mu.Unlock()
 	held := s.holdTerminalPhase(obj, &p)
 	if write || !apiequality.Semantic.DeepEqual(obj.Status, mergeStatus(obj.Status, p.status)) {
-		if err := s.patch(ctx, obj, p); err != nil {
+		res, err := s.patch(ctx, obj, p)
+		if err != nil {
 			s.mark(func() { s.reread[p.uid] = true })
 			return false, err
 		}
+		s.remember(p, res)
 	}
 	if held {
 		// Written but for the phase: not done until the containers are.
@@ -370,6 +402,16 @@ func (s *APISyncer) holdTerminalPhase(obj *v1.Pod, p *pending) bool {
 	return true
 }
 
+// remember keeps the object a write returned (nil: nothing was written)
+// until the source's copy moves on (see written).
+func (s *APISyncer) remember(p pending, res *v1.Pod) {
+	source := s.pods.APIPod(p.uid)
+	if res == nil || source == nil || source.ResourceVersion == "" || !isFor(source, p.uid, p.mirrorOf) {
+		return
+	}
+	s.mark(func() { s.written[p.uid] = writtenObject{sourceVersion: source.ResourceVersion, obj: res} })
+}
+
 func (s *APISyncer) mark(fn func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -385,7 +427,9 @@ func (s *APISyncer) base(ctx context.Context, p pending) (obj *v1.Pod, done bool
 	reread := s.reread[p.uid]
 	s.mu.Unlock()
 	if obj := s.pods.APIPod(p.uid); obj != nil && !reread && isFor(obj, p.uid, p.mirrorOf) {
-		return obj, false, nil
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.newestLocked(p.uid, obj), false, nil
 	}
 	obj, err = s.client.CoreV1().Pods(p.namespace).Get(ctx, p.name, metav1.GetOptions{})
 	switch {
@@ -409,8 +453,9 @@ func (s *APISyncer) base(ctx context.Context, p pending) (obj *v1.Pod, done bool
 }
 
 // patch writes p's status over obj's with a strategic merge patch carrying
-// obj's UID, so it can never land on a recreated pod of the same name.
-func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) error {
+// obj's UID, so it can never land on a recreated pod of the same name. It
+// returns the object as written, nil when there was nothing to write.
+func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) (*v1.Pod, error) {
 	merged := mergeStatus(obj.Status, p.status)
 	if podutil.IsTerminal(obj.Status.Phase) && !podutil.IsTerminal(merged.Phase) {
 		klog.ErrorS(nil, "The API has the pod in a terminal phase; not moving it back", "pod", klog.KObj(obj), "podUID", p.uid,
@@ -418,20 +463,20 @@ func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) error {
 		merged.Phase = obj.Status.Phase
 	}
 	if apiequality.Semantic.DeepEqual(obj.Status, merged) {
-		return nil
+		return nil, nil
 	}
 	patch, err := statusPatch(obj.UID, obj.Status, merged)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	end := s.steps.Begin(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.uid, Namespace: obj.Namespace, Name: obj.Name}}, timeline.KindStatus, "written to the API")
-	_, err = s.client.CoreV1().Pods(obj.Namespace).Patch(ctx, obj.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	res, err := s.client.CoreV1().Pods(obj.Namespace).Patch(ctx, obj.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	end(err, fmt.Sprintf("phase %s, version %d", merged.Phase, p.version))
 	if err != nil {
-		return fmt.Errorf("patching status: %w", err)
+		return nil, fmt.Errorf("patching status: %w", err)
 	}
 	klog.V(3).InfoS("Status for pod updated successfully", "pod", klog.KObj(obj), "podUID", p.uid, "statusVersion", p.version, "phase", merged.Phase)
-	return nil
+	return res, nil
 }
 
 // statusPatch is the strategic merge patch from old to new status, with

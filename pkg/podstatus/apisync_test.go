@@ -533,3 +533,77 @@ func (b *blockingSteps) Begin(pod *v1.Pod, _ timeline.Kind, _ string) func(error
 	<-b.release
 	return func(error, string) {}
 }
+
+// TestSyncerDoesNotRepeatAWriteTheWatchHasNotBroughtBack: until the source
+// holds a newer copy of the object than the one a write was patched over,
+// that copy's differing status is our own write still on its way, not a
+// change to reconcile: neither a resync nor the deletion that follows the
+// terminal write patches it again. A newer copy that differs (somebody
+// else's write) is still reconciled.
+func TestSyncerDoesNotRepeatAWriteTheWatchHasNotBroughtBack(t *testing.T) {
+	pod := testPod("a")
+	pod.Status.Phase = v1.PodRunning
+	s, m, client, pods := newSyncer(t, pod)
+	stale := apiPod(t, client, "a")
+	stale.ResourceVersion = "10"
+	pods.api["a"] = stale
+	ctx := context.Background()
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	s.SyncBatch(ctx)
+	if n := countActions(client, "patch", "status"); n != 1 {
+		t.Fatalf("%d status writes, want 1", n)
+	}
+	if len(s.due()) != 0 {
+		t.Fatalf("due again while the write comes back: %s", dueUIDs(s))
+	}
+
+	// The pod is deleted and stops: its terminal status is written over
+	// the same stale copy, and once the pod is finished (TerminatePod,
+	// a new version of the same status) it is deleted without writing
+	// that status again.
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	pods.desired["a"] = deleting
+	done := ready(v1.ConditionFalse)
+	done.Phase = v1.PodSucceeded
+	m.SetPodStatus(deleting, done)
+	s.SyncBatch(ctx)
+	if n, d := countActions(client, "patch", "status"), countActions(client, "delete", ""); n != 2 || d != 0 {
+		t.Fatalf("%d status writes and %d deletes, want 2 and 0", n, d)
+	}
+	m.TerminatePod(deleting)
+	s.SyncBatch(ctx)
+	if n, d := countActions(client, "patch", "status"), countActions(client, "delete", ""); n != 2 || d != 1 {
+		t.Fatalf("%d status writes and %d deletes, want 2 and 1", n, d)
+	}
+	var last []byte
+	for _, a := range client.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			last = p.GetPatch()
+		}
+	}
+	if !strings.Contains(string(last), `"phase":"Succeeded"`) {
+		t.Fatalf("the last write %s is not the terminal phase", last)
+	}
+
+	// Somebody else's write arrives as a newer copy: reconciled.
+	other := testPod("b")
+	s2, m2, client2, pods2 := newSyncer(t, other)
+	m2.SetPodStatus(other, ready(v1.ConditionTrue))
+	cp := apiPod(t, client2, "b")
+	cp.ResourceVersion = "10"
+	pods2.api["b"] = cp
+	s2.SyncBatch(ctx)
+	changed := apiPod(t, client2, "b")
+	changed.ResourceVersion = "12"
+	changed.Status.Conditions[0].Status = v1.ConditionFalse
+	pods2.api["b"] = changed
+	if len(s2.due()) != 1 {
+		t.Fatal("a newer copy that differs is not due")
+	}
+	s2.SyncBatch(ctx)
+	if n := countActions(client2, "patch", "status"); n != 2 {
+		t.Fatalf("%d status writes, want 2 (the reconcile)", n)
+	}
+}
