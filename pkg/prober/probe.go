@@ -27,10 +27,17 @@ type Executor interface {
 }
 
 // outcome is one probe run: whether it passed, and what to say if not.
+// An errored run is one the runtime could not take (unavailable,
+// overloaded): it says nothing about the container.
 type outcome struct {
-	ok     bool
-	output string
+	ok      bool
+	errored bool
+	output  string
 }
+
+// execAttempts is how often an exec probe is tried when the runtime
+// cannot take it, as upstream's maxProbeRetries.
+const execAttempts = 3
 
 // userAgent is what HTTP probes identify as, as upstream's kube-probe.
 const userAgent = "kube-probe/nodelet"
@@ -45,7 +52,13 @@ func runProbe(ctx context.Context, exec Executor, p *v1.Probe, c *v1.Container, 
 		timeout = time.Second
 	}
 	if p.Exec != nil {
-		return execProbe(ctx, exec, containerID, p.Exec.Command, timeout)
+		var o outcome
+		for range execAttempts {
+			if o = execProbe(ctx, exec, containerID, p.Exec.Command, timeout); !o.errored || ctx.Err() != nil {
+				break
+			}
+		}
+		return o
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -78,6 +91,16 @@ func execProbe(ctx context.Context, exec Executor, id string, cmd []string, time
 		if status.Code(err) == codes.DeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return outcome{output: fmt.Sprintf("command %q timed out", strings.Join(cmd, " "))}
 		}
+		switch status.Code(err) {
+		case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.Canceled:
+			// The runtime could not take the call: nothing is known of
+			// the container.
+			return outcome{errored: true, output: err.Error()}
+		}
+		// The runtime's answer about the command (it does not exist in
+		// the image, the container is gone): a failure. Upstream throws
+		// every error away, so a probe naming a missing command never
+		// fails (kubernetes#106682, an accepted bug).
 		return outcome{output: err.Error()}
 	}
 	out := strings.TrimSpace(string(resp.Stdout) + string(resp.Stderr))

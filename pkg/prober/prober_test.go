@@ -37,12 +37,18 @@ type fakeExec struct {
 	mu    sync.Mutex
 	codes []int32
 	calls int
+	// errs is how many calls from now the runtime fails.
+	errs int
 }
 
 func (f *fakeExec) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	if f.errs > 0 {
+		f.errs--
+		return nil, grpcstatus.Error(codes.Unavailable, "runtime busy")
+	}
 	code := int32(0)
 	if len(f.codes) > 0 {
 		code, f.codes = f.codes[0], f.codes[1:]
@@ -468,5 +474,44 @@ func TestRunStopsProbesBeforeTheConnectionCloses(t *testing.T) {
 	f.m.mu.Unlock()
 	if workers != 0 || exec.late.Load() != 0 {
 		t.Errorf("after the stop: %d workers, %d runtime calls", workers, exec.late.Load())
+	}
+}
+
+// An exec probe the runtime cannot take (Unavailable) is tried three
+// times, then thrown away as upstream does: an event says so, and it
+// counts neither for nor against the container, so a liveness threshold
+// of 1 restarts nothing. The runtime's answer that the command cannot run
+// in the container is a failure.
+func TestErroredExecProbeIsThrownAway(t *testing.T) {
+	f := newFixture(t, v1.Container{LivenessProbe: execSpec(0, 1, 1)})
+	w := f.worker(Liveness)
+	f.exec.mu.Lock()
+	f.exec.errs = 3
+	f.exec.mu.Unlock()
+	w.probeOnce()
+	if n := f.exec.count(); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+	if f.m.LivenessFailed("c1") || len(f.updates()) != 0 {
+		t.Fatal("an errored probe failed the container")
+	}
+	if e := <-f.events.Events; !strings.Contains(e, "Liveness probe errored and resulted in unknown state: rpc error: code = Unavailable") {
+		t.Fatalf("event %q", e)
+	}
+	// Two errors, then an answer: the answer counts.
+	f.exec.mu.Lock()
+	f.exec.errs = 2
+	f.exec.mu.Unlock()
+	f.exec.queue(1)
+	w.probeOnce()
+	if n := f.exec.count(); n != 6 || !f.m.LivenessFailed("c1") {
+		t.Fatalf("after %d attempts: liveness failed %v, want 6 and true", n, f.m.LivenessFailed("c1"))
+	}
+
+	missing := execFunc(func(context.Context, *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+		return nil, grpcstatus.Error(codes.Unknown, `failed to exec in container: OCI runtime exec failed: exec: "nope": executable file not found in $PATH`)
+	})
+	if o := runProbe(context.Background(), missing, execSpec(0, 1, 1), &v1.Container{}, "id", ""); o.ok || o.errored {
+		t.Fatalf("a command missing from the image: ok %v errored %v, want a failure", o.ok, o.errored)
 	}
 }

@@ -137,11 +137,17 @@ func (w *worker) probeOnce() bool {
 		// nothing about the container.
 		return false
 	}
+	if o.errored {
+		// The runtime could not run the probe: as upstream, the result
+		// is thrown away, so a runtime hiccup neither fails nor passes
+		// the container.
+		w.m.recorder.Eventf(w.ref(), v1.EventTypeWarning, "Unhealthy", "%s probe errored and resulted in unknown state: %s", w.typ, o.output)
+		klog.V(1).InfoS("Probe errored", "probe", w.typ, "pod", klog.KObj(w.pod), "podUID", w.pod.UID, "container", w.container.Name, "err", o.output)
+		return true
+	}
 	w.m.observer.Observe(Observation{Pod: w.pod, Container: w.container.Name, Type: w.typ, OK: o.ok, Took: w.m.clock.Since(start)})
 	if !o.ok {
-		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: w.pod.Name, Namespace: w.pod.Namespace, UID: w.pod.UID,
-			FieldPath: fmt.Sprintf("spec.containers{%s}", w.container.Name)}
-		w.m.recorder.Eventf(ref, v1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", w.typ, o.output)
+		w.m.recorder.Eventf(w.ref(), v1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", w.typ, o.output)
 		klog.V(2).InfoS("Probe failed", "probe", w.typ, "pod", klog.KObj(w.pod), "podUID", w.pod.UID, "container", w.container.Name, "output", o.output)
 	}
 	if o.ok == w.last {
@@ -177,6 +183,12 @@ func (w *worker) probeOnce() bool {
 		w.onHold, w.streak = true, 0
 	}
 	return true
+}
+
+// ref is what the worker's events are about: its container.
+func (w *worker) ref() *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Name: w.pod.Name, Namespace: w.pod.Namespace, UID: w.pod.UID,
+		FieldPath: fmt.Sprintf("spec.containers{%s}", w.container.Name)}
 }
 
 // adopt starts on a new container instance: from the result restored
