@@ -63,6 +63,17 @@ func apiPod(t *testing.T, c *fake.Clientset, name string) *v1.Pod {
 	return p
 }
 
+// lastPatch is the body of the last patch the client was sent.
+func lastPatch(c *fake.Clientset) []byte {
+	var patch []byte
+	for _, a := range c.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			patch = p.GetPatch()
+		}
+	}
+	return patch
+}
+
 func countActions(c *fake.Clientset, verb, sub string) int {
 	n := 0
 	for _, a := range c.Actions() {
@@ -266,12 +277,7 @@ func TestSyncerPatchesWithoutReadingWhenItHasTheObject(t *testing.T) {
 	if n := countActions(client, "get", ""); n != 1 { // the test's own read above
 		t.Fatalf("%d reads, want none by the syncer", n-1)
 	}
-	var patch []byte
-	for _, a := range client.Actions() {
-		if p, ok := a.(k8stesting.PatchAction); ok {
-			patch = p.GetPatch()
-		}
-	}
+	patch := lastPatch(client)
 	if !strings.Contains(string(patch), `"uid":"a"`) {
 		t.Fatalf("patch %s carries no UID precondition", patch)
 	}
@@ -577,13 +583,7 @@ func TestSyncerDoesNotRepeatAWriteTheWatchHasNotBroughtBack(t *testing.T) {
 	if n, d := countActions(client, "patch", "status"), countActions(client, "delete", ""); n != 2 || d != 1 {
 		t.Fatalf("%d status writes and %d deletes, want 2 and 1", n, d)
 	}
-	var last []byte
-	for _, a := range client.Actions() {
-		if p, ok := a.(k8stesting.PatchAction); ok {
-			last = p.GetPatch()
-		}
-	}
-	if !strings.Contains(string(last), `"phase":"Succeeded"`) {
+	if last := lastPatch(client); !strings.Contains(string(last), `"phase":"Succeeded"`) {
 		t.Fatalf("the last write %s is not the terminal phase", last)
 	}
 
