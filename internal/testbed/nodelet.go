@@ -214,6 +214,13 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 		if err := unmountUnder(dir); err != nil {
 			t.Errorf("unmounting volumes: %v", err)
 		}
+		// A test that failed half way left its pods' cgroups (a stopped
+		// nodelet removes none); the next test's leak check would
+		// report them as its own. A passing test checked for them
+		// itself, and tests in a process never run in parallel.
+		if t.Failed() {
+			removeCgroupRoot(opts.CgroupRoot)
+		}
 		if strings.Contains(n.Log(), "WARNING: DATA RACE") {
 			t.Errorf("the race detector found a data race in nodelet; see %s", n.LogPath)
 			t.Log(n.Log())
