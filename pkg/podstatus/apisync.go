@@ -333,12 +333,18 @@ func (s *APISyncer) syncPod(ctx context.Context, p pending, deletable bool) (boo
 	s.mu.Unlock()
 	held := s.holdTerminalPhase(obj, &p)
 	if write || !apiequality.Semantic.DeepEqual(obj.Status, mergeStatus(obj.Status, p.status)) {
+		// The source's copy as it was before the write: one delivered
+		// during the write (ours, or somebody else's after it) is newer
+		// than what the write returned.
+		before := s.sourceVersion(p)
 		res, err := s.patch(ctx, obj, p)
 		if err != nil {
 			s.mark(func() { s.reread[p.uid] = true })
 			return false, err
 		}
-		s.remember(p, res)
+		if res != nil && before != "" {
+			s.mark(func() { s.written[p.uid] = writtenObject{sourceVersion: before, obj: res} })
+		}
 	}
 	if held {
 		// Written but for the phase: not done until the containers are.
@@ -402,14 +408,13 @@ func (s *APISyncer) holdTerminalPhase(obj *v1.Pod, p *pending) bool {
 	return true
 }
 
-// remember keeps the object a write returned (nil: nothing was written)
-// until the source's copy moves on (see written).
-func (s *APISyncer) remember(p pending, res *v1.Pod) {
-	source := s.pods.APIPod(p.uid)
-	if res == nil || source == nil || source.ResourceVersion == "" || !isFor(source, p.uid, p.mirrorOf) {
-		return
+// sourceVersion is the resourceVersion of the source's copy of the pod's
+// object, "" when it has none for this pod.
+func (s *APISyncer) sourceVersion(p pending) string {
+	if source := s.pods.APIPod(p.uid); source != nil && isFor(source, p.uid, p.mirrorOf) {
+		return source.ResourceVersion
 	}
-	s.mark(func() { s.written[p.uid] = writtenObject{sourceVersion: source.ResourceVersion, obj: res} })
+	return ""
 }
 
 func (s *APISyncer) mark(fn func()) {

@@ -607,3 +607,28 @@ func TestSyncerDoesNotRepeatAWriteTheWatchHasNotBroughtBack(t *testing.T) {
 		t.Fatalf("%d status writes, want 2 (the reconcile)", n)
 	}
 }
+
+// TestSyncerKeysTheWrittenObjectToTheCopyBeforeTheWrite: a copy the watch
+// delivers while a write is under way (ours, or somebody else's after it)
+// is newer than what the write returned, so it is the one compared next.
+func TestSyncerKeysTheWrittenObjectToTheCopyBeforeTheWrite(t *testing.T) {
+	pod := testPod("a")
+	pod.Status.Phase = v1.PodRunning
+	s, m, client, pods := newSyncer(t, pod)
+	old := apiPod(t, client, "a")
+	old.ResourceVersion = "10"
+	pods.api["a"] = old
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		newer := old.DeepCopy()
+		newer.ResourceVersion = "11"
+		newer.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}, {Type: "example.com/gate", Status: v1.ConditionTrue}}
+		pods.api["a"] = newer
+		return false, nil, nil
+	})
+	m.SetPodStatus(pod, ready(v1.ConditionTrue))
+	s.SyncBatch(context.Background())
+	obj, _, _ := s.base(context.Background(), func() pending { p, _ := s.m.pending("a"); return p }())
+	if obj.ResourceVersion != "11" || len(obj.Status.Conditions) != 2 {
+		t.Fatalf("the next write's base is version %q with %d conditions, want the copy delivered during the write", obj.ResourceVersion, len(obj.Status.Conditions))
+	}
+}
