@@ -10,8 +10,14 @@
 //
 // Like upstream's it looks through subdirectories too, and passes over
 // names starting with a dot (a plugin's files in the making). A socket
-// that failed is retried every 10 s; one made again at the same path (a
-// plugin restarted) registers again.
+// that failed is retried after 1 s, then 2, 4, 8 and every 10 s (a
+// plugin's socket exists from its bind, a moment before it listens); one
+// made again at the same path (a plugin restarted) registers again.
+//
+// The directory is read again when inotify says something in it changed,
+// and every Poll (10 s) besides: the retries are due then, and the poll
+// catches what a lost event (a queue overflow) would hide. An idle node
+// reads it six times a minute, not sixty.
 package pluginwatcher
 
 import (
@@ -26,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
@@ -63,7 +70,8 @@ type Options struct {
 	// Handlers by plugin type (registerapi.CSIPlugin, DRAPlugin,
 	// DevicePlugin).
 	Handlers map[string]Handler
-	// Poll is how often the directory is read; 0 is a second.
+	// Poll is how often the directory is read without an event; 0 is
+	// retryAfter (a second when inotify is not available).
 	Poll time.Duration
 	// Timeout bounds each call to a plugin; 0 is a minute.
 	Timeout time.Duration
@@ -88,17 +96,22 @@ type registered struct {
 
 type failure struct {
 	socketID string
-	at       time.Time
+	// at is when it failed; it is tried again delay later.
+	at    time.Time
+	delay time.Duration
 }
 
-// retryAfter is how long a socket that failed to register waits.
-const retryAfter = 10 * time.Second
+func (f failure) due() time.Time { return f.at.Add(f.delay) }
+
+// firstRetry and retryAfter bound the wait of a socket that failed to
+// register: it doubles from the first to the second.
+const (
+	firstRetry = time.Second
+	retryAfter = 10 * time.Second
+)
 
 // New returns a watcher; Run watches.
 func New(o Options) *Watcher {
-	if o.Poll == 0 {
-		o.Poll = time.Second
-	}
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute
 	}
@@ -113,19 +126,70 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.Dir(), 0o750); err != nil {
 		return fmt.Errorf("creating %s: %w", w.Dir(), err)
 	}
-	tick := w.o.Clock.NewTicker(w.o.Poll)
+	poll := w.o.Poll
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		klog.ErrorS(err, "Watching the plugin registration directory with inotify failed; reading it every second", "dir", w.Dir())
+		if poll == 0 {
+			poll = time.Second
+		}
+	} else {
+		defer fsw.Close()
+		events, errs = fsw.Events, fsw.Errors
+	}
+	if poll == 0 {
+		poll = retryAfter
+	}
+	tick := w.o.Clock.NewTicker(poll)
 	defer tick.Stop()
 	for {
-		w.scan(ctx)
+		w.scan(ctx, fsw)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C():
+		case <-w.nextRetry():
+		case <-events:
+			drain(events) // one read covers a burst of changes
+		case err := <-errs:
+			klog.ErrorS(err, "Watching the plugin registration directory", "dir", w.Dir())
 		}
 	}
 }
 
-func (w *Watcher) scan(ctx context.Context) {
+// nextRetry fires when the first failed socket is due again; nil (never)
+// when none failed.
+func (w *Watcher) nextRetry() <-chan time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first time.Time
+	for _, f := range w.failed {
+		if first.IsZero() || f.due().Before(first) {
+			first = f.due()
+		}
+	}
+	if first.IsZero() {
+		return nil
+	}
+	return w.o.Clock.After(first.Sub(w.o.Clock.Now()))
+}
+
+func drain(events <-chan fsnotify.Event) {
+	for {
+		select {
+		case <-events:
+		default:
+			return
+		}
+	}
+}
+
+// scan reads the directory and its subdirectories, registers the new
+// sockets and forgets the gone ones; each directory read is watched (fsw
+// may be nil), so a subdirectory made later is seen too.
+func (w *Watcher) scan(ctx context.Context, fsw *fsnotify.Watcher) {
 	present := map[string]bool{}
 	err := filepath.WalkDir(w.Dir(), func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -136,6 +200,11 @@ func (w *Watcher) scan(ctx context.Context) {
 				return filepath.SkipDir
 			}
 			return nil
+		}
+		if e.IsDir() && fsw != nil {
+			if err := fsw.Add(path); err != nil {
+				klog.ErrorS(err, "Watching a plugin registration directory; it is read every poll", "dir", path)
+			}
 		}
 		if e.Type()&os.ModeSocket != 0 {
 			present[path] = true
@@ -171,7 +240,7 @@ func (w *Watcher) registerNew(ctx context.Context, sock, id string) {
 	r, ok := w.registered[sock]
 	f, failed := w.failed[sock]
 	w.mu.Unlock()
-	if (ok && r.socketID == id) || (failed && f.socketID == id && w.o.Clock.Since(f.at) < retryAfter) {
+	if (ok && r.socketID == id) || (failed && f.socketID == id && w.o.Clock.Now().Before(f.due())) {
 		return
 	}
 	// The same path with a new socket is the plugin started again: its
@@ -184,8 +253,12 @@ func (w *Watcher) registerNew(ctx context.Context, sock, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
-		klog.ErrorS(err, "Plugin registration failed; retrying", "socket", sock, "retryIn", retryAfter)
-		w.failed[sock] = failure{socketID: id, at: w.o.Clock.Now()}
+		delay := firstRetry
+		if failed && f.socketID == id {
+			delay = min(2*f.delay, retryAfter)
+		}
+		klog.ErrorS(err, "Plugin registration failed; retrying", "socket", sock, "retryIn", delay)
+		w.failed[sock] = failure{socketID: id, at: w.o.Clock.Now(), delay: delay}
 		return
 	}
 	delete(w.failed, sock)
