@@ -51,6 +51,7 @@ var (
 	token    = flag.Bool("density.token", true, "pods mount a service account token, as a client's pods do by default")
 	profile  = flag.String("density.cpuprofile", "", "write nodelet's CPU profile during the first round's largest create burst to this file")
 	delProf  = flag.String("density.deleteprofile", "", "write nodelet's CPU profile during the first round's largest delete burst (20 s) to this file")
+	idleProf = flag.String("density.idleprofile", "", "write nodelet's CPU profile over the idle window before the first round (the one \"idle before\" measures) to this file")
 	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", 4, "the parallelism of the floor measured around each burst (the curve's, below, is the reference)")
@@ -102,7 +103,18 @@ func BenchmarkDensity(b *testing.B) {
 		template = warmUp(b, client, w, ns, nodeName)
 	}
 	r := &report{}
+	profiled := make(chan error, 1)
+	if *idleProf != "" {
+		go func() {
+			profiled <- fetch(client, nodeName, fmt.Sprintf("debug/pprof/profile?seconds=%d", int(window.Seconds())), *idleProf)
+		}()
+	} else {
+		profiled <- nil
+	}
 	r.idle = measure(b, node.PID())
+	if err := <-profiled; err != nil {
+		b.Fatal(err)
+	}
 	curveParallels, err := parseCounts(*curveAt)
 	if err != nil && *curveAt != "" {
 		b.Fatal(err)
@@ -340,7 +352,7 @@ func cpuProfile(c kubernetes.Interface, nodeName, file string) error {
 func fetch(c kubernetes.Interface, nodeName, path, file string) error {
 	// Suffix would escape a query's "?" into the path.
 	p, query, _ := strings.Cut(path, "?")
-	req := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy").Suffix(p).Timeout(time.Minute)
+	req := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName, "proxy").Suffix(p).Timeout(5 * time.Minute) // a CPU profile takes up to 3 minutes
 	for _, kv := range strings.Split(query, "&") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			req = req.Param(k, v)
