@@ -21,6 +21,7 @@
 package pluginwatcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io/fs"
@@ -126,21 +127,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.Dir(), 0o750); err != nil {
 		return fmt.Errorf("creating %s: %w", w.Dir(), err)
 	}
-	poll := w.o.Poll
 	var events <-chan fsnotify.Event
 	var errs <-chan error
+	poll := cmp.Or(w.o.Poll, retryAfter)
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
 		klog.ErrorS(err, "Watching the plugin registration directory with inotify failed; reading it every second", "dir", w.Dir())
-		if poll == 0 {
-			poll = time.Second
-		}
+		fsw, poll = nil, cmp.Or(w.o.Poll, time.Second)
 	} else {
 		defer fsw.Close()
 		events, errs = fsw.Events, fsw.Errors
-	}
-	if poll == 0 {
-		poll = retryAfter
 	}
 	tick := w.o.Clock.NewTicker(poll)
 	defer tick.Stop()
