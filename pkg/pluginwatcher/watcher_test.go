@@ -79,11 +79,11 @@ func (h *handler) has(name string) bool {
 	return h.plugins[name]
 }
 
-// TestSocketsAreSeenWithoutWaitingForThePoll: a socket made in the
-// directory, or in a subdirectory made after the watcher started, is
-// registered, and one removed is deregistered, while the clock stands
-// still (the poll never fires): inotify woke the watcher.
-func TestSocketsAreSeenWithoutWaitingForThePoll(t *testing.T) {
+// runWatcher runs a watcher with a device-plugin handler over a new root
+// directory until the test ends, its clock standing still; it returns
+// once the watcher runs (its poll ticker exists).
+func runWatcher(t *testing.T) (*Watcher, *testingclock.FakeClock, *handler) {
+	t.Helper()
 	root, err := os.MkdirTemp("/tmp", "pw")
 	if err != nil {
 		t.Fatal(err)
@@ -95,13 +95,22 @@ func TestSocketsAreSeenWithoutWaitingForThePoll(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
+	})
 	testutil.WaitFor(t, "the watcher's poll ticker", func() bool { return clk.HasWaiters() })
+	return w, clk, h
+}
+
+// TestSocketsAreSeenWithoutWaitingForThePoll: a socket made in the
+// directory, or in a subdirectory made after the watcher started, is
+// registered, and one removed is deregistered, while the clock stands
+// still (the poll never fires): inotify woke the watcher.
+func TestSocketsAreSeenWithoutWaitingForThePoll(t *testing.T) {
+	w, _, h := runWatcher(t)
 
 	p := serve(t, w.Dir(), "a")
 	testutil.WaitFor(t, "plugin a registered", func() bool { return h.has("a") })
@@ -130,17 +139,7 @@ func TestSocketsAreSeenWithoutWaitingForThePoll(t *testing.T) {
 // tried again a second later (not at the 10 s poll), and the waits double
 // while it keeps failing.
 func TestASocketNotYetListeningIsRetriedSoon(t *testing.T) {
-	root, err := os.MkdirTemp("/tmp", "pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	clk := testingclock.NewFakeClock(time.Now())
-	h := &handler{plugins: map[string]bool{}}
-	w := New(Options{RootDir: root, Clock: clk, Handlers: map[string]Handler{registerapi.DevicePlugin: h}})
-	if err := os.MkdirAll(w.Dir(), 0o750); err != nil {
-		t.Fatal(err)
-	}
+	w, clk, h := runWatcher(t)
 	// Bound, not listening: connecting is refused.
 	sock := filepath.Join(w.Dir(), "late.sock")
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
@@ -150,15 +149,6 @@ func TestASocketNotYetListeningIsRetriedSoon(t *testing.T) {
 	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: sock}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
 	delay := func() time.Duration {
 		w.mu.Lock()
 		defer w.mu.Unlock()

@@ -540,6 +540,19 @@ func (b *blockingSteps) Begin(pod *v1.Pod, _ timeline.Kind, _ string) func(error
 	return func(error, string) {}
 }
 
+// runningOverCopy is a syncer of the running pod "a" whose source holds
+// the API's copy of it (returned last) at resourceVersion 10.
+func runningOverCopy(t *testing.T) (*v1.Pod, *APISyncer, *Manager, *fake.Clientset, *fakePods, *v1.Pod) {
+	t.Helper()
+	pod := testPod("a")
+	pod.Status.Phase = v1.PodRunning
+	s, m, client, pods := newSyncer(t, pod)
+	cp := apiPod(t, client, "a")
+	cp.ResourceVersion = "10"
+	pods.api["a"] = cp
+	return pod, s, m, client, pods, cp
+}
+
 // TestSyncerDoesNotRepeatAWriteTheWatchHasNotBroughtBack: until the source
 // holds a newer copy of the object than the one a write was patched over,
 // that copy's differing status is our own write still on its way, not a
@@ -547,12 +560,7 @@ func (b *blockingSteps) Begin(pod *v1.Pod, _ timeline.Kind, _ string) func(error
 // terminal write patches it again. A newer copy that differs (somebody
 // else's write) is still reconciled.
 func TestSyncerDoesNotRepeatAWriteTheWatchHasNotBroughtBack(t *testing.T) {
-	pod := testPod("a")
-	pod.Status.Phase = v1.PodRunning
-	s, m, client, pods := newSyncer(t, pod)
-	stale := apiPod(t, client, "a")
-	stale.ResourceVersion = "10"
-	pods.api["a"] = stale
+	pod, s, m, client, pods, _ := runningOverCopy(t)
 	ctx := context.Background()
 	m.SetPodStatus(pod, ready(v1.ConditionTrue))
 	s.SyncBatch(ctx)
@@ -612,12 +620,7 @@ func TestSyncerDoesNotRepeatAWriteTheWatchHasNotBroughtBack(t *testing.T) {
 // delivers while a write is under way (ours, or somebody else's after it)
 // is newer than what the write returned, so it is the one compared next.
 func TestSyncerKeysTheWrittenObjectToTheCopyBeforeTheWrite(t *testing.T) {
-	pod := testPod("a")
-	pod.Status.Phase = v1.PodRunning
-	s, m, client, pods := newSyncer(t, pod)
-	old := apiPod(t, client, "a")
-	old.ResourceVersion = "10"
-	pods.api["a"] = old
+	pod, s, m, client, pods, old := runningOverCopy(t)
 	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		newer := old.DeepCopy()
 		newer.ResourceVersion = "11"
