@@ -103,16 +103,9 @@ func BenchmarkDensity(b *testing.B) {
 		template = warmUp(b, client, w, ns, nodeName)
 	}
 	r := &report{}
-	profiled := make(chan error, 1)
-	if *idleProf != "" {
-		go func() {
-			profiled <- fetch(client, nodeName, fmt.Sprintf("debug/pprof/profile?seconds=%d", int(window.Seconds())), *idleProf)
-		}()
-	} else {
-		profiled <- nil
-	}
+	profiled := fetchMeanwhile(client, nodeName, fmt.Sprintf("debug/pprof/profile?seconds=%d", int(window.Seconds())), *idleProf)
 	r.idle = measure(b, node.PID())
-	if err := <-profiled; err != nil {
+	if err := profiled(); err != nil {
 		b.Fatal(err)
 	}
 	curveParallels, err := parseCounts(*curveAt)
@@ -190,11 +183,7 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	before := floorRun(b, x, fmt.Sprintf("floor-%d-%d-a", round, n), n, 0, 0, 0)
 	names := podNames(round, n)
 	opsBefore := runtimeOps(b, x.client, x.nodeName)
-	var profiled chan error
-	if *profile != "" && busy {
-		profiled = make(chan error, 1)
-		go func() { profiled <- cpuProfile(x.client, x.nodeName, *profile) }()
-	}
+	profiled := fetchMeanwhile(x.client, x.nodeName, "debug/pprof/profile?seconds=40", only(busy, *profile))
 	// The CPU windows hold the bursts alone: the API server's metrics
 	// (megabytes of text, rendered by it and parsed here) and the
 	// timelines are read outside them, as the floor's windows hold its
@@ -209,21 +198,13 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	res.clusterCores = sumCPU(res.cpu, clusterCommands).Seconds() / res.allReady.Seconds()
 	res.slowest = slowestTimeline(x, names, res.start)
 	res.legs = splitLegs(x, names, created, ready)
-	if profiled != nil {
-		if err := <-profiled; err != nil {
-			b.Fatal(err)
-		}
+	if err := profiled(); err != nil {
+		b.Fatal(err)
 	}
 	if busy {
 		res.busy, res.memory = measureBusy(b, x)
 	}
-	profiled = nil
-	if *delProf != "" && busy && round == 1 {
-		profiled = make(chan error, 1)
-		go func() {
-			profiled <- fetch(x.client, x.nodeName, "debug/pprof/profile?seconds=20", *delProf)
-		}()
-	}
+	profiled = fetchMeanwhile(x.client, x.nodeName, "debug/pprof/profile?seconds=20", only(busy && round == 1, *delProf))
 	reqBefore = apiRequests(b, x.client)
 	cpuBefore = testbed.CPUByCommand()
 	deleteStart, deleted, gone := burstDelete(b, x.client, x.w, x.ns, names)
@@ -233,10 +214,8 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	res.deleteLegs = splitDelete(x, names, deleted, gone)
 	res.slowestStop = slowestTimeline(x, names, res.stop)
 	res.clusterCoresStop = sumCPU(res.cpuStop, clusterCommands).Seconds() / res.allGone.Seconds()
-	if profiled != nil {
-		if err := <-profiled; err != nil {
-			b.Fatal(err)
-		}
+	if err := profiled(); err != nil {
+		b.Fatal(err)
 	}
 	opsAfter := runtimeOps(b, x.client, x.nodeName)
 	res.limits = limits(b, x.client, x.nodeName)
@@ -342,9 +321,24 @@ func warmUp(b *testing.B, c kubernetes.Interface, w *watcher, ns, nodeName strin
 	return t
 }
 
-// cpuProfile fetches 40 s of nodelet's CPU profile.
-func cpuProfile(c kubernetes.Interface, nodeName, file string) error {
-	return fetch(c, nodeName, "debug/pprof/profile?seconds=40", file)
+// fetchMeanwhile starts fetching what nodelet serves at path into file
+// (nothing when file is ""), for a profile to cover what runs meanwhile;
+// the function it returns waits for the fetch and returns its error.
+func fetchMeanwhile(c kubernetes.Interface, nodeName, path, file string) func() error {
+	if file == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- fetch(c, nodeName, path, file) }()
+	return func() error { return <-done }
+}
+
+// only is file when cond holds, else "" (no profile).
+func only(cond bool, file string) string {
+	if !cond {
+		return ""
+	}
+	return file
 }
 
 // fetch writes what nodelet serves at path, through the API server's node
