@@ -204,7 +204,9 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 	// managing the shared containerd's pods beside the next test's.
 	t.Cleanup(func() {
 		n.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// Three minutes: a containerd 1.6 beside the other runtime's
+		// suites took more than one to stop a test's pods.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		if err := cd.RemoveAll(ctx); err != nil {
 			t.Errorf("removing pods: %v", err)
