@@ -26,6 +26,13 @@ func NodeletBinary() (string, error) {
 	return GoBinary("./cmd/nodelet", "failpoints")
 }
 
+// ReleaseBinary builds nodelet as make build ships it, without
+// failpoints, once per test process: what the benchmarks measure (a
+// failpoint build reads a file at every point it passes).
+func ReleaseBinary() (string, error) {
+	return GoBinary("./cmd/nodelet")
+}
+
 var (
 	buildMu sync.Mutex
 	built   = map[string]builtBinary{}
@@ -42,11 +49,12 @@ type builtBinary struct {
 func GoBinary(pkg string, tags ...string) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if b, ok := built[pkg]; ok {
+	key := strings.Join(append([]string{pkg}, tags...), " ")
+	if b, ok := built[key]; ok {
 		return b.path, b.err
 	}
 	b := buildGo(pkg, tags)
-	built[pkg] = b
+	built[key] = b
 	return b.path, b.err
 }
 
@@ -55,11 +63,11 @@ func GoBinary(pkg string, tags ...string) (string, error) {
 func removeBinaries() {
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	for pkg, b := range built {
+	for key, b := range built {
 		if b.path != "" {
 			RemoveDir(filepath.Dir(b.path))
 		}
-		delete(built, pkg)
+		delete(built, key)
 	}
 }
 
@@ -113,12 +121,18 @@ type NodeletOptions struct {
 	// asked at HealthzURL.
 	Config     string
 	HealthzURL string
+	// Release runs the build make build ships (ReleaseBinary), for the
+	// benchmarks; Failpoint fails the test on it.
+	Release bool
 }
 
 // Failpoint makes nodelet act at the named point of pkg/failpoint
 // ("pause", "kill" or "panic") from now on; ClearFailpoint ends it.
 func (n *Nodelet) Failpoint(name, action string) {
 	n.t.Helper()
+	if n.opts.Release {
+		n.t.Fatalf("failpoint %s: this nodelet is a release build, which has none", name)
+	}
 	if err := os.WriteFile(filepath.Join(n.failpoints(), name), []byte(action), 0o644); err != nil {
 		n.t.Fatal(err)
 	}
@@ -267,7 +281,11 @@ func CgroupRoot() string { return fmt.Sprintf("/nodelet-test-%d", os.Getpid()) }
 // Start (re)starts the nodelet process and waits for /healthz.
 func (n *Nodelet) Start() {
 	n.t.Helper()
-	bin, err := NodeletBinary()
+	build := NodeletBinary
+	if n.opts.Release {
+		build = ReleaseBinary
+	}
+	bin, err := build()
 	if err != nil {
 		n.t.Fatal(err)
 	}

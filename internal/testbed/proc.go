@@ -60,14 +60,24 @@ func CPUCores(pid int, d time.Duration) (float64, error) {
 	return (after - before).Seconds() / time.Since(start).Seconds(), nil
 }
 
+// userHZ is the unit of /proc/<pid>/stat's times, fixed at 100 on Linux
+// whatever the kernel's tick (procfs's CPUTime assumes it too).
+const userHZ = 100
+
 // Machine is the key under which CPUByCommand returns the whole
 // machine's busy time (/proc/stat: user, system, interrupts), which
 // counts the processes that ended meanwhile too.
 const Machine = "(the machine)"
 
+// System is the key under which CPUByCommand returns the part of a
+// command's CPU time spent in the kernel on its behalf (its system time:
+// its syscalls and page faults).
+func System(comm string) string { return comm + " (system)" }
+
 // CPUByCommand returns the CPU time used so far by every process on the
 // machine, summed by command name (containerd, kube-apiserver, runc, …),
-// and the machine's under Machine. Processes that ended meanwhile are not
+// and the machine's under Machine, and the system time of each under
+// System(name). Processes that ended meanwhile are not
 // counted by name (runc, the CNI plugins), so compare two snapshots by
 // name only for long-lived processes, or read the difference as a lower
 // bound.
@@ -89,6 +99,7 @@ func CPUByCommand() map[string]time.Duration {
 			continue // ended meanwhile
 		}
 		out[st.Comm] += time.Duration(st.CPUTime() * float64(time.Second))
+		out[System(st.Comm)] += time.Duration(float64(st.STime) / userHZ * float64(time.Second))
 	}
 	return out
 }

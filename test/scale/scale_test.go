@@ -125,7 +125,8 @@ func measure(b *testing.B, pods int) row {
 	n := testbed.StartNodelet(b, cd, testbed.NodeletOptions{
 		// As a production node logs; the fault suite's -v 4 would cost
 		// more than some of what is measured here.
-		Args: []string{"-v", strconv.Itoa(*verbosity)},
+		Args:    []string{"-v", strconv.Itoa(*verbosity)},
+		Release: true,
 		ExtraConfig: fmt.Sprintf(`maxPods: %d
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}

@@ -91,7 +91,7 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	node := testbed.StartNodelet(b, cd, testbed.NodeletOptions{
 		NodeName: nodeName, Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/" + nodeName,
-		ExtraConfig: extra, Address: "0.0.0.0", Args: []string{"-v", "1"},
+		ExtraConfig: extra, Address: "0.0.0.0", Args: []string{"-v", "1"}, Release: true,
 	})
 	client := benchClient(b)
 	ns := namespace(b, client)
@@ -1003,12 +1003,14 @@ func cpuDelta(before map[string]time.Duration) map[string]time.Duration {
 // the kernel's work for it.
 type cpuSplit struct {
 	machine, nodelet, cluster, runtime time.Duration
-	span                               time.Duration
-	pods                               int
+	// nodeletSystem is the part of nodelet's spent in the kernel.
+	nodeletSystem time.Duration
+	span          time.Duration
+	pods          int
 }
 
 func splitCPU(delta map[string]time.Duration, span time.Duration, pods int) cpuSplit {
-	c := cpuSplit{machine: delta[testbed.Machine], nodelet: delta["nodelet"], cluster: sumCPU(delta, clusterCommands), span: span, pods: pods}
+	c := cpuSplit{machine: delta[testbed.Machine], nodelet: delta["nodelet"], nodeletSystem: delta[testbed.System("nodelet")], cluster: sumCPU(delta, clusterCommands), span: span, pods: pods}
 	c.runtime = c.machine - c.nodelet - c.cluster
 	return c
 }
@@ -1027,10 +1029,10 @@ func (c cpuSplit) perPod(d time.Duration) string {
 // machine's busy time: what nodelet's span adds is then the runtime's
 // extra work, nodelet's and the cluster's CPU, each per pod here.
 func (c cpuSplit) compare(floor cpuSplit) string {
-	return fmt.Sprintf("machine busy %.1f core-s, %.0f%% of its cores (floor %.1f, %.0f%%; ×%.2f); per pod: runtime and kernel %s (floor %s, ×%.2f), nodelet %s (floor %s), cluster %s (floor %s)",
+	return fmt.Sprintf("machine busy %.1f core-s, %.0f%% of its cores (floor %.1f, %.0f%%; ×%.2f); per pod: runtime and kernel %s (floor %s, ×%.2f), nodelet %s (%s of it in the kernel; floor %s), cluster %s (floor %s)",
 		c.machine.Seconds(), 100*c.busy(), floor.machine.Seconds(), 100*floor.busy(), c.machine.Seconds()/floor.machine.Seconds(),
 		c.perPod(c.runtime), floor.perPod(floor.runtime), c.runtime.Seconds()/floor.runtime.Seconds(),
-		c.perPod(c.nodelet), floor.perPod(floor.nodelet), c.perPod(c.cluster), floor.perPod(floor.cluster))
+		c.perPod(c.nodelet), c.perPod(c.nodeletSystem), floor.perPod(floor.nodelet), c.perPod(c.cluster), floor.perPod(floor.cluster))
 }
 
 // burn keeps cores busy (as a duty cycle over ceil(cores) goroutines, in
