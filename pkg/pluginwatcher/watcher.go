@@ -111,6 +111,10 @@ const (
 	retryAfter = 10 * time.Second
 )
 
+// newFSWatcher is fsnotify.NewWatcher; a test makes it fail as it fails
+// on a node out of inotify instances (fs.inotify.max_user_instances).
+var newFSWatcher = fsnotify.NewWatcher
+
 // New returns a watcher; Run watches.
 func New(o Options) *Watcher {
 	if o.Timeout == 0 {
@@ -130,7 +134,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	poll := cmp.Or(w.o.Poll, retryAfter)
-	fsw, err := fsnotify.NewWatcher()
+	fsw, err := newFSWatcher()
 	if err != nil {
 		klog.ErrorS(err, "Watching the plugin registration directory with inotify failed; reading it every second", "dir", w.Dir())
 		fsw, poll = nil, cmp.Or(w.o.Poll, time.Second)

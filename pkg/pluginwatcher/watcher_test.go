@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	testingclock "k8s.io/utils/clock/testing"
@@ -132,6 +134,27 @@ func TestSocketsAreSeenWithoutWaitingForThePoll(t *testing.T) {
 	if !h.has("b") {
 		t.Error("plugin b was deregistered with a")
 	}
+}
+
+// TestWithoutInotifyTheDirectoryIsReadEverySecond: on a node out of
+// inotify instances the watcher reads the directory every second, so a
+// plugin is registered within one, not at the 10 s poll.
+func TestWithoutInotifyTheDirectoryIsReadEverySecond(t *testing.T) {
+	var tried atomic.Int32
+	newFSWatcher = func() (*fsnotify.Watcher, error) {
+		tried.Add(1)
+		return nil, syscall.EMFILE
+	}
+	t.Cleanup(func() { newFSWatcher = fsnotify.NewWatcher })
+	w, clk, h := runWatcher(t)
+	if tried.Load() != 1 {
+		t.Fatalf("the watcher asked for an inotify watcher %d times, want 1", tried.Load())
+	}
+	serve(t, w.Dir(), "a")
+	// Nothing but the poll can wake the watcher now (no file events, no
+	// retry due): a second is enough.
+	clk.Step(time.Second)
+	testutil.WaitFor(t, "plugin a registered at the 1 s poll", func() bool { return h.has("a") })
 }
 
 // TestASocketNotYetListeningIsRetriedSoon: a plugin's socket appears at
