@@ -108,6 +108,7 @@ func BenchmarkDensity(b *testing.B) {
 	if err := profiled(); err != nil {
 		b.Fatal(err)
 	}
+	r.idleMemory = goMemory(b, client, nodeName)
 	curveParallels, err := parseCounts(*curveAt)
 	if err != nil && *curveAt != "" {
 		b.Fatal(err)
@@ -143,6 +144,7 @@ func BenchmarkDensity(b *testing.B) {
 		}
 	}
 	r.idleAfter = measure(b, node.PID())
+	r.afterMemory = goMemory(b, client, nodeName)
 	fmt.Println(r.String())
 	if receiver != nil {
 		fmt.Println(traceSummary(receiver.Spans()))
@@ -1139,9 +1141,11 @@ type report struct {
 	curves                map[int]curve
 	idle, busy, idleAfter usage
 	// memory is the Go runtime's account of nodelet's memory at the
-	// largest burst.
-	memory  string
-	results []result
+	// largest burst; idleMemory and afterMemory idle, before and after
+	// the rounds (what the heap still holds, against what the runtime
+	// has not yet given back).
+	memory, idleMemory, afterMemory string
+	results                         []result
 }
 
 func (r *report) String() string {
@@ -1200,7 +1204,7 @@ func (r *report) String() string {
 			n, all[len(all)/2], node[len(node)/2], gone[len(gone)/2], released[len(released)/2])
 	}
 	r.againstBest(&sb, order, byCount)
-	fmt.Fprintf(&sb, "nodelet idle before: %s\nnodelet with the largest burst running: %s (%s)\nnodelet idle after: %s\n", r.idle, r.busy, r.memory, r.idleAfter)
+	fmt.Fprintf(&sb, "nodelet idle before: %s (%s)\nnodelet with the largest burst running: %s (%s)\nnodelet idle after: %s (%s)\n", r.idle, r.idleMemory, r.busy, r.memory, r.idleAfter, r.afterMemory)
 	return sb.String()
 }
 
