@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -44,6 +45,10 @@ type Store struct {
 	mu      sync.Mutex
 	pods    map[types.UID]map[string]*containerState
 	pending map[types.UID]Pending
+	// encoded holds each pod's part of the file as last encoded; a
+	// change to a pod drops its part (touch). A burst's commits would
+	// otherwise each encode every pod: n² for n pods.
+	encoded map[types.UID][]byte
 	// changed counts the changes made, written how many of them the file
 	// holds (both guarded by mu).
 	changed, written uint64
@@ -56,7 +61,7 @@ type Store struct {
 // that does not parse is an error: nodelet would otherwise forget what it
 // granted.
 func Open(path string) (*Store, error) {
-	s := &Store{path: path, pods: map[types.UID]map[string]*containerState{}}
+	s := &Store{path: path, pods: map[types.UID]map[string]*containerState{}, encoded: map[types.UID][]byte{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -89,7 +94,7 @@ func (s *Store) commit() error {
 		s.mu.Unlock()
 		return nil
 	}
-	b, err := json.Marshal(s.pods)
+	b, err := s.encode()
 	covers := s.changed
 	s.mu.Unlock()
 	if err != nil {
@@ -102,6 +107,47 @@ func (s *Store) commit() error {
 	s.written = max(s.written, covers)
 	s.mu.Unlock()
 	return nil
+}
+
+// encode returns the file's content, as json.Marshal(s.pods) would (the
+// pods in the order of their UIDs), encoding again only the pods touched
+// since the last write. Call with mu held.
+func (s *Store) encode() ([]byte, error) {
+	uids := make([]types.UID, 0, len(s.pods))
+	size := 2
+	for uid := range s.pods {
+		uids = append(uids, uid)
+		size += len(uid) + 4 + len(s.encoded[uid])
+	}
+	slices.Sort(uids)
+	b := make([]byte, 0, size)
+	b = append(b, '{')
+	for i, uid := range uids {
+		part, ok := s.encoded[uid]
+		if !ok {
+			var err error
+			if part, err = json.Marshal(s.pods[uid]); err != nil {
+				return nil, err
+			}
+			s.encoded[uid] = part
+		}
+		key, err := json.Marshal(string(uid))
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, key...), ':'), part...)
+	}
+	return append(b, '}'), nil
+}
+
+// touch marks the pod's part of the file for encoding again. Call with
+// mu held, at every change of s.pods.
+func (s *Store) touch(uid types.UID) {
+	delete(s.encoded, uid)
+	s.changed++
 }
 
 // write replaces the file with b, durably.
@@ -159,7 +205,7 @@ func (s *Store) Stage(pod *v1.Pod) {
 		cs[c.Name] = st
 	}
 	s.pods[pod.UID] = cs
-	s.changed++
+	s.touch(pod.UID)
 }
 
 // Commit returns once the file holds every change made so far.
@@ -214,7 +260,7 @@ func (s *Store) SetActuated(uid types.UID, name string, r v1.ResourceRequirement
 	// and the pod's read back.
 	implied := ok && st.Actuated == nil && Equal(st.Allocated, r)
 	st.Actuated = r.DeepCopy()
-	s.changed++
+	s.touch(uid)
 	s.mu.Unlock()
 	if implied {
 		return nil
@@ -230,6 +276,7 @@ func (s *Store) Retain(keep func(types.UID) bool) error {
 		if !keep(uid) {
 			delete(s.pods, uid)
 			delete(s.pending, uid)
+			s.touch(uid)
 			changed = true
 		}
 	}
@@ -237,7 +284,6 @@ func (s *Store) Retain(keep func(types.UID) bool) error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.changed++
 	s.mu.Unlock()
 	return s.commit()
 }

@@ -1,6 +1,7 @@
 package allocation
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,5 +188,74 @@ func TestCommitWithNothingToWriteDoesNotWait(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Commit with nothing to write waited for another write")
+	}
+}
+
+// The file is written as json.Marshal would write the whole store, after
+// every kind of change, while a pod not touched since the last write is
+// not encoded again: its part of the file is reused (a burst's commits
+// would otherwise each encode every pod).
+func TestOnlyTouchedPodsAreEncodedAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(step string) {
+		t.Helper()
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		want, err := json.Marshal(s.pods)
+		s.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("after %s the file holds\n%s\nwant\n%s", step, got, want)
+		}
+	}
+	// Quoted in JSON with escapes (<, >, & as json.Marshal writes them).
+	for _, uid := range []string{"b", "a", "c<&>", "d\"e"} {
+		if err := s.Allocate(pod(uid, "1")); err != nil {
+			t.Fatal(err)
+		}
+		same("allocating " + uid)
+	}
+	if err := s.SetActuated("a", "c", pod("a", "2").Spec.Containers[0].Resources); err != nil {
+		t.Fatal(err)
+	}
+	same("a resize applied")
+
+	// Mark a's and b's encoded parts: a write that reuses them carries
+	// the marks.
+	s.mu.Lock()
+	s.encoded["a"] = []byte(`{"c":{"allocated":{},"actuated":{"limits":{"cpu":"7"}}}}`)
+	s.encoded["b"] = []byte(`{"c":{"allocated":{"limits":{"cpu":"9"}}}}`)
+	s.mu.Unlock()
+	if err := s.Allocate(pod("e", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); !strings.Contains(string(got), `"cpu":"7"`) || !strings.Contains(string(got), `"cpu":"9"`) {
+		t.Fatalf("allocating e encoded a and b again: %s", got)
+	}
+	// Touched, a is encoded again; b, untouched, still carries its mark.
+	if err := s.Allocate(pod("a", "3")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); strings.Contains(string(got), `"cpu":"7"`) || !strings.Contains(string(got), `"cpu":"9"`) {
+		t.Fatalf("after a's change: %s", got)
+	}
+	s.mu.Lock()
+	delete(s.encoded, "b")
+	s.mu.Unlock()
+	if err := s.Retain(func(uid types.UID) bool { return uid != "c<&>" }); err != nil {
+		t.Fatal(err)
+	}
+	same("forgetting a pod")
+	if reopened, err := Open(path); err != nil || !reopened.Known("d\"e") || reopened.Known("c<&>") {
+		t.Fatalf("reopened: %v", err)
 	}
 }
