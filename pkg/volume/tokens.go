@@ -25,7 +25,14 @@ type tokenCache struct {
 
 	mu     sync.Mutex
 	tokens map[string]cachedToken
+	// swept is when expired tokens were last dropped.
+	swept time.Time
 }
+
+// sweepEvery spaces the sweeps of expired tokens: each looks at every
+// token, and a burst of n pods asking for theirs would otherwise make n
+// sweeps of up to n tokens. Tokens live 10 minutes at least.
+const sweepEvery = time.Minute
 
 type cachedToken struct {
 	token   string
@@ -94,9 +101,12 @@ func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.S
 	defer c.mu.Unlock()
 	// Tokens of pods long gone expire: drop them here rather than track
 	// every pod's end.
-	for k, old := range c.tokens {
-		if now.After(old.expires) {
-			delete(c.tokens, k)
+	if now.Sub(c.swept) >= sweepEvery {
+		c.swept = now
+		for k, old := range c.tokens {
+			if now.After(old.expires) {
+				delete(c.tokens, k)
+			}
 		}
 	}
 	c.tokens[key] = t

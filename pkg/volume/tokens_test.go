@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/volumetest"
@@ -76,5 +77,44 @@ func TestTokenRefusedWhileTheBindingPropagates(t *testing.T) {
 	}
 	if _, err := getToken(t, clk, newTokenCache(clk), other); err != nil {
 		t.Fatalf("the next set-up: %v (the forbidden answer left should have been retried)", err)
+	}
+}
+
+// TestExpiredTokensAreSweptOnceAMinute: tokens of pods long gone are
+// dropped when a new token is cached, but at most once a minute, not at
+// every new token (a burst of n pods would make n sweeps of n tokens).
+func TestExpiredTokensAreSweptOnceAMinute(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	api := volumetest.New(clk)
+	c := newTokenCache(clk)
+	ten := int64(600)
+	ask := func(uid string) {
+		t.Helper()
+		pod := testPod()
+		pod.UID = types.UID(uid)
+		if _, err := c.get(context.Background(), api, pod, &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &ten}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.tokens)
+	}
+	ask("a")                    // swept, a cached; a expires at 600 s
+	clk.Step(590 * time.Second) // 590 s
+	ask("b")                    // swept: nothing expired
+	clk.Step(20 * time.Second)  // 610 s: a has expired
+	ask("c")                    // 20 s after the last sweep: none
+	if n := cached(); n != 3 {
+		t.Fatalf("%d tokens cached after a sweep within the minute, want a, b and c", n)
+	}
+	clk.Step(40 * time.Second) // 650 s: a minute since the last sweep
+	ask("d")
+	if n := cached(); n != 3 {
+		t.Fatalf("%d tokens cached, want b, c and d (a expired)", n)
+	}
+	if api.Tokens() != 4 {
+		t.Fatalf("%d tokens issued, want 4", api.Tokens())
 	}
 }
