@@ -67,9 +67,27 @@ func Open(root, sub string) (*os.File, error) {
 }
 
 func openBeneath(dirFD int, path string) (int, error) {
-	return unix.Openat2(dirFD, path, &unix.OpenHow{
+	return openat2(dirFD, path, &unix.OpenHow{
 		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolveFlags,
 	})
+}
+
+// openAttempts bounds the lookups of one path that a rename elsewhere
+// spoilt.
+const openAttempts = 128
+
+// openat2 is unix.Openat2, asked again when the kernel answers EAGAIN: a
+// lookup beneath a directory that climbs with ".." fails so when any
+// rename or mount ran on the machine meanwhile (the kernel can then not
+// prove the ".." stayed beneath it), and a node renames all the time. A
+// path still refused after openAttempts lookups keeps the error.
+func openat2(dirFD int, path string, how *unix.OpenHow) (int, error) {
+	for i := 1; ; i++ {
+		fd, err := unix.Openat2(dirFD, path, how)
+		if !errors.Is(err, unix.EAGAIN) || i == openAttempts {
+			return fd, err
+		}
+	}
 }
 
 // mkdirBeneath makes each missing directory of sub, opening its parent
@@ -109,7 +127,7 @@ func mkdirOne(rootFD int, parent []string, name string, perm uint32) error {
 	if err := unix.Mkdirat(parentFD, name, perm); err != nil && !errors.Is(err, unix.EEXIST) {
 		return err
 	}
-	dir, err := unix.Openat2(parentFD, name, &unix.OpenHow{
+	dir, err := openat2(parentFD, name, &unix.OpenHow{
 		Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolveFlags,
 	})
 	if err != nil {

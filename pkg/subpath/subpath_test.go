@@ -115,3 +115,46 @@ func TestOpenMakesMissingDirectories(t *testing.T) {
 		t.Errorf("inside/new: %v", err)
 	}
 }
+
+// A path that climbs with ".." resolves while renames happen elsewhere
+// on the machine: the kernel answers such a lookup EAGAIN when a rename
+// ran meanwhile (it cannot then prove ".." stayed beneath the volume),
+// and Open asks again. A node renames all the time (the runtime, the
+// volumes' atomic writes).
+func TestOpenWhileTheMachineRenames(t *testing.T) {
+	root, _ := volume(t)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if err := os.WriteFile(a, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	renamed := make(chan int)
+	go func() {
+		n := 0
+		defer func() { renamed <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if os.Rename(a, b) == nil && os.Rename(b, a) == nil {
+				n += 2
+			}
+		}
+	}()
+	for i := 0; i < 20000; i++ {
+		f, err := Open(root, "dir/../dir/sibling")
+		if err != nil {
+			close(stop)
+			<-renamed
+			t.Fatalf("lookup %d: %v", i, err)
+		}
+		f.Close()
+	}
+	close(stop)
+	if n := <-renamed; n == 0 {
+		t.Fatal("no rename ran beside the lookups")
+	}
+}
