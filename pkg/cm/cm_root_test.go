@@ -7,6 +7,7 @@
 package cm
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -94,7 +95,16 @@ func TestPodCgroups(t *testing.T) {
 	}
 }
 
+// A process left in the pod cgroup, or in a container's cgroup below it
+// (a runc init the runtime failed to clean up after a start cancelled
+// mid-way), is killed and the cgroup removed.
 func TestDestroyKillsStrays(t *testing.T) {
+	for _, child := range []string{"", "container"} {
+		t.Run("in "+cmp.Or(child, "the pod cgroup"), func(t *testing.T) { destroyKillsStray(t, child) })
+	}
+}
+
+func destroyKillsStray(t *testing.T, child string) {
 	m := newTestManager(t)
 	if err := m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}); err != nil {
 		t.Fatal(err)
@@ -115,9 +125,12 @@ func TestDestroyKillsStrays(t *testing.T) {
 		if _, mounted := h.mounts[c]; !mounted {
 			continue // hugetlb, on hosts that mount it only in the unified tree
 		}
-		testutil.Must(t, os.WriteFile(filepath.Join(h.path(c, cg), "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644))
+		dir := filepath.Join(h.path(c, cg), child)
+		testutil.Must(t, os.MkdirAll(dir, 0o755))
+		testutil.Must(t, os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644))
 	}
 	if err := m.Destroy(cg); err != nil {
+		cmd.Process.Kill()
 		t.Fatal(err)
 	}
 	if err := <-done; err == nil {

@@ -172,10 +172,12 @@ func subdirs(dir string) ([]string, error) {
 	return out, nil
 }
 
-// readProcs lists the processes in a cgroup directory; a cgroup that is
-// gone has none.
+// readProcs lists the processes in a cgroup directory and the cgroups
+// below it (a container's, where a runtime that failed to clean up after
+// a cancelled start leaves its runc init); a cgroup that is gone has
+// none.
 func readProcs(dir string) []int {
-	pids, err := cgroups.GetPids(dir)
+	pids, err := cgroups.GetAllPids(dir)
 	if err != nil {
 		return nil
 	}
