@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -34,32 +31,22 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }
 
-// threadsRunTime sums the first field of each thread's schedstat: the
-// nanoseconds it ran.
+// threadsRunTime sums the nanoseconds each of its threads ran.
 func threadsRunTime(pid int) (time.Duration, error) {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
+	threads, err := procfs.AllThreads(pid)
 	if err != nil {
 		return 0, err
 	}
 	var sum time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+	for _, t := range threads {
+		st, err := t.Schedstat()
 		if errors.Is(err, os.ErrNotExist) {
 			continue // the thread ended meanwhile
 		}
 		if err != nil {
 			return 0, err
 		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			return 0, fmt.Errorf("%s/%s/schedstat is empty", dir, t.Name())
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s/%s/schedstat: %w", dir, t.Name(), err)
-		}
-		sum += time.Duration(ns)
+		sum += time.Duration(st.RunningNanoseconds)
 	}
 	return sum, nil
 }
