@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -53,6 +54,9 @@ type cleanupRequest struct {
 	cgroups map[types.UID]string
 	// active pods size the QoS cgroups.
 	active []*v1.Pod
+	// runtime is housekeeping's view of the runtime (the last relist's),
+	// which garbage collection works from rather than listing again.
+	runtime []*container.Pod
 }
 
 const deadContainersBuffer = 64
@@ -125,7 +129,7 @@ func (c *cleaner) run(ctx context.Context) {
 func (c *cleaner) cleanup(ctx context.Context, r cleanupRequest) error {
 	c.deleteOrphanedMirrorPods(ctx)
 	var errs []error
-	if err := c.gc.GarbageCollect(ctx, kuberuntime.GCPolicy{MaxPerPodContainer: c.deadContainersKept}, c.workers); err != nil {
+	if err := c.gc.Collect(ctx, r.runtime, kuberuntime.GCPolicy{MaxPerPodContainer: c.deadContainersKept}, c.workers); err != nil {
 		errs = append(errs, fmt.Errorf("garbage collection: %w", err))
 	}
 	if err := c.cleanupOrphanedPodDirs(r.keep); err != nil {

@@ -59,7 +59,7 @@ type Runtime interface {
 
 // GC removes dead containers and what is left of finished pods.
 type GC interface {
-	GarbageCollect(ctx context.Context, policy kuberuntime.GCPolicy, state kuberuntime.PodState) error
+	Collect(ctx context.Context, pods []*container.Pod, policy kuberuntime.GCPolicy, state kuberuntime.PodState) error
 	PruneDeadContainers(ctx context.Context, uid types.UID, keep int) error
 }
 
@@ -722,7 +722,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	for _, release := range kl.cfg.Release {
 		release(active)
 	}
-	kl.cleaner.request(cleanupRequest{keep: keep, cgroups: cgroups, active: active})
+	kl.cleaner.request(cleanupRequest{keep: keep, cgroups: cgroups, active: active, runtime: running})
 	kl.runtime.ForgetBackOffs()
 
 	return nil

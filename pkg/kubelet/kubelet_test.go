@@ -85,6 +85,8 @@ func (w *fakeWorkers) take() []string {
 type fakeRuntime struct {
 	pods []*container.Pod
 	gc   int
+	// collected holds the UIDs of the view the last collection was given.
+	collected []string
 	// pruned receives "uid keep=N" for each PruneDeadContainers.
 	pruned chan string
 }
@@ -96,8 +98,13 @@ func (r *fakeRuntime) PruneDeadContainers(ctx context.Context, uid types.UID, ke
 	return nil
 }
 
-func (r *fakeRuntime) GarbageCollect(ctx context.Context, p kuberuntime.GCPolicy, s kuberuntime.PodState) error {
+func (r *fakeRuntime) Collect(ctx context.Context, pods []*container.Pod, p kuberuntime.GCPolicy, s kuberuntime.PodState) error {
 	r.gc++
+	r.collected = nil
+	for _, p := range pods {
+		r.collected = append(r.collected, string(p.ID))
+	}
+	sort.Strings(r.collected)
 	return nil
 }
 func (r *fakeRuntime) ForgetBackOffs() {}
@@ -364,6 +371,11 @@ func TestHousekeeping(t *testing.T) {
 	}
 	if f.runtime.gc != 1 {
 		t.Fatalf("garbage collection ran %d times", f.runtime.gc)
+	}
+	// It works from housekeeping's view of the runtime, not a listing of
+	// its own.
+	if got := strings.Join(f.runtime.collected, ","); got != "dead,desired,orphan,rejected,unstarted" {
+		t.Fatalf("garbage collection was given the runtime pods %s", got)
 	}
 }
 

@@ -51,15 +51,30 @@ func (g *ContainerGC) call(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, g.timeout)
 }
 
-// GarbageCollect removes what no longer serves a purpose: dead containers
-// beyond the newest few per container, dead sandboxes that are not a pod's
-// newest, and everything (containers, sandboxes, logs) of pods whose
-// content the pod workers say may go. It never touches anything running.
+// GarbageCollect lists the runtime afresh and collects what it holds (see
+// Collect); the eviction manager, reclaiming disk, calls it.
 func (g *ContainerGC) GarbageCollect(ctx context.Context, policy GCPolicy, state PodState) error {
 	pods, err := g.pods.GetPods(ctx)
 	if err != nil {
 		return err
 	}
+	return g.Collect(ctx, pods, policy, state)
+}
+
+// Collect removes what no longer serves a purpose among pods, a view of
+// the runtime: dead containers beyond the newest few per container, dead
+// sandboxes that are not a pod's newest, and everything (containers,
+// sandboxes, logs) of pods whose content the pod workers say may go. It
+// never touches anything running.
+//
+// The view may be the last relist's rather than a listing of its own
+// (housekeeping's, every 2 s: a second listing was a third of nodelet's
+// CPU at idle). Being a little old is safe, because nothing it removes
+// can come back: a dead container or sandbox never runs again, a
+// container created but not yet started is its name's newest (always
+// kept), a pod whose content may go starts nothing more, and what was
+// created since is not in the view at all.
+func (g *ContainerGC) Collect(ctx context.Context, pods []*container.Pod, policy GCPolicy, state PodState) error {
 	var errs []error
 	live := map[types.UID]bool{}
 	for _, p := range pods {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -323,6 +324,47 @@ func TestGarbageCollect(t *testing.T) {
 	}
 	if sbs, _ := f.m.GetPodStatus(ctx, gone.UID, gone.Name, gone.Namespace); len(sbs.SandboxStatuses) != 0 {
 		t.Errorf("finished pod keeps its sandbox")
+	}
+}
+
+// Housekeeping collects from the last relist's view, which may be a
+// second old: what changed since must survive, and nothing is listed.
+func TestCollectFromAnOlderView(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "a").pod
+	f.sync(t, pod)
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+	restart := func() {
+		f.rt.Exit(f.rt.ContainerIDs("a", &running)[0], 1)
+		f.clock.Step(time.Hour) // past any back-off
+		f.sync(t, pod)
+	}
+	restart()
+	restart() // instances 1 and 2 dead, 3 running
+	view, err := f.m.GetPods(ctx)
+	testutil.Must(t, err)
+	third := f.rt.ContainerIDs("a", &running)[0]
+	restart() // 3 dead since the view, 4 started since
+	fourth := f.rt.ContainerIDs("a", &running)[0]
+	before := len(f.rt.Calls())
+
+	testutil.Must(t, f.m.ContainerGC().Collect(ctx, view, GCPolicy{MaxPerPodContainer: 0}, podState{}))
+	got := f.rt.ContainerIDs("a", nil)
+	sort.Strings(got)
+	want := []string{third, fourth}
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("containers left %v, want %v (the one running in the view, and the one started since)", got, want)
+	}
+	removed := calls(f.rt, "RemoveContainer")
+	if len(removed) != 2 {
+		t.Errorf("removals %v, want instances 1 and 2", removed)
+	}
+	for _, c := range f.rt.Calls()[before:] {
+		if strings.HasPrefix(c, "List") {
+			t.Errorf("Collect listed the runtime: %s", c)
+		}
 	}
 }
 
