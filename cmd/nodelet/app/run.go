@@ -23,6 +23,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/timeline"
 	"github.com/nodelet/nodelet/pkg/tracing"
+	"github.com/nodelet/nodelet/pkg/workingset"
 )
 
 // NodeName is the name the node goes by: --hostname-override or the
@@ -141,8 +142,11 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	// After start-up, the binary's pages that only start-up used are
+	// returned to the page cache (see package workingset).
+	trimmer := workingset.New(workingset.Options{StartedUp: core.sourcesReady, Clock: b.clock})
 	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.cfg.StaticPodPath, "cluster", b.client != nil)
-	err = supervise(ctx, concat(node.components, res.components, runtime.components, []component{{"health", health.Run}, {"tracing", b.tracer.Run}},
+	err = supervise(ctx, concat(node.components, res.components, runtime.components, []component{{"health", health.Run}, {"tracing", b.tracer.Run}, runs("working set", trimmer.Run)},
 		cl.components, reporter.components, core.components, servers, shutdown, eviction))
 	klog.InfoS("nodelet stopped; pods keep running", "err", err)
 	return err

@@ -1,0 +1,212 @@
+package workingset
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"os"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+func TestRegionsAreTheExecutablesUnwrittenPrivateMappings(t *testing.T) {
+	f, err := os.Open("testdata/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := Regions(f, "/usr/bin/nodelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Text and read-only data; not the data segment (writable), not the
+	// read-only mapping with a copied page, not the shared one, not
+	// another file's, not anonymous memory.
+	want := []Region{{0x400000, 0x1513000, 13132 << 10}, {0x1513000, 0x28d3000, 15744 << 10}}
+	if len(got) != len(want) {
+		t.Fatalf("regions %#v, want %#v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("region %d: %#v, want %#v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestRegionsRejectsAMalformedRange(t *testing.T) {
+	_, err := Regions(strings.NewReader("zz-0400000 r-xp 00000000 fe:00 1 /bin/x\nRss: 4 kB\n"), "/bin/x")
+	if err == nil {
+		t.Fatal("a malformed range was accepted")
+	}
+}
+
+// residentText reads how much of this test binary's read-only mappings is
+// mapped.
+func residentText(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	for _, r := range textRegions(t) {
+		n += r.Resident
+	}
+	return n
+}
+
+func textRegions(t *testing.T) []Region {
+	t.Helper()
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	regions, err := Regions(f, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(regions) == 0 {
+		t.Fatalf("no read-only mapping of %s", exe)
+	}
+	return regions
+}
+
+// blob is 4 MiB of the test binary's read-only data that nothing reads
+// after the trim.
+//
+//go:embed testdata/blob
+var blob string
+
+// mappedPages counts the pages of s mapped in this process
+// (/proc/self/pagemap: bit 63 of each page's entry is "present").
+func mappedPages(t *testing.T, s string) (mapped, pages int) {
+	t.Helper()
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := uintptr(os.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.StringData(s))) / page
+	end := (uintptr(unsafe.Pointer(unsafe.StringData(s))) + uintptr(len(s)) + page - 1) / page
+	entries := make([]byte, 8*(end-start))
+	if _, err := f.ReadAt(entries, int64(start*8)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(entries); i += 8 {
+		if binary.LittleEndian.Uint64(entries[i:])&(1<<63) != 0 {
+			mapped++
+		}
+	}
+	return mapped, len(entries) / 8
+}
+
+func TestTrimUnmapsThisProcesssBinary(t *testing.T) {
+	// Map all of it first, as a long start-up would have.
+	for _, r := range textRegions(t) {
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, unix.MADV_POPULATE_READ); errno != 0 {
+			t.Fatal(errno)
+		}
+	}
+	before := residentText(t)
+	if mapped, pages := mappedPages(t, blob); mapped != pages {
+		t.Fatalf("%d of the blob's %d pages mapped before the trim", mapped, pages)
+	}
+	unmapped, err := Trim()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := residentText(t)
+	t.Logf("mapped before %d KiB, unmapped %d KiB, mapped after %d KiB", before>>10, unmapped>>10, after>>10)
+	if unmapped != before {
+		t.Errorf("Trim reports %d KiB unmapped, of %d KiB mapped", unmapped>>10, before>>10)
+	}
+	// What ran since (reading smaps, the test's own code) is mapped back,
+	// 64 KiB around each page touched; what nothing read is not, but for
+	// the blob's edges, next to data that was read.
+	if mapped, pages := mappedPages(t, blob); mapped > pages/16 {
+		t.Fatalf("%d of the blob's %d pages still mapped after the trim", mapped, pages)
+	}
+	if after >= before-int64(len(blob))*15/16 {
+		t.Fatalf("still %d of %d KiB mapped after the trim", after>>10, before>>10)
+	}
+	// The process runs on: what it needs is mapped back from the page cache.
+	if !strings.HasPrefix(blob, "nodelet maps") {
+		t.Fatal("the blob reads differently after the trim")
+	}
+}
+
+func TestTrimsAfterStartUpThenWhenTheMappedFilesGrew(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	startedUp := make(chan bool)
+	trims := make(chan struct{}, 10)
+	readings := make(chan int64)
+	tr := New(Options{
+		StartedUp: func() bool { return <-startedUp },
+		Settle:    10 * time.Second, Period: time.Minute, Slack: 4 << 20, Clock: clk,
+		Trim:     func() (int64, error) { trims <- struct{}{}; return 1 << 20, nil },
+		Resident: func() (int64, error) { return <-readings, nil },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+
+	// Not while starting up, however long that takes: each answer is
+	// taken, so the loop asked.
+	for i := 0; i < 3; i++ {
+		startedUp <- false
+		waitForWaiter(t, clk)
+		clk.Step(time.Minute)
+	}
+	startedUp <- true
+	waitForWaiter(t, clk)
+	clk.Step(9 * time.Second)
+	if len(trims) != 0 {
+		t.Fatal("trimmed before start-up settled")
+	}
+	clk.Step(time.Second)
+	<-trims
+	// Each reading is taken a period apart; the least since the trim is
+	// the baseline.
+	read := func(mib int64) {
+		waitForWaiter(t, clk)
+		clk.Step(time.Minute)
+		readings <- mib << 20
+	}
+	read(17) // mapped back: the baseline
+	read(16) // a lower baseline
+	read(20) // grew by 4 MiB: not more than the slack
+	waitForWaiter(t, clk) // the reading was handled
+	if len(trims) != 0 {
+		t.Fatal("trimmed within the slack")
+	}
+	read(21) // 5 MiB over the least: a burst mapped more
+	<-trims
+	read(30) // the first reading after a trim is the new baseline
+	read(33)
+	waitForWaiter(t, clk)
+	if len(trims) != 0 {
+		t.Fatal("trimmed on the first reading after a trim")
+	}
+	read(35)
+	<-trims
+	cancel()
+	<-done
+}
+
+func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the trimmer never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
