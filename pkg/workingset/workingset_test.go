@@ -179,9 +179,9 @@ func TestTrimsAfterStartUpThenWhenTheMappedFilesGrew(t *testing.T) {
 		clk.Step(time.Minute)
 		readings <- mib << 20
 	}
-	read(17) // mapped back: the baseline
-	read(16) // a lower baseline
-	read(20) // grew by 4 MiB: not more than the slack
+	read(17)              // mapped back: the baseline
+	read(16)              // a lower baseline
+	read(20)              // grew by 4 MiB: not more than the slack
 	waitForWaiter(t, clk) // the reading was handled
 	if len(trims) != 0 {
 		t.Fatal("trimmed within the slack")
