@@ -2,23 +2,21 @@
 // binary it uses.
 //
 // nodelet's code and read-only data are pages of its executable, mapped
-// from the page cache as they are first touched, and the kernel maps 64 KiB
-// around each page touched (fault-around). Start-up touches code that never
-// runs again: package initialisation, configuration, TLS bootstrapping,
-// the first listings. Measured on the development VM, a standalone nodelet
-// idle for 30 s touched 1.7 MiB of its text and 2.8 MiB of its read-only
-// data (Referenced in smaps), while 29 MiB of them stayed mapped; once
-// unmapped, what it uses came back within a minute as 17 MiB (the pages
-// touched are scattered, and each brings its 64 KiB).
+// from the page cache as they are first touched; the kernel maps 64 KiB
+// around each page touched (fault-around), or the whole folio when the
+// page cache holds the binary in large folios, as it does once the binary
+// was read through. Start-up touches code that never runs again: package
+// initialisation, configuration, TLS bootstrapping, the first listings.
+// Measured on the development VM, a standalone nodelet idle for 30 s
+// touched 1.7 MiB of its text and 2.8 MiB of its read-only data
+// (Referenced in smaps), while 29 MiB of them stayed mapped.
 //
-// The Trimmer unmaps those pages (madvise MADV_DONTNEED) once start-up is
-// over, and again after a burst of work (pod starts) mapped more of them.
-// The page cache keeps them: what runs again is mapped back by a minor
-// fault, without reading the disk. What does not stays in the page cache
-// unmapped, where the kernel reclaims it first when memory runs short
-// instead of protecting it as a mapped executable page. The page cache
-// stays charged to nodelet's cgroup as before: this shrinks what nodelet
-// holds mapped (its RSS), not what the kernel may cache. Only mappings of
+// Once start-up is over, the Trimmer marks the executable's read-only
+// mappings for random access (no readahead: a fault reads its own page),
+// unmaps them, and drops the binary's unmapped pages from the page cache.
+// What runs afterwards is read back page by page and mapped again; what
+// does not run stays out of memory. The first use of a page after the
+// trim costs a read from the disk (a major fault), once. Only mappings of
 // the executable that nothing can have written are touched: read-only and
 // private, with no anonymous (copied) page.
 package workingset
@@ -138,56 +136,48 @@ func Trim() (int64, error) {
 	}
 	var unmapped int64
 	for _, r := range regions {
-		// Addresses from the kernel, not Go pointers: no unsafe needed.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, unix.MADV_DONTNEED); errno != 0 {
-			return unmapped, fmt.Errorf("madvise %#x-%#x: %w", r.Start, r.End, errno)
+		// Random access first: from now on a fault reads its own page,
+		// not a readahead window (which the kernel would keep as a
+		// large folio and map whole at the next touch).
+		for _, advice := range []uintptr{unix.MADV_RANDOM, unix.MADV_DONTNEED} {
+			// Addresses from the kernel, not Go pointers: no unsafe needed.
+			if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, advice); errno != 0 {
+				return unmapped, fmt.Errorf("madvise(%d) %#x-%#x: %w", advice, r.Start, r.End, errno)
+			}
 		}
 		unmapped += r.Resident
 	}
-	return unmapped, nil
+	return unmapped, evict(exe)
 }
 
-// FileResident returns how many bytes of files (the binary, its libraries)
-// the process has mapped: /proc/self/statm's shared pages, a counter the
-// kernel keeps, so reading it walks no page table.
-func FileResident() (int64, error) {
-	b, err := os.ReadFile("/proc/self/statm")
+// evict drops the binary's pages that nothing maps from the page cache,
+// so that what is read again comes back page by page.
+func evict(exe string) error {
+	f, err := os.Open("/proc/self/exe")
 	if err != nil {
-		return 0, err
+		return err
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return 0, fmt.Errorf("/proc/self/statm: %q", b)
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("evicting %s from the page cache: %w", exe, err)
 	}
-	pages, err := strconv.ParseInt(f[2], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/self/statm: %w", err)
-	}
-	return pages * int64(os.Getpagesize()), nil
+	return nil
 }
 
 // Options configure a Trimmer.
 type Options struct {
 	// StartedUp reports whether start-up is over (every pod source has
-	// delivered); the first trim waits for it, then for Settle.
+	// delivered); the trim waits for it, then for Settle (default 10 s).
 	StartedUp func() bool
-	// Settle defaults to 10 s.
-	Settle time.Duration
-	// Every Period (default a minute) the mapped files are measured; when
-	// they grew by more than Slack (default 4 MiB) over the least seen
-	// since the last trim, the binary is trimmed again. What a burst of
-	// pod starts mapped goes a minute after; the steady work's own pages,
-	// mapped back within a minute of each trim, set the baseline.
-	Period time.Duration
-	Slack  int64
-	Clock  clock.Clock
-	// Trim and Resident default to the package's.
-	Trim     func() (int64, error)
-	Resident func() (int64, error)
+	Settle    time.Duration
+	Clock     clock.Clock
+	// Trim defaults to the package's.
+	Trim func() (int64, error)
 }
 
-// Trimmer trims the process's mapped binary after start-up, and again
-// whenever it grew back by more than the slack.
+// Trimmer trims the process's mapped binary once start-up is over. Once
+// is enough: from then on the binary is read a page at a time, so what
+// is mapped is what ran.
 type Trimmer struct{ o Options }
 
 // New returns a Trimmer.
@@ -195,26 +185,17 @@ func New(o Options) *Trimmer {
 	if o.Settle == 0 {
 		o.Settle = 10 * time.Second
 	}
-	if o.Period == 0 {
-		o.Period = time.Minute
-	}
-	if o.Slack == 0 {
-		o.Slack = 4 << 20
-	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 	if o.Trim == nil {
 		o.Trim = Trim
 	}
-	if o.Resident == nil {
-		o.Resident = FileResident
-	}
 	return &Trimmer{o: o}
 }
 
-// Run trims until ctx ends. A failed trim or reading is logged and costs
-// nothing else: the pages stay mapped.
+// Run trims once start-up is over, then waits for ctx to end. A failed
+// trim is logged and costs nothing else: the pages stay mapped.
 func (t *Trimmer) Run(ctx context.Context) {
 	for !t.o.StartedUp() {
 		if !t.wait(ctx, time.Second) {
@@ -224,29 +205,13 @@ func (t *Trimmer) Run(ctx context.Context) {
 	if !t.wait(ctx, t.o.Settle) {
 		return
 	}
-	t.trim()
-	var least int64 = -1 // unknown until the first reading after a trim
-	for t.wait(ctx, t.o.Period) {
-		n, err := t.o.Resident()
-		switch {
-		case err != nil:
-			klog.ErrorS(err, "Reading the mapped files failed")
-		case least >= 0 && n > least+t.o.Slack:
-			t.trim()
-			least = -1
-		case least < 0 || n < least:
-			least = n
-		}
-	}
-}
-
-func (t *Trimmer) trim() {
 	n, err := t.o.Trim()
 	if err != nil {
 		klog.ErrorS(err, "Unmapping the binary's pages failed")
-		return
+	} else {
+		klog.InfoS("Unmapped the binary's pages start-up used; what runs is read back a page at a time", "unmappedMiB", float64(n)/(1<<20))
 	}
-	klog.V(2).InfoS("Unmapped the binary's pages; what runs is mapped back from the page cache", "unmappedMiB", float64(n)/(1<<20))
+	<-ctx.Done()
 }
 
 func (t *Trimmer) wait(ctx context.Context, d time.Duration) bool {

@@ -142,16 +142,14 @@ func TestTrimUnmapsThisProcesssBinary(t *testing.T) {
 	}
 }
 
-func TestTrimsAfterStartUpThenWhenTheMappedFilesGrew(t *testing.T) {
+func TestTrimsOnceStartUpIsOver(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(0, 0))
 	startedUp := make(chan bool)
 	trims := make(chan struct{}, 10)
-	readings := make(chan int64)
 	tr := New(Options{
 		StartedUp: func() bool { return <-startedUp },
-		Settle:    10 * time.Second, Period: time.Minute, Slack: 4 << 20, Clock: clk,
-		Trim:     func() (int64, error) { trims <- struct{}{}; return 1 << 20, nil },
-		Resident: func() (int64, error) { return <-readings, nil },
+		Settle:    10 * time.Second, Clock: clk,
+		Trim: func() (int64, error) { trims <- struct{}{}; return 1 << 20, nil },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -172,32 +170,20 @@ func TestTrimsAfterStartUpThenWhenTheMappedFilesGrew(t *testing.T) {
 	}
 	clk.Step(time.Second)
 	<-trims
-	// Each reading is taken a period apart; the least since the trim is
-	// the baseline.
-	read := func(mib int64) {
-		waitForWaiter(t, clk)
-		clk.Step(time.Minute)
-		readings <- mib << 20
+	// Then it only waits for the end: no timer left to trim again.
+	deadline := time.Now().Add(10 * time.Second)
+	for clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the trimmer still waits on the clock after its trim")
+		}
+		time.Sleep(time.Millisecond)
 	}
-	read(17)              // mapped back: the baseline
-	read(16)              // a lower baseline
-	read(20)              // grew by 4 MiB: not more than the slack
-	waitForWaiter(t, clk) // the reading was handled
-	if len(trims) != 0 {
-		t.Fatal("trimmed within the slack")
-	}
-	read(21) // 5 MiB over the least: a burst mapped more
-	<-trims
-	read(30) // the first reading after a trim is the new baseline
-	read(33)
-	waitForWaiter(t, clk)
-	if len(trims) != 0 {
-		t.Fatal("trimmed on the first reading after a trim")
-	}
-	read(35)
-	<-trims
+	clk.Step(time.Hour)
 	cancel()
 	<-done
+	if len(trims) != 0 {
+		t.Fatal("trimmed twice")
+	}
 }
 
 func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
