@@ -68,8 +68,9 @@ func (g *ContainerGC) GarbageCollect(ctx context.Context, policy GCPolicy, state
 // never touches anything running.
 //
 // The view may be the last relist's rather than a listing of its own
-// (housekeeping's, every 2 s: a second listing was a third of nodelet's
-// CPU at idle). Being a little old is safe, because nothing it removes
+// (housekeeping's, every 2 s: a listing of its own added two CRI calls to
+// the relist's two every second). Being a little old is safe, because
+// nothing it removes
 // can come back: a dead container or sandbox never runs again, a
 // container created but not yet started is its name's newest (always
 // kept), a pod whose content may go starts nothing more, and what was

@@ -13,7 +13,8 @@
 //
 // Once start-up is over, the Trimmer marks the executable's read-only
 // mappings for random access (no readahead: a fault reads its own page),
-// unmaps them, and drops the binary's unmapped pages from the page cache.
+// unmaps them, and drops the binary's unmapped pages from the page cache
+// (a large folio that a running thread has mapped back meanwhile stays).
 // What runs afterwards is read back page by page and mapped again; what
 // does not run stays out of memory. The first use of a page after the
 // trim costs a read from the disk (a major fault), once. Only mappings of
