@@ -68,7 +68,7 @@ func (g *ContainerGC) GarbageCollect(ctx context.Context, policy GCPolicy, state
 // never touches anything running.
 //
 // The view may be the last relist's rather than a listing of its own
-// (housekeeping's, every 2 s: a listing of its own added two CRI calls to
+// (housekeeping's: a listing of its own added two CRI calls every 2 s to
 // the relist's two every second). Being a little old is safe, because
 // nothing it removes
 // can come back: a dead container or sandbox never runs again, a
