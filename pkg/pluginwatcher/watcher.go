@@ -173,7 +173,16 @@ func (w *Watcher) nextRetry() <-chan time.Time {
 	if first.IsZero() {
 		return nil
 	}
-	return w.o.Clock.After(first.Sub(w.o.Clock.Now()))
+	now := w.o.Clock.Now()
+	if !now.Before(first) {
+		// Already due (the scan took that long, or the clock moved
+		// meanwhile): now, not at the next tick of a clock that may not
+		// tick again before the poll.
+		due := make(chan time.Time, 1)
+		due <- now
+		return due
+	}
+	return w.o.Clock.After(first.Sub(now))
 }
 
 func drain(events <-chan fsnotify.Event) {
