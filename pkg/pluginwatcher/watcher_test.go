@@ -201,3 +201,24 @@ func TestASocketNotYetListeningIsRetriedSoon(t *testing.T) {
 	clk.Step(8 * firstRetry)
 	testutil.WaitFor(t, "plugin late registered at its retry", func() bool { return h.has("late") })
 }
+
+// A retry that fell due before the loop came to wait fires at once: the
+// fake clock, like a quiet node, may not move again before the poll.
+func TestARetryAlreadyDueFiresAtOnce(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	w := New(Options{RootDir: t.TempDir(), Clock: clk})
+	w.failed["a.sock"] = failure{socketID: "1", at: clk.Now(), delay: firstRetry}
+	pending := w.nextRetry()
+	select {
+	case <-pending:
+		t.Fatal("a retry fired before it was due")
+	default:
+	}
+	clk.Step(firstRetry) // due now; the loop has not come to wait yet
+	select {
+	case <-w.nextRetry():
+	default:
+		t.Fatal("a retry already due did not fire")
+	}
+	<-pending // and the one armed before fires too
+}
