@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 const podTimeout = 60 * time.Second
@@ -179,9 +180,16 @@ spec:
 `, testbed.BusyboxImage, shared))
 	main := waitRunning(t, n, "init", "main")
 
-	seen, err := os.ReadFile(filepath.Join(shared, "seen"))
-	if err != nil || strings.TrimSpace(string(seen)) != "prepared" {
-		t.Fatalf("app container read %q (%v), want the init container's output", seen, err)
+	// Running is the start of its shell, not the end of its cat: the
+	// redirection makes the file a moment before cat fills it.
+	var seen []byte
+	var err error
+	testutil.WaitFor(t, "the app container's copy of the init container's output", func() bool {
+		seen, err = os.ReadFile(filepath.Join(shared, "seen"))
+		return err == nil && len(seen) > 0
+	})
+	if strings.TrimSpace(string(seen)) != "prepared" {
+		t.Fatalf("app container read %q, want the init container's output", seen)
 	}
 	var init *runtimeapi.Container
 	for _, c := range n.RuntimeContainers("init") {
