@@ -64,7 +64,7 @@ func Regions(smaps io.Reader, exe string) ([]Region, error) {
 		if len(fields) == 0 {
 			continue
 		}
-		if key, ok := strings.CutSuffix(fields[0], ":"); ok && !strings.Contains(fields[0], "-") {
+		if key, ok := strings.CutSuffix(fields[0], ":"); ok { // a header starts "start-end"
 			if cur == nil || len(fields) < 2 {
 				continue
 			}

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 func TestRegionsAreTheExecutablesUnwrittenPrivateMappings(t *testing.T) {
@@ -171,13 +173,7 @@ func TestTrimsOnceStartUpIsOver(t *testing.T) {
 	clk.Step(time.Second)
 	<-trims
 	// Then it only waits for the end: no timer left to trim again.
-	deadline := time.Now().Add(10 * time.Second)
-	for clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("the trimmer still waits on the clock after its trim")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, "the trimmer to stop waiting on its clock after its trim", func() bool { return !clk.HasWaiters() })
 	clk.Step(time.Hour)
 	cancel()
 	<-done
@@ -188,11 +184,5 @@ func TestTrimsOnceStartUpIsOver(t *testing.T) {
 
 func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("the trimmer never waited")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, "the trimmer to wait on its clock", clk.HasWaiters)
 }
