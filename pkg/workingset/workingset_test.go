@@ -144,14 +144,16 @@ func TestTrimUnmapsThisProcesssBinary(t *testing.T) {
 	}
 }
 
-func TestTrimsOnceStartUpIsOver(t *testing.T) {
+func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(0, 0))
 	startedUp := make(chan bool)
+	usage := make(chan Usage)
 	trims := make(chan struct{}, 10)
 	tr := New(Options{
 		StartedUp: func() bool { return <-startedUp },
 		Settle:    10 * time.Second, Clock: clk,
-		Trim: func() (int64, error) { trims <- struct{}{}; return 1 << 20, nil },
+		Trim:  func() (int64, error) { trims <- struct{}{}; return 1 << 20, nil },
+		Usage: func() (Usage, error) { return <-usage, nil },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -172,13 +174,73 @@ func TestTrimsOnceStartUpIsOver(t *testing.T) {
 	}
 	clk.Step(time.Second)
 	<-trims
-	// Then it only waits for the end: no timer left to trim again.
-	testutil.WaitFor(t, "the trimmer to stop waiting on its clock after its trim", func() bool { return !clk.HasWaiters() })
-	clk.Step(time.Hour)
+
+	// Each interval's reading is taken, so the trimmer looked at each.
+	read := func(cpu time.Duration, fileMiB int64) {
+		t.Helper()
+		waitForWaiter(t, clk)
+		clk.Step(10 * time.Second)
+		usage <- Usage{CPU: cpu, File: fileMiB << 20}
+	}
+	read(time.Second, 12)                     // the working set after the trim
+	read(time.Second+50*time.Millisecond, 14) // idle: 0.5% of a core
+	read(4*time.Second, 22)                   // a burst: busy, and grown by 10 MiB
+	read(5*time.Second, 24)                   // still busy
+	if len(trims) != 0 {
+		t.Fatal("trimmed while idle, or during a burst")
+	}
+	read(5*time.Second+100*time.Millisecond, 24) // quiet, 12 MiB above the least
+	<-trims
+	// After the trim it starts over from what runs again: quiet and
+	// grown by less than 8 MiB is no reason.
+	read(6*time.Second, 13)
+	read(6*time.Second+50*time.Millisecond, 20)
+	read(6*time.Second+100*time.Millisecond, 20)
 	cancel()
 	<-done
 	if len(trims) != 0 {
-		t.Fatal("trimmed twice")
+		t.Fatal("trimmed again without a burst")
+	}
+}
+
+func TestStopsWatchingWhenItsUsageCannotBeRead(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	reads := make(chan struct{}, 10)
+	tr := New(Options{
+		StartedUp: func() bool { return true }, Clock: clk,
+		Trim:  func() (int64, error) { return 0, nil },
+		Usage: func() (Usage, error) { reads <- struct{}{}; return Usage{}, os.ErrNotExist },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	waitForWaiter(t, clk)
+	clk.Step(10 * time.Second) // the start-up trim
+	waitForWaiter(t, clk)
+	clk.Step(10 * time.Second)
+	<-reads
+	testutil.WaitFor(t, "the trimmer to stop reading after a failure", func() bool { return !clk.HasWaiters() })
+	cancel()
+	<-done
+	if len(reads) != 0 {
+		t.Fatal("read again after a failure")
+	}
+}
+
+func TestSelfUsage(t *testing.T) {
+	u, err := SelfUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A running test binary has run, and has its own code mapped.
+	if u.CPU <= 0 || u.File < 1<<20 {
+		t.Fatalf("usage %+v", u)
+	}
+	if _, err := statmFile("1 2"); err == nil {
+		t.Error("a statm of two fields was accepted")
+	}
+	if n, err := statmFile("100 50 7 1 0 20 0\n"); err != nil || n != 7*int64(os.Getpagesize()) {
+		t.Errorf("statm: %d, %v", n, err)
 	}
 }
 

@@ -142,8 +142,8 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	// After start-up, the binary's pages that only start-up used are
-	// returned to the page cache (see package workingset).
+	// After start-up, and after each burst of work, the binary's pages
+	// that only it used are given back (see package workingset).
 	trimmer := workingset.New(workingset.Options{StartedUp: core.sourcesReady, Clock: b.clock})
 	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.cfg.StaticPodPath, "cluster", b.client != nil)
 	err = supervise(ctx, concat(node.components, res.components, runtime.components, []component{{"health", health.Run}, {"tracing", b.tracer.Run}, runs("working set", trimmer.Run)},
