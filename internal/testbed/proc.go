@@ -76,6 +76,20 @@ func ProcessMemory(pid int) (Memory, error) {
 	return Memory{RSS: int64(st.VmRSS), Anon: int64(st.RssAnon), File: int64(st.RssFile)}, nil
 }
 
+// MajorFaults reads how many page faults of a process had to read from
+// the disk (a file-backed page not in the page cache).
+func MajorFaults(pid int) (uint, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.MajFlt, nil
+}
+
 // CPUCores measures a process's average CPU use, in cores, over d.
 func CPUCores(pid int, d time.Duration) (float64, error) {
 	before, err := ProcessCPU(pid)

@@ -192,10 +192,10 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 	read(5*time.Second+100*time.Millisecond, 24) // quiet, 12 MiB above the least
 	<-trims
 	// After the trim it starts over from what runs again: quiet and
-	// grown by less than 8 MiB is no reason.
+	// grown by less than 6 MiB is no reason.
 	read(6*time.Second, 13)
-	read(6*time.Second+50*time.Millisecond, 20)
-	read(6*time.Second+100*time.Millisecond, 20)
+	read(6*time.Second+50*time.Millisecond, 18)
+	read(6*time.Second+100*time.Millisecond, 18)
 	cancel()
 	<-done
 	if len(trims) != 0 {

@@ -582,9 +582,16 @@ func latest(ts []time.Time) time.Time {
 type usage struct {
 	cores float64
 	mem   testbed.Memory
+	// majorFaults are the window's: pages of the binary read back from
+	// the disk (after a working-set trim), whose reads count in cores.
+	majorFaults uint
 }
 
 func measure(b *testing.B, pid int) usage {
+	faults, err := testbed.MajorFaults(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
 	cores, err := testbed.CPUCores(pid, *window)
 	if err != nil {
 		b.Fatal(err)
@@ -593,12 +600,16 @@ func measure(b *testing.B, pid int) usage {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return usage{cores: cores, mem: mem}
+	after, err := testbed.MajorFaults(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return usage{cores: cores, mem: mem, majorFaults: after - faults}
 }
 
 func (u usage) String() string {
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
-	return fmt.Sprintf("CPU %.4f cores, RSS %.1f MiB (anonymous %.1f, file %.1f)", u.cores, mib(u.mem.RSS), mib(u.mem.Anon), mib(u.mem.File))
+	return fmt.Sprintf("CPU %.4f cores (%d major faults), RSS %.1f MiB (anonymous %.1f, file %.1f)", u.cores, u.majorFaults, mib(u.mem.RSS), mib(u.mem.Anon), mib(u.mem.File))
 }
 
 // result is one burst's figures: nodelet's and the floor's.
