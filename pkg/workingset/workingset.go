@@ -21,11 +21,12 @@
 //
 // A burst of pod starts or stops maps much of the binary back: the API
 // client's, the runtime client's and the volume code's pages, 12 MiB
-// for 110 pods on the development VM. Once the burst is over (the
-// process used under 2% of a core for 10 s) and the binary's resident
-// pages have grown by 6 MiB since the last trim, the Trimmer trims again,
-// and returns the heap's free pages to the kernel. The pages the steady
-// state runs come back at once; the burst's, at the next burst.
+// for 110 pods on the development VM. Once the burst is over (for 10 s
+// the process used under 2% of a core and mapped under 1 MiB more) and
+// the binary's resident pages have grown by 4 MiB since the last trim,
+// the Trimmer trims again, and returns the heap's free pages to the
+// kernel. The pages the steady state runs come back at once; the
+// burst's, at the next burst.
 //
 // Only mappings of the executable that nothing can have written are
 // touched: read-only and private, with no anonymous (copied) page.
@@ -196,8 +197,8 @@ type Options struct {
 	Quiet float64
 	// Regrowth is how far the file-backed resident set must grow past
 	// its least since the last trim for a quiet interval to trim again
-	// (default 6 MiB: an idle nodelet maps 2 to 3 MiB back within
-	// minutes of a trim, a burst of 110 pod starts or stops 6 to 10).
+	// (default 4 MiB: an idle nodelet maps 2 to 3 MiB back within
+	// minutes of a trim, a burst of 110 pod starts or stops 5 to 10).
 	Regrowth int64
 	Clock    clock.Clock
 	// Trim defaults to TrimAndScavenge; Usage to this process's.
@@ -221,7 +222,7 @@ func New(o Options) *Trimmer {
 		o.Quiet = 0.02
 	}
 	if o.Regrowth == 0 {
-		o.Regrowth = 6 << 20
+		o.Regrowth = 4 << 20
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -272,17 +273,24 @@ type growth struct {
 	least int64
 }
 
-// observe takes a reading and reports whether to trim: the process used
-// less than quiet CPU time since the last reading, and its file-backed
-// resident set is regrowth above its least.
+// settled is how little the file-backed resident set may grow over an
+// interval that counts as quiet: a single pod started or stopped uses
+// little CPU, but maps code back as it goes (a trim then would cost it
+// the reads of what it runs next).
+const settled = 1 << 20
+
+// observe takes a reading and reports whether to trim: since the last
+// reading the process used less than quiet CPU time and its file-backed
+// resident set grew by less than settled, and that set is now regrowth
+// above its least.
 func (g *growth) observe(u Usage, quiet float64, regrowth int64) bool {
 	if !g.primed {
 		*g = growth{primed: true, last: u, least: u.File}
 		return false
 	}
-	busy := float64(u.CPU - g.last.CPU)
+	busy, grew := float64(u.CPU-g.last.CPU), u.File-g.last.File
 	g.last, g.least = u, min(g.least, u.File)
-	return busy < quiet && u.File-g.least >= regrowth
+	return busy < quiet && grew < settled && u.File-g.least >= regrowth
 }
 
 func (t *Trimmer) trim(why string) {
