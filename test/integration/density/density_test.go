@@ -192,9 +192,11 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	// CRI calls alone.
 	reqBefore := apiRequests(b, x.client)
 	cpuBefore := testbed.CPUByCommand()
+	faultsBefore := majorFaults(b, x.pid)
 	createStart := time.Now()
 	created, ready := burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
 	res.cpu = cpuDelta(cpuBefore)
+	res.faults[0] = majorFaults(b, x.pid) - faultsBefore
 	res.start, res.allReady = since(created, ready), latest(ready).Sub(createStart)
 	res.requests = requestsSince(b, x.client, reqBefore, n)
 	res.clusterCores = sumCPU(res.cpu, clusterCommands).Seconds() / res.allReady.Seconds()
@@ -209,8 +211,10 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	profiled = fetchMeanwhile(x.client, x.nodeName, "debug/pprof/profile?seconds=20", only(busy && round == 1, *delProf))
 	reqBefore = apiRequests(b, x.client)
 	cpuBefore = testbed.CPUByCommand()
+	faultsBefore = majorFaults(b, x.pid)
 	deleteStart, deleted, gone := burstDelete(b, x.client, x.w, x.ns, names)
 	res.cpuStop = cpuDelta(cpuBefore)
+	res.faults[1] = majorFaults(b, x.pid) - faultsBefore
 	res.stop, res.allGone = since(deleted, gone), latest(gone).Sub(deleteStart)
 	res.requestsStop = requestsSince(b, x.client, reqBefore, n)
 	res.deleteLegs = splitDelete(x, names, deleted, gone)
@@ -587,11 +591,16 @@ type usage struct {
 	majorFaults uint
 }
 
-func measure(b *testing.B, pid int) usage {
-	faults, err := testbed.MajorFaults(pid)
+func majorFaults(b *testing.B, pid int) uint {
+	n, err := testbed.MajorFaults(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return n
+}
+
+func measure(b *testing.B, pid int) usage {
+	faults := majorFaults(b, pid)
 	cores, err := testbed.CPUCores(pid, *window)
 	if err != nil {
 		b.Fatal(err)
@@ -600,11 +609,7 @@ func measure(b *testing.B, pid int) usage {
 	if err != nil {
 		b.Fatal(err)
 	}
-	after, err := testbed.MajorFaults(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return usage{cores: cores, mem: mem, majorFaults: after - faults}
+	return usage{cores: cores, mem: mem, majorFaults: majorFaults(b, pid) - faults}
 }
 
 func (u usage) String() string {
@@ -618,7 +623,10 @@ type result struct {
 	start, stop       []time.Duration
 	allReady, allGone time.Duration
 	// limits are nodelet's start and stop limits after the burst.
-	limits                [2]int
+	limits [2]int
+	// faults are nodelet's major faults during the create and the delete
+	// burst: pages of its binary read back after a working-set trim.
+	faults                [2]uint
 	floorStart, floorStop []time.Duration
 	// floorBefore and floorAfter are the two floor runs' all started,
 	// floorStopBefore the first one's all stopped.
@@ -1138,13 +1146,13 @@ func ratio(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/fl
 func (r result) line() string {
 	fs, fp := pct(r.floorStart, 100), pct(r.floorStop, 100)
 	return fmt.Sprintf("start p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all ready %s (floor %s, ×%s); "+
-		"delete p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all gone %s (floor %s, ×%s); start and stop limits after %d, %d",
+		"delete p50 %s (floor %s, ×%s) p99 %s (floor %s, ×%s) all gone %s (floor %s, ×%s); start and stop limits after %d, %d; nodelet's major faults %d, %d",
 		ms(pct(r.start, 50)), ms(pct(r.floorStart, 50)), ratio(pct(r.start, 50), pct(r.floorStart, 50)),
 		ms(pct(r.start, 99)), ms(pct(r.floorStart, 99)), ratio(pct(r.start, 99), pct(r.floorStart, 99)),
 		ms(r.allReady), ms(fs), ratio(r.allReady, fs),
 		ms(pct(r.stop, 50)), ms(pct(r.floorStop, 50)), ratio(pct(r.stop, 50), pct(r.floorStop, 50)),
 		ms(pct(r.stop, 99)), ms(pct(r.floorStop, 99)), ratio(pct(r.stop, 99), pct(r.floorStop, 99)),
-		ms(r.allGone), ms(fp), ratio(r.allGone, fp), r.limits[0], r.limits[1])
+		ms(r.allGone), ms(fp), ratio(r.allGone, fp), r.limits[0], r.limits[1], r.faults[0], r.faults[1])
 }
 
 type report struct {
