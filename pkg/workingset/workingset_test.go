@@ -109,18 +109,57 @@ func mappedPages(t *testing.T, s string) (mapped, pages int) {
 	return mapped, len(entries) / 8
 }
 
-func TestTrimUnmapsThisProcesssBinary(t *testing.T) {
-	// Map all of it first, as a long start-up would have.
+// cachedPages counts the pages of s in the page cache, mapped here or not
+// (mincore on a file mapping reads the page cache).
+func cachedPages(t *testing.T, s string) int {
+	t.Helper()
+	page := uintptr(os.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.StringData(s))) &^ (page - 1)
+	end := (uintptr(unsafe.Pointer(unsafe.StringData(s))) + uintptr(len(s)) + page - 1) &^ (page - 1)
+	vec := make([]byte, (end-start)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, start, end-start, uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// populate maps all of the binary's read-only data, as a long start-up
+// would have.
+func populate(t *testing.T) {
+	t.Helper()
 	for _, r := range textRegions(t) {
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, unix.MADV_POPULATE_READ); errno != 0 {
 			t.Fatal(errno)
 		}
 	}
+}
+
+func TestTrimWithoutEvictKeepsThePageCache(t *testing.T) {
+	populate(t)
+	if _, err := Trim(false); err != nil {
+		t.Fatal(err)
+	}
+	mapped, pages := mappedPages(t, blob)
+	if mapped > pages/16 {
+		t.Fatalf("%d of the blob's %d pages still mapped after the trim", mapped, pages)
+	}
+	// Unmapped, but still cached: mapping it again reads nothing.
+	if cached := cachedPages(t, blob); cached != pages {
+		t.Fatalf("%d of the blob's %d pages left in the page cache", cached, pages)
+	}
+}
+
+func TestTrimUnmapsThisProcesssBinary(t *testing.T) {
+	populate(t)
 	before := residentText(t)
 	if mapped, pages := mappedPages(t, blob); mapped != pages {
 		t.Fatalf("%d of the blob's %d pages mapped before the trim", mapped, pages)
 	}
-	unmapped, err := Trim()
+	unmapped, err := Trim(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +177,9 @@ func TestTrimUnmapsThisProcesssBinary(t *testing.T) {
 	if after >= before-int64(len(blob))*15/16 {
 		t.Fatalf("still %d of %d KiB mapped after the trim", after>>10, before>>10)
 	}
+	if _, pages := mappedPages(t, blob); cachedPages(t, blob) > pages/16 {
+		t.Fatalf("%d of the blob's %d pages still in the page cache after the trim", cachedPages(t, blob), pages)
+	}
 	// The process runs on: what it needs is mapped back from the page cache.
 	if !strings.HasPrefix(blob, "nodelet maps") {
 		t.Fatal("the blob reads differently after the trim")
@@ -148,11 +190,11 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(0, 0))
 	startedUp := make(chan bool)
 	usage := make(chan Usage)
-	trims := make(chan struct{}, 10)
+	trims := make(chan bool, 10) // each trim's evict
 	tr := New(Options{
 		StartedUp: func() bool { return <-startedUp },
 		Settle:    10 * time.Second, Clock: clk,
-		Trim:  func() (int64, error) { trims <- struct{}{}; return 1 << 20, nil },
+		Trim:  func(evict bool) (int64, error) { trims <- evict; return 1 << 20, nil },
 		Usage: func() (Usage, error) { return <-usage, nil },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -173,7 +215,9 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 		t.Fatal("trimmed before start-up settled")
 	}
 	clk.Step(time.Second)
-	<-trims
+	if evict := <-trims; !evict {
+		t.Error("the start-up trim kept the page cache")
+	}
 
 	// Each interval's reading is taken, so the trimmer looked at each.
 	read := func(cpu time.Duration, fileMiB int64) {
@@ -191,7 +235,9 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 		t.Fatal("trimmed while idle, or during a burst")
 	}
 	read(5*time.Second+150*time.Millisecond, 26) // quiet, settled, 14 MiB above the least
-	<-trims
+	if evict := <-trims; evict {
+		t.Error("a trim after a burst evicted the page cache: the next burst would read it from the disk")
+	}
 	// After the trim it starts over from what runs again: quiet and
 	// grown by less than 4 MiB is no reason.
 	read(6*time.Second, 13)
@@ -209,7 +255,7 @@ func TestStopsWatchingWhenItsUsageCannotBeRead(t *testing.T) {
 	reads := make(chan struct{}, 10)
 	tr := New(Options{
 		StartedUp: func() bool { return true }, Clock: clk,
-		Trim:  func() (int64, error) { return 0, nil },
+		Trim:  func(bool) (int64, error) { return 0, nil },
 		Usage: func() (Usage, error) { reads <- struct{}{}; return Usage{}, os.ErrNotExist },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
