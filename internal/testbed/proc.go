@@ -20,15 +20,20 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	if d, err := threadsRunTime(pid); err == nil {
 		return d, nil
 	}
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := p.Stat()
+	st, err := procStat(pid)
 	if err != nil {
 		return 0, err
 	}
 	return time.Duration(st.CPUTime() * float64(time.Second)), nil
+}
+
+// procStat reads /proc/<pid>/stat.
+func procStat(pid int) (procfs.ProcStat, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return procfs.ProcStat{}, err
+	}
+	return p.Stat()
 }
 
 // threadsRunTime sums the nanoseconds each of its threads ran.
@@ -79,15 +84,8 @@ func ProcessMemory(pid int) (Memory, error) {
 // MajorFaults reads how many page faults of a process had to read from
 // the disk (a file-backed page not in the page cache).
 func MajorFaults(pid int) (uint, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.MajFlt, nil
+	st, err := procStat(pid)
+	return st.MajFlt, err
 }
 
 // CPUCores measures a process's average CPU use, in cores, over d.
