@@ -76,10 +76,12 @@ bench-density: setup
 
 # nodelet's own cost at 110, 500, 1000 and 5000 pods, against the fake
 # CRI (a runtime that costs nothing): CPU per pod start and stop, the
-# steady cost, memory per pod, the sync loop; and how each grows. Needs
-# no control plane or containerd (about 10 minutes).
+# steady cost, memory per pod, the sync loop; and how each grows; then
+# what finding the statuses to write costs the API syncer per change.
+# Needs no control plane or containerd (about 10 minutes).
 bench-scale:
 	$(GO) test -tags integration -run XXX -bench Scale -benchtime 1x -timeout 60m ./test/scale/ $(BENCHFLAGS)
+	$(GO) test -run XXX -bench SyncerBurst -benchtime 3x ./pkg/podstatus/
 
 # The fault-injection suite at upstream's maxPods (make test runs it with
 # 36), ending with its table: scenario, load, fault, time to converge,

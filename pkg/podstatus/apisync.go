@@ -151,15 +151,21 @@ func (s *APISyncer) Run(ctx context.Context) {
 	}()
 	t := s.clock.NewTicker(resyncPeriod)
 	defer t.Stop()
+	// A change costs the check of the pods that changed; the resync looks
+	// at every pod, which catches what changes without a status change
+	// of its own (see resyncPeriod).
+	due := s.due
 	for {
-		for _, d := range s.due() {
+		for _, d := range due() {
 			s.queue.Add(d.uid, d.urgent)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.m.Changed():
+			due = s.dueChanged
 		case <-t.C():
+			due = s.due
 		}
 	}
 }
@@ -216,13 +222,41 @@ type dueWrite struct {
 // first. It forgets the state of pods the manager no longer has.
 func (s *APISyncer) due() []dueWrite {
 	all := s.m.versions()
-	slices.SortFunc(all, func(a, b versionInfo) int { return cmp.Compare(a.seq, b.seq) })
-	live := make(map[types.UID]bool, len(all))
-	var urgent, normal []dueWrite
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	live := make(map[types.UID]bool, len(all))
 	for _, p := range all {
 		live[p.uid] = true
+	}
+	for uid := range s.synced {
+		if !live[uid] {
+			delete(s.synced, uid)
+			delete(s.target, uid)
+			delete(s.deleted, uid)
+			delete(s.reread, uid)
+			delete(s.checked, uid)
+			delete(s.written, uid)
+		}
+	}
+	return s.classifyLocked(all)
+}
+
+// dueChanged is due for the pods whose status changed since it was last
+// called: over a burst of n pods, a scan of all of them on each change
+// would cost the square of n.
+func (s *APISyncer) dueChanged() []dueWrite {
+	changed := s.m.takeChanged()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.classifyLocked(changed)
+}
+
+// classifyLocked lists the pods in ps with something to write or delete,
+// urgent ones first, each class oldest change first.
+func (s *APISyncer) classifyLocked(ps []versionInfo) []dueWrite {
+	slices.SortFunc(ps, func(a, b versionInfo) int { return cmp.Compare(a.seq, b.seq) })
+	var urgent, normal []dueWrite
+	for _, p := range ps {
 		if s.deleted[p.uid] {
 			continue
 		}
@@ -233,16 +267,6 @@ func (s *APISyncer) due() []dueWrite {
 			urgent = append(urgent, dueWrite{p.uid, true})
 		default:
 			normal = append(normal, dueWrite{p.uid, false})
-		}
-	}
-	for uid := range s.synced {
-		if !live[uid] {
-			delete(s.synced, uid)
-			delete(s.target, uid)
-			delete(s.deleted, uid)
-			delete(s.reread, uid)
-			delete(s.checked, uid)
-			delete(s.written, uid)
 		}
 	}
 	return append(urgent, normal...)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -634,4 +637,148 @@ func TestSyncerKeysTheWrittenObjectToTheCopyBeforeTheWrite(t *testing.T) {
 	if obj.ResourceVersion != "11" || len(obj.Status.Conditions) != 2 {
 		t.Fatalf("the next write's base is version %q with %d conditions, want the copy delivered during the write", obj.ResourceVersion, len(obj.Status.Conditions))
 	}
+}
+
+// countingPods is fakePods behind a lock (Run reads it from its own
+// goroutine), counting the pods the syncer asked about.
+type countingPods struct {
+	mu    sync.Mutex
+	pods  *fakePods
+	asked map[types.UID]int
+}
+
+func (c *countingPods) PodByUID(uid types.UID) (*v1.Pod, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.asked[uid]++
+	return c.pods.PodByUID(uid)
+}
+
+func (c *countingPods) APIPod(uid types.UID) *v1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pods.APIPod(uid)
+}
+
+func (c *countingPods) CouldHaveRunningContainers(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pods.CouldHaveRunningContainers(uid)
+}
+
+// askedAbout returns and forgets the pods asked about.
+func (c *countingPods) askedAbout() []types.UID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Sorted(maps.Keys(c.asked))
+	clear(c.asked)
+	return out
+}
+
+func (c *countingPods) set(fn func(*fakePods)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(c.pods)
+}
+
+func manyPods(n int) []*v1.Pod {
+	objs := make([]*v1.Pod, n)
+	for i := range objs {
+		objs[i] = testPod(fmt.Sprintf("p%03d", i))
+	}
+	return objs
+}
+
+// TestSyncerChecksOnlyTheChangedPodsOnAChange: a status change costs the
+// syncer the check of the pods that changed since it last looked, not of
+// every pod (over a burst that was the square of the pods); the resync
+// still looks at every pod.
+func TestSyncerChecksOnlyTheChangedPodsOnAChange(t *testing.T) {
+	objs := manyPods(100)
+	s, m, _, fp := newSyncer(t, objs...)
+	pods := &countingPods{pods: fp, asked: map[types.UID]int{}}
+	s.pods = pods
+	for _, o := range objs {
+		m.SetPodStatus(o, ready(v1.ConditionTrue))
+	}
+	if s.SyncBatch(context.Background()) {
+		t.Fatal("a write asked for a retry")
+	}
+	if n := len(s.dueChanged()); n != 0 {
+		t.Fatalf("%d pods due after every status was written", n)
+	}
+	pods.askedAbout()
+
+	m.SetPodStatus(objs[7], ready(v1.ConditionFalse))
+	m.SetPodStatus(objs[3], v1.PodStatus{Phase: v1.PodPending})
+	if got := dueUIDs2(s.dueChanged()); got != "[p007:true p003:false]" {
+		t.Fatalf("due on the change: %s", got)
+	}
+	if got := pods.askedAbout(); fmt.Sprint(got) != "[p003 p007]" {
+		t.Fatalf("the change checked %v, want only the two pods that changed", got)
+	}
+	if n := len(s.dueChanged()); n != 0 {
+		t.Fatalf("the same changes were due twice (%d)", n)
+	}
+	if got := s.due(); len(got) != 2 {
+		t.Fatalf("the resync found %d pods due, want the 2 changed", len(got))
+	}
+	if got := pods.askedAbout(); len(got) != len(objs) {
+		t.Fatalf("the resync checked %d pods, want all %d", len(got), len(objs))
+	}
+	// A pod forgotten after its change is not listed.
+	m.SetPodStatus(objs[5], ready(v1.ConditionFalse))
+	keep := map[types.UID]bool{}
+	for _, o := range objs[6:] {
+		keep[o.UID] = true
+	}
+	m.RemoveOrphanedStatuses(keep)
+	if got := dueUIDs2(s.dueChanged()); got != "[]" {
+		t.Fatalf("due after the changed pod was forgotten: %s", got)
+	}
+}
+
+func dueUIDs2(ds []dueWrite) string {
+	out := []string{}
+	for _, d := range ds {
+		out = append(out, fmt.Sprintf("%s:%v", d.uid, d.urgent))
+	}
+	return fmt.Sprint(out)
+}
+
+// TestSyncerRunDeletesAPodThatBecameDeletableWithoutAChange: a deleted
+// pod's final status is written while its containers may still run (the
+// API has its terminal phase already, so nothing is held back and
+// retried); when they are known gone, nothing changes in its status, and
+// the resync deletes it.
+func TestSyncerRunDeletesAPodThatBecameDeletableWithoutAChange(t *testing.T) {
+	pod := testPod("a")
+	pod.Status.Phase = v1.PodSucceeded
+	client := fake.NewClientset(pod)
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	m := New(clk)
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	pods := &countingPods{asked: map[types.UID]int{}, pods: &fakePods{
+		desired: map[types.UID]*v1.Pod{"a": deleting}, api: map[types.UID]*v1.Pod{}, running: map[types.UID]bool{"a": true}}}
+	s := NewAPISyncer(APISyncerOptions{Client: kubeclienttest.Wrap(client), Status: m, Pods: pods, Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	m.TerminatePod(deleting)
+	testutil.WaitFor(t, "the final status written", func() bool { return countActions(client, "patch", "status") == 1 })
+	pods.set(func(f *fakePods) { f.running["a"] = false })
+	// Another pod's change makes the syncer look at the changes, which
+	// do not include the deletable pod.
+	m.SetPodStatus(testPod("b"), ready(v1.ConditionTrue))
+	testutil.WaitFor(t, "the other pod's change checked", func() bool { return slices.Contains(pods.askedAbout(), "b") })
+	if n := countActions(client, "delete", ""); n != 0 {
+		t.Fatalf("%d deletes before the resync", n)
+	}
+	testutil.WaitFor(t, "the resync ticker", func() bool { return clk.HasWaiters() })
+	clk.Step(resyncPeriod)
+	testutil.WaitFor(t, "the pod deleted", func() bool { return countActions(client, "delete", "") == 1 })
 }

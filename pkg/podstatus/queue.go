@@ -1,6 +1,7 @@
 package podstatus
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ type writeQueue struct {
 }
 
 func newWriteQueue(clk clock.WithTicker) *writeQueue {
-	c := &classes{marks: map[types.UID]bool{}, popped: map[types.UID]bool{}}
+	c := newClasses()
 	q := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{
 		Clock: clk,
 		Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.UID]{Clock: clk, Queue: c}),
@@ -70,6 +71,11 @@ func (w *writeQueue) ShutDown() { w.q.ShutDown() }
 // classes is the workqueue's store of waiting pods (workqueue.Queue),
 // called with the workqueue's lock held. Its own lock covers the marks,
 // which Add sets before it takes the workqueue's.
+//
+// A pod that becomes urgent while it waits in normal is appended to
+// urgent and its entry in normal left behind, stale, to be skipped when
+// its turn comes: finding it would cost a scan of normal on every such
+// move, which over a burst is the square of the pods.
 type classes struct {
 	mu sync.Mutex
 	// marks is the strongest class each pod was added with since it was
@@ -77,6 +83,17 @@ type classes struct {
 	// until Get takes it.
 	marks, popped  map[types.UID]bool
 	urgent, normal []types.UID
+	// inNormal holds the pods whose live entry is in normal. stale counts
+	// each pod's stale entries in normal, which come before its live
+	// one (a pod has at most one live entry, and normal is in order),
+	// and staleTotal all of them.
+	inNormal   map[types.UID]bool
+	stale      map[types.UID]int
+	staleTotal int
+}
+
+func newClasses() *classes {
+	return &classes{marks: map[types.UID]bool{}, popped: map[types.UID]bool{}, inNormal: map[types.UID]bool{}, stale: map[types.UID]int{}}
 }
 
 func (c *classes) mark(uid types.UID, urgent bool) {
@@ -92,6 +109,7 @@ func (c *classes) Push(uid types.UID) {
 		c.urgent = append(c.urgent, uid)
 	} else {
 		c.normal = append(c.normal, uid)
+		c.inNormal[uid] = true
 	}
 }
 
@@ -99,8 +117,10 @@ func (c *classes) Push(uid types.UID) {
 func (c *classes) Touch(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if i := slices.Index(c.normal, uid); i >= 0 && c.marks[uid] {
-		c.normal = slices.Delete(c.normal, i, i+1)
+	if c.inNormal[uid] && c.marks[uid] {
+		delete(c.inNormal, uid)
+		c.stale[uid]++
+		c.staleTotal++
 		c.urgent = append(c.urgent, uid)
 	}
 }
@@ -108,21 +128,43 @@ func (c *classes) Touch(uid types.UID) {
 func (c *classes) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.urgent) + len(c.normal)
+	return len(c.urgent) + len(c.normal) - c.staleTotal
 }
 
 func (c *classes) Pop() types.UID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	list := &c.normal
+	var uid types.UID
 	if len(c.urgent) > 0 {
-		list = &c.urgent
+		uid, c.urgent = c.urgent[0], c.urgent[1:]
+	} else {
+		for {
+			uid, c.normal = c.normal[0], c.normal[1:]
+			if !c.skipStaleLocked(uid) {
+				break
+			}
+		}
+		delete(c.inNormal, uid)
 	}
-	uid := (*list)[0]
-	*list = (*list)[1:]
 	c.popped[uid] = c.marks[uid]
 	delete(c.marks, uid)
 	return uid
+}
+
+// skipStaleLocked reports whether uid's entry met in normal, in order, is
+// a stale one, and forgets it if so.
+func (c *classes) skipStaleLocked(uid types.UID) bool {
+	n := c.stale[uid]
+	if n == 0 {
+		return false
+	}
+	if n == 1 {
+		delete(c.stale, uid)
+	} else {
+		c.stale[uid] = n - 1
+	}
+	c.staleTotal--
+	return true
 }
 
 func (c *classes) handedOut(uid types.UID) bool {
@@ -137,5 +179,13 @@ func (c *classes) handedOut(uid types.UID) bool {
 func (c *classes) waiting() (urgent, normal []types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.urgent), slices.Clone(c.normal)
+	skip := maps.Clone(c.stale)
+	for _, uid := range c.normal {
+		if skip[uid] > 0 {
+			skip[uid]--
+			continue
+		}
+		normal = append(normal, uid)
+	}
+	return slices.Clone(c.urgent), normal
 }

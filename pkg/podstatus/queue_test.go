@@ -63,6 +63,44 @@ func TestWriteQueueMovesAPodThatBecomesUrgent(t *testing.T) {
 	}
 }
 
+// A pod moved to urgent leaves a stale entry in normal, which is neither
+// counted nor handed out, also when the pod waits in normal again.
+func TestWriteQueueSkipsTheEntryAMovedPodLeftBehind(t *testing.T) {
+	q, _ := newTestQueue()
+	q.Add("a", false)
+	q.Add("b", false)
+	q.Add("a", true)
+	if n := q.Len(); n != 2 {
+		t.Fatalf("%d waiting, want 2", n)
+	}
+	if uid, urgent, _ := q.Get(); uid != "a" || !urgent {
+		t.Fatalf("got %s (urgent %v), want the moved a", uid, urgent)
+	}
+	q.Done("a")
+	// a waits in normal again, behind its stale entry and b; then moves
+	// again, and again comes back.
+	q.Add("a", false)
+	q.Add("a", true)
+	if uid, _, _ := q.Get(); uid != "a" {
+		t.Fatalf("got %s, want a moved again", uid)
+	}
+	q.Done("a")
+	q.Add("c", false)
+	q.Add("a", false)
+	if urgent, normal := q.classes.waiting(); len(urgent) != 0 || fmt.Sprint(normal) != "[b c a]" {
+		t.Fatalf("waiting %v %v, want [] [b c a]", urgent, normal)
+	}
+	if n := q.Len(); n != 3 {
+		t.Fatalf("%d waiting, want 3", n)
+	}
+	if got, want := drain(q), "[b:false c:false a:false]"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+	if c := q.classes; len(c.normal) != 0 || c.staleTotal != 0 || len(c.stale) != 0 || len(c.inNormal) != 0 {
+		t.Fatalf("left behind: normal %v, stale %v (%d), inNormal %v", c.normal, c.stale, c.staleTotal, c.inNormal)
+	}
+}
+
 // A pod added while a writer has it is not handed to a second writer; it
 // comes back after Done, in the strongest class it was added with.
 func TestWriteQueueNeverHandsAPodToTwoWriters(t *testing.T) {

@@ -33,6 +33,10 @@ type Manager struct {
 	seq uint64
 	// changed is signalled (without blocking) whenever a status changes.
 	changed chan struct{}
+	// dirty holds the pods whose status changed since the API syncer last
+	// took them (takeChanged), so a change costs the syncer that pod's
+	// check, not a scan of every pod. It only holds pods the manager has.
+	dirty map[types.UID]struct{}
 	// journal keeps every change across restarts.
 	journal Journal
 }
@@ -103,6 +107,19 @@ func (m *Manager) versions() []versionInfo {
 	return out
 }
 
+// takeChanged lists the version of each pod whose status changed since
+// the last call, and forgets them.
+func (m *Manager) takeChanged() []versionInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]versionInfo, 0, len(m.dirty))
+	for uid := range m.dirty {
+		out = append(out, m.statuses[uid].info(uid))
+	}
+	clear(m.dirty)
+	return out
+}
+
 // pending returns a copy of one pod's status to write.
 func (m *Manager) pending(uid types.UID) (pending, bool) {
 	m.mu.RLock()
@@ -119,7 +136,8 @@ func (m *Manager) pending(uid types.UID) (pending, bool) {
 
 // New returns an empty status manager.
 func New(clk clock.Clock, opts ...Option) *Manager {
-	m := &Manager{clock: clk, statuses: map[types.UID]*versioned{}, changed: make(chan struct{}, 1), journal: noJournal{}}
+	m := &Manager{clock: clk, statuses: map[types.UID]*versioned{}, changed: make(chan struct{}, 1), journal: noJournal{},
+		dirty: map[types.UID]struct{}{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -338,6 +356,7 @@ func (m *Manager) update(pod *v1.Pod, status v1.PodStatus, finished bool) {
 	m.seq++
 	v.seq = m.seq
 	m.statuses[pod.UID] = v
+	m.dirty[pod.UID] = struct{}{}
 	m.journal.PodStatus(pod.UID, &v.status, finished)
 	select {
 	case m.changed <- struct{}{}:
@@ -396,6 +415,7 @@ func (m *Manager) RemoveOrphanedStatuses(keep map[types.UID]bool) {
 	for uid := range m.statuses {
 		if !keep[uid] {
 			delete(m.statuses, uid)
+			delete(m.dirty, uid)
 		}
 	}
 }
