@@ -23,9 +23,11 @@
 // client's, the runtime client's and the volume code's pages, 12 MiB
 // for 110 pods on the development VM. Once the burst is over (for 10 s
 // the process used under 2% of a core and mapped under 1 MiB more) and
-// the binary's resident pages have grown by 4 MiB since the last trim,
-// the Trimmer trims again, and returns the heap's free pages to the
-// kernel. These later trims only unmap: the page cache keeps the pages
+// the binary's resident pages have grown by 4 MiB past their least since
+// the last trim, the Trimmer trims again, and returns the heap's free
+// pages to the kernel. (When a burst begins right after a trim, the
+// least seen between the two trims before stands in: the readings after
+// this trim hold the burst's pages.) These later trims only unmap: the page cache keeps the pages
 // that ran, so the steady state's come back at once and the burst's at
 // the next burst, each by a minor fault, not a read from the disk.
 //
@@ -259,29 +261,35 @@ func (t *Trimmer) Run(ctx context.Context) {
 	if !t.wait(ctx, t.o.Settle) {
 		return
 	}
-	t.trim("start-up is over", true)
-	var g growth
-	for t.wait(ctx, t.o.Settle) {
+	g, ok := t.trim(ctx, "start-up is over", true, growth{})
+	for ok && t.wait(ctx, t.o.Settle) {
 		u, err := t.o.Usage()
 		if err != nil {
-			klog.ErrorS(err, "Reading nodelet's own usage failed; the binary's pages are no longer trimmed after bursts")
-			<-ctx.Done()
+			t.stopWatching(ctx, err)
 			return
 		}
 		if g.observe(u, t.o.Quiet*float64(t.o.Settle), t.o.Regrowth) {
-			t.trim("a burst of work is over", false)
-			g = growth{}
+			g, ok = t.trim(ctx, "a burst of work is over", false, g)
 		}
 	}
 }
 
+func (t *Trimmer) stopWatching(ctx context.Context, err error) {
+	klog.ErrorS(err, "Reading nodelet's own usage failed; the binary's pages are no longer trimmed after bursts")
+	<-ctx.Done()
+}
+
 // growth follows the process between two trims.
 type growth struct {
-	primed bool
-	last   Usage
+	// last is the previous reading, the first one taken just after the
+	// trim.
+	last Usage
+	// fresh: no reading was taken since the one after the trim.
+	fresh bool
 	// least is the least file-backed resident set seen since the trim:
-	// what the process maps back once it runs again.
-	least int64
+	// what the process maps back once it runs again. carried is the
+	// least of the interval between the two trims before, 0 if none.
+	least, carried int64
 }
 
 // settled is how little the file-backed resident set may grow over an
@@ -294,13 +302,23 @@ const settled = 1 << 20
 // reading the process used less than quiet CPU time and its file-backed
 // resident set grew by less than settled, and that set is now regrowth
 // above its least.
+//
+// The least is first taken from the first reading after the trim; but if
+// a burst began right after the trim (as a trim falls in the quiet just
+// before one), that reading holds the burst's pages, and a least taken
+// there would keep them mapped until the next burst is over. The least
+// seen between the two trims before stands in for it then.
 func (g *growth) observe(u Usage, quiet float64, regrowth int64) bool {
-	if !g.primed {
-		*g = growth{primed: true, last: u, least: u.File}
-		return false
-	}
 	busy, grew := float64(u.CPU-g.last.CPU), u.File-g.last.File
-	g.last, g.least = u, min(g.least, u.File)
+	switch {
+	case g.fresh && busy >= quiet && g.carried > 0:
+		g.least = g.carried
+	case g.fresh:
+		g.least = u.File
+	default:
+		g.least = min(g.least, u.File)
+	}
+	g.last, g.fresh = u, false
 	return busy < quiet && grew < settled && u.File-g.least >= regrowth
 }
 
@@ -310,13 +328,23 @@ func (g *growth) observe(u Usage, quiet float64, regrowth int64) bool {
 // faults map them (microseconds) instead of reading them from the disk
 // (400 µs each on the development VM under load, which a single pod's
 // start would pay some 200 times).
-func (t *Trimmer) trim(why string, evict bool) {
+//
+// It returns what to follow until the next trim, starting from a reading
+// taken just after this one; ok is false when that reading failed (then
+// nothing is trimmed again, and it returns once ctx ends).
+func (t *Trimmer) trim(ctx context.Context, why string, evict bool, before growth) (g growth, ok bool) {
 	n, err := t.o.Trim(evict)
 	if err != nil {
 		klog.ErrorS(err, "Unmapping the binary's pages failed", "why", why)
-		return
+	} else {
+		klog.InfoS("Unmapped the binary's pages; what runs is read back a page at a time", "why", why, "unmappedMiB", float64(n)/(1<<20))
 	}
-	klog.InfoS("Unmapped the binary's pages; what runs is read back a page at a time", "why", why, "unmappedMiB", float64(n)/(1<<20))
+	u, err := t.o.Usage()
+	if err != nil {
+		t.stopWatching(ctx, err)
+		return growth{}, false
+	}
+	return growth{last: u, fresh: true, carried: before.least}, true
 }
 
 // TrimAndScavenge trims the binary (see Trim) and returns the heap's

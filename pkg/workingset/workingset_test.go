@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -191,13 +192,20 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 	startedUp := make(chan bool)
 	usage := make(chan Usage)
 	trims := make(chan bool, 10) // each trim's evict
+	ctx, cancel := context.WithCancel(context.Background())
 	tr := New(Options{
 		StartedUp: func() bool { return <-startedUp },
 		Settle:    10 * time.Second, Clock: clk,
-		Trim:  func(evict bool) (int64, error) { trims <- evict; return 1 << 20, nil },
-		Usage: func() (Usage, error) { return <-usage, nil },
+		Trim: func(evict bool) (int64, error) { trims <- evict; return 1 << 20, nil },
+		Usage: func() (Usage, error) {
+			select {
+			case u := <-usage:
+				return u, nil
+			case <-ctx.Done(): // read after an unexpected trim
+				return Usage{}, ctx.Err()
+			}
+		},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()
 
@@ -219,14 +227,30 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 		t.Error("the start-up trim kept the page cache")
 	}
 
-	// Each interval's reading is taken, so the trimmer looked at each.
+	// Each interval's reading is taken, so the trimmer looked at each;
+	// so is the one just after each trim.
 	read := func(cpu time.Duration, fileMiB int64) {
 		t.Helper()
 		waitForWaiter(t, clk)
 		clk.Step(10 * time.Second)
 		usage <- Usage{CPU: cpu, File: fileMiB << 20}
 	}
-	read(time.Second, 12)                        // the working set after the trim
+	afterTrim := func(cpu time.Duration, fileMiB int64) { usage <- Usage{CPU: cpu, File: fileMiB << 20} }
+	// trimmed waits until the trimmer trimmed (and reads its usage) or
+	// waits on its clock again.
+	trimmed := func() (evict bool) {
+		t.Helper()
+		testutil.WaitFor(t, "a trim, or the trimmer waiting", func() bool { return len(trims) > 0 || clk.HasWaiters() })
+		select {
+		case evict = <-trims:
+			return evict
+		default:
+			t.Fatal("no trim after a burst")
+			return false
+		}
+	}
+	afterTrim(time.Second, 10)
+	read(time.Second+10*time.Millisecond, 12)    // the working set after the trim
 	read(time.Second+50*time.Millisecond, 14)    // idle: 0.5% of a core
 	read(4*time.Second, 22)                      // a burst: busy, and grown by 10 MiB
 	read(5*time.Second, 24)                      // still busy
@@ -235,14 +259,28 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 		t.Fatal("trimmed while idle, or during a burst")
 	}
 	read(5*time.Second+150*time.Millisecond, 26) // quiet, settled, 14 MiB above the least
-	if evict := <-trims; evict {
+	if evict := trimmed(); evict {
 		t.Error("a trim after a burst evicted the page cache: the next burst would read it from the disk")
 	}
-	// After the trim it starts over from what runs again: quiet and
-	// grown by less than 4 MiB is no reason.
-	read(6*time.Second, 13)
-	read(6*time.Second+50*time.Millisecond, 16)
-	read(6*time.Second+100*time.Millisecond, 16)
+	// A burst begins just after the trim: its first reading is no
+	// steady state, and the least before (12 MiB) stands in for it.
+	afterTrim(5*time.Second+160*time.Millisecond, 11)
+	read(6*time.Second, 22)
+	read(7*time.Second, 24)
+	if len(trims) != 0 {
+		t.Fatal("trimmed during a burst")
+	}
+	read(7*time.Second+50*time.Millisecond, 24) // quiet: 12 MiB above the least before
+	if evict := trimmed(); evict {
+		t.Error("a trim after a burst evicted the page cache")
+	}
+	// After a quiet first interval it starts over from what runs again
+	// (13 MiB, not the 12 before): quiet and grown by less than 4 MiB is
+	// no reason.
+	afterTrim(7*time.Second+60*time.Millisecond, 11)
+	read(7*time.Second+70*time.Millisecond, 13)
+	read(7*time.Second+100*time.Millisecond, 16)
+	read(7*time.Second+150*time.Millisecond, 16)
 	cancel()
 	<-done
 	if len(trims) != 0 {
@@ -250,27 +288,40 @@ func TestTrimsWhenStartUpIsOverAndAgainAfterABurst(t *testing.T) {
 	}
 }
 
+// TestStopsWatchingWhenItsUsageCannotBeRead: whether the reading just
+// after a trim or a later one fails, the trimmer says so and stops.
 func TestStopsWatchingWhenItsUsageCannotBeRead(t *testing.T) {
-	clk := testingclock.NewFakeClock(time.Unix(0, 0))
-	reads := make(chan struct{}, 10)
-	tr := New(Options{
-		StartedUp: func() bool { return true }, Clock: clk,
-		Trim:  func(bool) (int64, error) { return 0, nil },
-		Usage: func() (Usage, error) { reads <- struct{}{}; return Usage{}, os.ErrNotExist },
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { tr.Run(ctx); close(done) }()
-	waitForWaiter(t, clk)
-	clk.Step(10 * time.Second) // the start-up trim
-	waitForWaiter(t, clk)
-	clk.Step(10 * time.Second)
-	<-reads
-	testutil.WaitFor(t, "the trimmer to stop reading after a failure", func() bool { return !clk.HasWaiters() })
-	cancel()
-	<-done
-	if len(reads) != 0 {
-		t.Fatal("read again after a failure")
+	for _, failing := range []int{1, 2} {
+		t.Run(fmt.Sprintf("reading %d", failing), func(t *testing.T) {
+			clk := testingclock.NewFakeClock(time.Unix(0, 0))
+			reads := make(chan struct{}, 10)
+			n := 0
+			tr := New(Options{
+				StartedUp: func() bool { return true }, Clock: clk,
+				Trim: func(bool) (int64, error) { return 0, nil },
+				Usage: func() (Usage, error) {
+					reads <- struct{}{}
+					if n++; n == failing {
+						return Usage{}, os.ErrNotExist
+					}
+					return Usage{}, nil
+				},
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { tr.Run(ctx); close(done) }()
+			for i := 0; i < failing; i++ {
+				waitForWaiter(t, clk)
+				clk.Step(10 * time.Second) // the start-up trim, then an interval
+				<-reads
+			}
+			testutil.WaitFor(t, "the trimmer to stop reading after a failure", func() bool { return !clk.HasWaiters() })
+			cancel()
+			<-done
+			if len(reads) != 0 {
+				t.Fatal("read again after a failure")
+			}
+		})
 	}
 }
 
