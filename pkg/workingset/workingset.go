@@ -290,7 +290,12 @@ type growth struct {
 	// what the process maps back once it runs again. carried is the
 	// least of the interval between the two trims before, 0 if none.
 	least, carried int64
+	// leastCarried: the least is the one carried over (a burst began
+	// right after the trim).
+	leastCarried bool
 }
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // settled is how little the file-backed resident set may grow over an
 // interval that counts as quiet: a single pod started or stopped uses
@@ -312,7 +317,7 @@ func (g *growth) observe(u Usage, quiet float64, regrowth int64) bool {
 	busy, grew := float64(u.CPU-g.last.CPU), u.File-g.last.File
 	switch {
 	case g.fresh && busy >= quiet && g.carried > 0:
-		g.least = g.carried
+		g.least, g.leastCarried = g.carried, true
 	case g.fresh:
 		g.least = u.File
 	default:
@@ -337,7 +342,10 @@ func (t *Trimmer) trim(ctx context.Context, why string, evict bool, before growt
 	if err != nil {
 		klog.ErrorS(err, "Unmapping the binary's pages failed", "why", why)
 	} else {
-		klog.InfoS("Unmapped the binary's pages; what runs is read back a page at a time", "why", why, "unmappedMiB", float64(n)/(1<<20))
+		// The reading that led to the trim, and the least it was held
+		// against, say why it came when it did.
+		klog.InfoS("Unmapped the binary's pages; what runs is read back a page at a time", "why", why, "unmappedMiB", mib(n),
+			"fileMiB", mib(before.last.File), "leastMiB", mib(before.least), "leastCarried", before.leastCarried)
 	}
 	u, err := t.o.Usage()
 	if err != nil {

@@ -346,3 +346,25 @@ func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 	t.Helper()
 	testutil.WaitFor(t, "the trimmer to wait on its clock", clk.HasWaiters)
 }
+
+// TestGrowthSaysWhenItsLeastIsCarried: the trim's log line says whether
+// the least it was held against came over from before (a busy first
+// interval) or from the first reading (a quiet one).
+func TestGrowthSaysWhenItsLeastIsCarried(t *testing.T) {
+	const quiet = float64(200 * time.Millisecond)
+	for _, tc := range []struct {
+		name      string
+		cpu       time.Duration
+		least     int64
+		carriedIt bool
+	}{
+		{"busy first interval", time.Second, 12 << 20, true},
+		{"quiet first interval", 10 * time.Millisecond, 20 << 20, false},
+	} {
+		g := growth{last: Usage{File: 11 << 20}, fresh: true, carried: 12 << 20}
+		g.observe(Usage{CPU: tc.cpu, File: 20 << 20}, quiet, 4<<20)
+		if g.least != tc.least || g.leastCarried != tc.carriedIt {
+			t.Errorf("%s: least %d MiB, carried %v; want %d MiB, %v", tc.name, g.least>>20, g.leastCarried, tc.least>>20, tc.carriedIt)
+		}
+	}
+}
