@@ -763,12 +763,17 @@ func TestSyncerRunDeletesAPodThatBecameDeletableWithoutAChange(t *testing.T) {
 	pods := &countingPods{asked: map[types.UID]int{}, pods: &fakePods{
 		desired: map[types.UID]*v1.Pod{"a": deleting}, api: map[types.UID]*v1.Pod{}, running: map[types.UID]bool{"a": true}}}
 	s := NewAPISyncer(APISyncerOptions{Client: kubeclienttest.Wrap(client), Status: m, Pods: pods, Clock: clk})
+	// The final status is there before Run, whose first look (at every
+	// pod) queues it once: taken as a change too, it could be queued
+	// again and its second turn come after its containers are gone.
+	m.TerminatePod(deleting)
+	m.takeChanged()
+	<-m.Changed()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	m.TerminatePod(deleting)
 	testutil.WaitFor(t, "the final status written", func() bool { return countActions(client, "patch", "status") == 1 })
 	pods.set(func(f *fakePods) { f.running["a"] = false })
 	// Another pod's change makes the syncer look at the changes, which
