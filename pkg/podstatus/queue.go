@@ -1,7 +1,6 @@
 package podstatus
 
 import (
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -73,27 +72,29 @@ func (w *writeQueue) ShutDown() { w.q.ShutDown() }
 // which Add sets before it takes the workqueue's.
 //
 // A pod that becomes urgent while it waits in normal is appended to
-// urgent and its entry in normal left behind, stale, to be skipped when
-// its turn comes: finding it would cost a scan of normal on every such
-// move, which over a burst is the square of the pods.
+// urgent and its entry in normal left behind, to be skipped when its
+// turn comes: finding it would cost a scan of normal on every such move,
+// which over a burst is the square of the pods. Each entry in normal
+// carries a number, and only the one inNormal names is live.
 type classes struct {
 	mu sync.Mutex
 	// marks is the strongest class each pod was added with since it was
 	// last handed out; popped is the class of each pod just handed out,
 	// until Get takes it.
-	marks, popped  map[types.UID]bool
-	urgent, normal []types.UID
-	// inNormal holds the pods whose live entry is in normal. stale counts
-	// each pod's stale entries in normal, which come before its live
-	// one (a pod has at most one live entry, and normal is in order),
-	// and staleTotal all of them.
-	inNormal   map[types.UID]bool
-	stale      map[types.UID]int
-	staleTotal int
+	marks, popped map[types.UID]bool
+	urgent        []types.UID
+	normal        []normalEntry
+	inNormal      map[types.UID]uint64
+	pushed        uint64
+}
+
+type normalEntry struct {
+	uid types.UID
+	n   uint64
 }
 
 func newClasses() *classes {
-	return &classes{marks: map[types.UID]bool{}, popped: map[types.UID]bool{}, inNormal: map[types.UID]bool{}, stale: map[types.UID]int{}}
+	return &classes{marks: map[types.UID]bool{}, popped: map[types.UID]bool{}, inNormal: map[types.UID]uint64{}}
 }
 
 func (c *classes) mark(uid types.UID, urgent bool) {
@@ -107,20 +108,19 @@ func (c *classes) Push(uid types.UID) {
 	defer c.mu.Unlock()
 	if c.marks[uid] {
 		c.urgent = append(c.urgent, uid)
-	} else {
-		c.normal = append(c.normal, uid)
-		c.inNormal[uid] = true
+		return
 	}
+	c.pushed++
+	c.normal = append(c.normal, normalEntry{uid, c.pushed})
+	c.inNormal[uid] = c.pushed
 }
 
 // Touch moves a waiting pod marked urgent since it was pushed.
 func (c *classes) Touch(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inNormal[uid] && c.marks[uid] {
-		delete(c.inNormal, uid)
-		c.stale[uid]++
-		c.staleTotal++
+	if _, ok := c.inNormal[uid]; ok && c.marks[uid] {
+		c.dropNormalLocked(uid)
 		c.urgent = append(c.urgent, uid)
 	}
 }
@@ -128,7 +128,7 @@ func (c *classes) Touch(uid types.UID) {
 func (c *classes) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.urgent) + len(c.normal) - c.staleTotal
+	return len(c.urgent) + len(c.inNormal)
 }
 
 func (c *classes) Pop() types.UID {
@@ -138,33 +138,29 @@ func (c *classes) Pop() types.UID {
 	if len(c.urgent) > 0 {
 		uid, c.urgent = c.urgent[0], c.urgent[1:]
 	} else {
-		for {
-			uid, c.normal = c.normal[0], c.normal[1:]
-			if !c.skipStaleLocked(uid) {
-				break
-			}
+		for !c.liveLocked(c.normal[0]) {
+			c.normal = c.normal[1:]
 		}
-		delete(c.inNormal, uid)
+		uid, c.normal = c.normal[0].uid, c.normal[1:]
+		c.dropNormalLocked(uid)
 	}
 	c.popped[uid] = c.marks[uid]
 	delete(c.marks, uid)
 	return uid
 }
 
-// skipStaleLocked reports whether uid's entry met in normal, in order, is
-// a stale one, and forgets it if so.
-func (c *classes) skipStaleLocked(uid types.UID) bool {
-	n := c.stale[uid]
-	if n == 0 {
-		return false
+// dropNormalLocked ends uid's live entry in normal; once none is live,
+// the entries left behind go too.
+func (c *classes) dropNormalLocked(uid types.UID) {
+	delete(c.inNormal, uid)
+	if len(c.inNormal) == 0 {
+		c.normal = c.normal[:0]
 	}
-	if n == 1 {
-		delete(c.stale, uid)
-	} else {
-		c.stale[uid] = n - 1
-	}
-	c.staleTotal--
-	return true
+}
+
+func (c *classes) liveLocked(e normalEntry) bool {
+	n, ok := c.inNormal[e.uid]
+	return ok && n == e.n
 }
 
 func (c *classes) handedOut(uid types.UID) bool {
@@ -179,13 +175,10 @@ func (c *classes) handedOut(uid types.UID) bool {
 func (c *classes) waiting() (urgent, normal []types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	skip := maps.Clone(c.stale)
-	for _, uid := range c.normal {
-		if skip[uid] > 0 {
-			skip[uid]--
-			continue
+	for _, e := range c.normal {
+		if c.liveLocked(e) {
+			normal = append(normal, e.uid)
 		}
-		normal = append(normal, uid)
 	}
 	return slices.Clone(c.urgent), normal
 }

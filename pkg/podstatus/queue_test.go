@@ -96,8 +96,8 @@ func TestWriteQueueSkipsTheEntryAMovedPodLeftBehind(t *testing.T) {
 	if got, want := drain(q), "[b:false c:false a:false]"; got != want {
 		t.Fatalf("order %s, want %s", got, want)
 	}
-	if c := q.classes; len(c.normal) != 0 || c.staleTotal != 0 || len(c.stale) != 0 || len(c.inNormal) != 0 {
-		t.Fatalf("left behind: normal %v, stale %v (%d), inNormal %v", c.normal, c.stale, c.staleTotal, c.inNormal)
+	if c := q.classes; len(c.normal) != 0 || len(c.inNormal) != 0 {
+		t.Fatalf("left behind: normal %v, inNormal %v", c.normal, c.inNormal)
 	}
 }
 
