@@ -3,14 +3,8 @@ package podstatus
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
-	testingclock "k8s.io/utils/clock/testing"
-
-	"github.com/nodelet/nodelet/internal/kubeclienttest"
 )
 
 // BenchmarkSyncerBurst is what a burst's status changes cost the API
@@ -25,12 +19,7 @@ func BenchmarkSyncerBurst(b *testing.B) {
 		for _, mode := range []string{"changed", "scan"} {
 			b.Run(fmt.Sprintf("pods=%d/%s", n, mode), func(b *testing.B) {
 				objs := manyPods(n)
-				m := New(testingclock.NewFakeClock(time.Unix(1000, 0)))
-				pods := &fakePods{desired: map[types.UID]*v1.Pod{}, api: map[types.UID]*v1.Pod{}, running: map[types.UID]bool{}}
-				for _, o := range objs {
-					pods.desired[o.UID] = o
-				}
-				s := NewAPISyncer(APISyncerOptions{Client: kubeclienttest.Wrap(fake.NewClientset()), Status: m, Pods: pods, Clock: testingclock.NewFakeClock(time.Unix(1000, 0))})
+				s, m, _, _ := newSyncer(b, objs...)
 				due := s.dueChanged
 				if mode == "scan" {
 					due = s.due

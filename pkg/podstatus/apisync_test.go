@@ -40,7 +40,7 @@ func (f *fakePods) CouldHaveRunningContainers(uid types.UID) bool {
 	return f.running[uid]
 }
 
-func newSyncer(t *testing.T, objs ...*v1.Pod) (*APISyncer, *Manager, *fake.Clientset, *fakePods) {
+func newSyncer(t testing.TB, objs ...*v1.Pod) (*APISyncer, *Manager, *fake.Clientset, *fakePods) {
 	t.Helper()
 	client := fake.NewClientset()
 	for _, o := range objs {

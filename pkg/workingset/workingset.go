@@ -27,9 +27,10 @@
 // the last trim, the Trimmer trims again, and returns the heap's free
 // pages to the kernel. (When a burst begins right after a trim, the
 // least seen between the two trims before stands in: the readings after
-// this trim hold the burst's pages.) These later trims only unmap: the page cache keeps the pages
-// that ran, so the steady state's come back at once and the burst's at
-// the next burst, each by a minor fault, not a read from the disk.
+// this trim hold the burst's pages.) These later trims only unmap: the
+// page cache keeps the pages that ran, so the steady state's come back
+// at once and the burst's at the next burst, each by a minor fault, not
+// a read from the disk.
 //
 // Only mappings of the executable that nothing can have written are
 // touched: read-only and private, with no anonymous (copied) page.
