@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -91,8 +90,9 @@ type ReporterOptions struct {
 type Reporter struct {
 	o       ReporterOptions
 	nodeRef *v1.ObjectReference
-	// store holds the node as the API server has it.
-	store cache.Store
+	// store holds the node as the API server has it; it signals each
+	// change the watch delivers.
+	store *signallingStore
 
 	mu sync.Mutex
 	// lastReported is the status last written, heartbeats left out.
@@ -116,7 +116,7 @@ func NewReporter(o ReporterOptions) *Reporter {
 	return &Reporter{
 		o:       o,
 		nodeRef: &v1.ObjectReference{Kind: "Node", Name: o.Node.Name, UID: types.UID(o.Node.Name), APIVersion: "v1"},
-		store:   cache.NewStore(cache.MetaNamespaceKeyFunc),
+		store:   newSignallingStore(),
 	}
 }
 
@@ -252,7 +252,11 @@ func (r *Reporter) watchNode(ctx context.Context) {
 }
 
 // runStatus checks the status every StatusUpdateFrequency (more often
-// until the node is first Ready) and writes it when needed.
+// until the node is first Ready), and as soon as the watch brings a
+// change to the Node, and writes it when needed: when the node lifecycle
+// controller marks the node Unknown after an outage (its own watches
+// were stale), the node is put right as soon as nodelet sees it, not up
+// to StatusUpdateFrequency later.
 func (r *Reporter) runStatus(ctx context.Context) {
 	for {
 		r.SyncStatus(ctx)
@@ -266,6 +270,7 @@ func (r *Reporter) runStatus(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.o.Clock.After(period):
+		case <-r.store.changed:
 		}
 	}
 }

@@ -225,6 +225,43 @@ func TestReporterCorrectsStatusWhenAPIServerReturns(t *testing.T) {
 	<-done
 }
 
+// When the watch brings a Node another component marked Unknown (the
+// node lifecycle controller, whose own watches were stale after an
+// outage), the reporter puts it right at once, not at its next periodic
+// check: the fake clock never moves here.
+func TestReporterCorrectsAWatchedUnknownAtOnce(t *testing.T) {
+	var ok error
+	r, client, clk := newReporter(t, &ok)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	testutil.WaitFor(t, "the node registered Ready and watched", func() bool {
+		obj, ok, _ := r.store.GetByKey("n1")
+		return ok && readyCondition(obj.(*v1.Node)).Status == v1.ConditionTrue && r.lastReportedReady()
+	})
+	testutil.WaitFor(t, "the status loop to wait for its period", clk.HasWaiters)
+
+	n := getNode(t, client)
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == v1.NodeReady {
+			n.Status.Conditions[i].Status, n.Status.Conditions[i].Reason = v1.ConditionUnknown, "NodeStatusUnknown"
+		}
+	}
+	before := statusUpdates(client)
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "Ready to be written back", func() bool { return readyCondition(getNode(t, client)).Status == v1.ConditionTrue })
+	// Ours: the controller's write, then the reporter's.
+	if got := statusUpdates(client); got != before+2 {
+		t.Fatalf("%d status writes after the controller's, want 1", got-before-1)
+	}
+}
+
 // TestRegisterNodeFalseWaitsForTheNode: with registration skipped the
 // reporter never creates the Node; once someone else has, it adopts it
 // (its labels brought up to date) and goes on.
@@ -392,4 +429,10 @@ func TestExternalCloudProvider(t *testing.T) {
 			t.Fatalf("external %v: addresses after a status write %v", external, got)
 		}
 	}
+}
+
+func (r *Reporter) lastReportedReady() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastReady != nil && *r.lastReady
 }
