@@ -79,8 +79,11 @@ func TestAPIServerOutage(t *testing.T) {
 		return l.Spec.RenewTime.After(outage) && l.Spec.RenewTime.After(lease.Spec.RenewTime.Time), fmt.Sprintf("lease renewed at %v", l.Spec.RenewTime)
 	})
 	// The node lifecycle controller may mark the node Unknown just as the
-	// API server returns; nodelet puts it right on its next status check
-	// (every 10 s), or at once when it notices the API server is back.
+	// API server returns (its own watches were stale): nodelet puts it
+	// right when its lease renewal first succeeds again (it reads the node
+	// then), and at once when its node watch, itself catching up, brings
+	// the change. (Before the latter, only the next 10 s check did, after
+	// the watch: CI once ran past this wait.)
 	waitNodeReady(t, n.NodeName, 15*time.Second)
 	// The API source resumed: a new pod runs.
 	if _, err := pods.Create(ctx, busyboxPod("after", n.NodeName), metav1.CreateOptions{}); err != nil {
