@@ -37,7 +37,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +46,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
@@ -256,26 +254,13 @@ func validRegistration(req *pluginapi.RegisterRequest) error {
 	if !supported {
 		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported version is %q", req.Version, pluginapi.SupportedVersions)
 	}
-	if !isExtendedResourceName(req.ResourceName) {
+	if !podutil.IsExtendedResourceName(v1.ResourceName(req.ResourceName)) {
 		return fmt.Errorf("the ResourceName %q is invalid", req.ResourceName)
 	}
 	if req.Endpoint == "" || filepath.Base(req.Endpoint) != req.Endpoint || req.Endpoint == ".." || req.Endpoint == "." {
 		return fmt.Errorf("invalid endpoint %q: a socket file name in the device plugin directory", req.Endpoint)
 	}
 	return nil
-}
-
-// isExtendedResourceName: domain-prefixed, outside kubernetes.io, as the
-// API server's validation has it.
-func isExtendedResourceName(name string) bool {
-	if !strings.Contains(name, "/") || strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	domain, _, _ := strings.Cut(name, "/")
-	if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
-		return false
-	}
-	return len(validation.IsQualifiedName(name)) == 0 && len(validation.IsQualifiedName("requests."+name)) == 0
 }
 
 // connected makes a registered plugin the resource's endpoint (a plugin
@@ -467,7 +452,7 @@ func (m *Manager) Register(ctx context.Context, p pluginwatcher.Plugin) error {
 	if !slices.ContainsFunc(p.Versions, func(v string) bool { return slices.Contains(pluginapi.SupportedVersions[:], v) }) {
 		return fmt.Errorf("requested API versions %q are not supported by kubelet. Supported version is %q", p.Versions, pluginapi.SupportedVersions)
 	}
-	if !isExtendedResourceName(p.Name) {
+	if !podutil.IsExtendedResourceName(v1.ResourceName(p.Name)) {
 		return fmt.Errorf("invalid name of device plugin socket: the ResourceName %q is invalid", p.Name)
 	}
 	e, err := connect(ctx, p.Name, p.Endpoint)

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Annotation keys shared with the upstream kubelet, so that tools and API
@@ -174,6 +175,18 @@ func (q qosTally) class() v1.PodQOSClass {
 		return v1.PodQOSGuaranteed
 	}
 	return v1.PodQOSBurstable
+}
+
+// IsExtendedResourceName reports whether name is an extended resource, as
+// the API server and upstream's kubelet have it: domain-prefixed outside
+// kubernetes.io, and a valid name once a quota's "requests." is put in
+// front.
+func IsExtendedResourceName(name v1.ResourceName) bool {
+	s := string(name)
+	if !strings.Contains(s, "/") || strings.Contains(s, v1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(s, v1.DefaultResourceRequestsPrefix) {
+		return false
+	}
+	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+s)) == 0
 }
 
 // IsTerminal reports whether a pod phase is final: Succeeded or Failed.

@@ -146,3 +146,24 @@ func TestPodLevelQOSClass(t *testing.T) {
 		}
 	}
 }
+
+func TestIsExtendedResourceName(t *testing.T) {
+	for name, want := range map[v1.ResourceName]bool{
+		"example.com/widget":                       true,
+		"nvidia.com/gpu":                           true,
+		"cpu":                                      false, // native, no domain
+		"hugepages-2Mi":                            false,
+		"kubernetes.io/widget":                     false, // the native domain
+		"sub.kubernetes.io/widget":                 false,
+		"deviceclass.resource.kubernetes.io/gpu":   false,
+		"requests.example.com/widget":              false, // a quota's name
+		"example.com/bad name":                     false,
+		"example.com/" + v1.ResourceName(longName): false,
+	} {
+		if got := IsExtendedResourceName(name); got != want {
+			t.Errorf("IsExtendedResourceName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+var longName = strings.Repeat("x", 64)
