@@ -217,7 +217,7 @@ func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
 	if maxPods, ok := alloc[v1.ResourcePods]; ok && int64(len(active))+1 > maxPods.Value() {
 		return &Rejection{"OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(active), maxPods.Value())}
 	}
-	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	req := resourcehelper.PodRequests(withoutUncountedRequests(pod, alloc), resourcehelper.PodResourcesOptions{})
 	names := make([]string, 0, len(req))
 	for name, q := range req {
 		if !q.IsZero() {
@@ -257,6 +257,48 @@ func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
 		}
 	}
 	return nil
+}
+
+// withoutUncountedRequests is the pod without the requests the node does
+// not count, as upstream's admission leaves them out: extended resources
+// the node does not offer at all (cluster-level resources, which another
+// component accounts for) and those the scheduler backs with a
+// ResourceClaim (DRA extended resources, which the DRA manager prepares).
+// The pod itself when it asks for none of these.
+func withoutUncountedRequests(pod *v1.Pod, alloc v1.ResourceList) *v1.Pod {
+	uncounted := func(c *v1.Container, name v1.ResourceName) bool {
+		if s := pod.Status.ExtendedResourceClaimStatus; s != nil {
+			for _, m := range s.RequestMappings {
+				if m.ContainerName == c.Name && v1.ResourceName(m.ResourceName) == name {
+					return true
+				}
+			}
+		}
+		_, offered := alloc[name]
+		return !offered && podutil.IsExtendedResourceName(name)
+	}
+	// scan finds the uncounted requests, and with drop deletes them.
+	scan := func(p *v1.Pod, drop bool) (found bool) {
+		for _, cs := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+			for i := range cs {
+				for name := range cs[i].Resources.Requests {
+					if uncounted(&cs[i], name) {
+						found = true
+						if drop {
+							delete(cs[i].Resources.Requests, name)
+						}
+					}
+				}
+			}
+		}
+		return found
+	}
+	if !scan(pod, false) {
+		return pod
+	}
+	copied := pod.DeepCopy()
+	scan(copied, true)
+	return copied
 }
 
 // resourceOrder checks cpu, then memory, then storage, then the rest.

@@ -38,6 +38,15 @@ func requests(kv ...string) podOpt {
 	}
 }
 
+func draMapping(container, resourceName string) podOpt {
+	return func(p *v1.Pod) {
+		p.Status.ExtendedResourceClaimStatus = &v1.PodExtendedResourceClaimStatus{
+			ResourceClaimName: p.Name + "-extended-resources",
+			RequestMappings:   []v1.ContainerExtendedResourceRequest{{ContainerName: container, ResourceName: resourceName, RequestName: "container-0-request-0"}},
+		}
+	}
+}
+
 func hostPortOpt(port int32, ip string, proto v1.Protocol) podOpt {
 	return func(p *v1.Pod) {
 		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, v1.ContainerPort{ContainerPort: 80, HostPort: port, HostIP: ip, Protocol: proto})
@@ -61,7 +70,19 @@ func TestAdmission(t *testing.T) {
 		{"memory", nil, mk("p", requests("memory", "5Gi")), "OutOfmemory", "memory, requested: 5368709120"},
 		{"ephemeral storage", nil, mk("p", requests("ephemeral-storage", "20Gi")), "OutOfephemeral-storage", "ephemeral-storage"},
 		{"extended resource", nil, mk("p", requests("example.com/widget", "3")), "OutOfexample.com/widget", "requested: 3"},
-		{"unknown extended resource", nil, mk("p", requests("example.com/gizmo", "1")), "OutOfexample.com/gizmo", "capacity: 0"},
+		// A resource the node does not offer at all is a cluster-level
+		// one, which another component accounts for (upstream's
+		// removeMissingExtendedResources).
+		{"extended resource the node does not offer", nil, mk("p", requests("example.com/gizmo", "1")), "", ""},
+		{"offered extended resource beside one not offered", nil, mk("p", requests("example.com/gizmo", "1", "example.com/widget", "3")), "OutOfexample.com/widget", "requested: 3"},
+		{"init container's extended resource the node does not offer", nil, mk("p", func(p *v1.Pod) {
+			p.Spec.InitContainers = []v1.Container{{Name: "i", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{"example.com/gizmo": resource.MustParse("1")}}}}
+		}), "", ""},
+		{"a native resource is never left out", nil, mk("p", requests("hugepages-2Mi", "2Mi")), "OutOfhugepages-2Mi", "capacity: 0"},
+		// The scheduler backs it with a ResourceClaim: the DRA manager
+		// prepares it, the device plugin's count does not apply.
+		{"extended resource backed by DRA", nil, mk("p", requests("example.com/widget", "3"), draMapping("c", "example.com/widget")), "", ""},
+		{"DRA backs another container's request", nil, mk("p", requests("example.com/widget", "3"), draMapping("other", "example.com/widget")), "OutOfexample.com/widget", "requested: 3"},
 		{"init container requests count", nil, mk("p", func(p *v1.Pod) {
 			p.Spec.InitContainers = []v1.Container{{Name: "i", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")}}}}
 		}), "OutOfcpu", "requested: 3000"},

@@ -180,7 +180,12 @@ required node affinity, NoExecute taints (TaintToleration), host port
 conflicts with admitted pods, and resource requests (pods, cpu, memory,
 ephemeral-storage and extended resources, init containers, sidecars,
 overhead and pod-level resources counted as upstream does) against the
-node's allocatable. A rejected pod is Failed with upstream's reason and a
+node's allocatable. As upstream's, it leaves out an extended resource the
+node does not offer at all (a cluster-level one, which another component
+accounts for) and one the scheduler backs with a ResourceClaim
+(status.extendedResourceClaimStatus, prepared by the DRA manager); an
+extended resource an operator advertises on the Node's status counts. A
+rejected pod is Failed with upstream's reason and a
 message, and never started.
 
 ## Status

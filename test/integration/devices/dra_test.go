@@ -14,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
@@ -122,4 +123,47 @@ func condition(p *v1.Pod, t v1.PodConditionType) v1.ConditionStatus {
 		}
 	}
 	return ""
+}
+
+// TestDRAExtendedResource: a DeviceClass names an extended resource, and a
+// pod asks for it as it would for a device plugin's. The node offers no
+// such resource; the scheduler backs the request with a ResourceClaim of
+// its own (the pod's status.extendedResourceClaimStatus). nodelet admits
+// the pod (as upstream's kubelet leaves such a request out of its count),
+// prepares the claim and gives the container the driver's CDI device.
+func TestDRAExtendedResource(t *testing.T) {
+	ctx := context.Background()
+	ns := cl.Namespace(t)
+	n := cl.StartNode(t, "dra-extended", cd, "")
+	testbed.StartDRATestDriver(t, n, cl.AdminKubeconfig)
+	const resourceName = "example.com/accelerator"
+	class := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: resourceapi.DeviceClassSpec{
+			Selectors: []resourceapi.DeviceSelector{{
+				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", testDriver)},
+			}},
+			ExtendedResourceName: new(resourceName),
+		},
+	}
+	if _, err := cl.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Client.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	p := pod("extended", "", v1.ResourceList{resourceName: resource.MustParse("1")})
+	p.Spec.NodeSelector = map[string]string{v1.LabelHostname: n.NodeName}
+	create(t, ns, p)
+	running := cl.WaitPod(t, 2*time.Minute, ns, "extended", testbed.PodRunning)
+
+	s := running.Status.ExtendedResourceClaimStatus
+	if s == nil || len(s.RequestMappings) != 1 || s.RequestMappings[0].ContainerName != "main" {
+		t.Fatalf("extendedResourceClaimStatus: %+v", s)
+	}
+	env := "claim_" + regexp.MustCompile(`[^a-zA-Z0-9]`).ReplaceAllString(s.ResourceClaimName+"_"+s.RequestMappings[0].RequestName, "_") + "=true"
+	if out := execMain(t, n, ns, "extended", "env"); !strings.Contains(out, env) {
+		t.Errorf("the container's env lacks %s:\n%s", env, out)
+	}
+	deletePod(t, ns, "extended")
 }
