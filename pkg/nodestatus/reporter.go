@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/kubeclient"
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // Defaults of the reporter's timing, as the kubelet's.
@@ -135,15 +136,21 @@ func (r *Reporter) Node() *v1.Node {
 // copy may still carry the previous run's until the first status write
 // (a restart with a smaller maxPods, say).
 //
-// The device plugins' resources are added in either case: pods arrive
-// from the API source as soon as nodelet starts, before the Node
-// informer has synced, and a pod holding a device must be admitted again
-// then.
+// The extended resources others advertise on the Node are the API's, as
+// nodelet's status writes keep them. The device plugins' resources are
+// the device manager's in either case (they override what the API's copy
+// says of them): pods arrive from the API source as soon as nodelet
+// starts, before the Node informer has synced, and a pod holding a device
+// must be admitted again then.
 func (r *Reporter) AdmissionNode() *v1.Node {
 	// A shallow copy: admission reads it (once per pod admitted), and only
 	// the two maps are replaced, never changed in place.
-	n := *r.Node()
+	api := r.Node()
+	n := *api
 	n.Status.Capacity, n.Status.Allocatable = r.o.Node.Status.Capacity, r.o.Node.Status.Allocatable
+	if api != r.o.Node {
+		n.Status.Capacity, n.Status.Allocatable = withOthersExtended(n.Status.Capacity, n.Status.Allocatable, api.Status.Capacity)
+	}
 	if r.o.AdmissionDeviceResources != nil {
 		n.Status.Allocatable = maps.Clone(n.Status.Allocatable)
 		maps.Copy(n.Status.Allocatable, r.o.AdmissionDeviceResources())
@@ -455,10 +462,33 @@ func (r *Reporter) applyStatus(node *v1.Node, want v1.NodeStatus) *v1.Node {
 		conds = append(conds, c)
 	}
 	node.Status.Conditions = conds
-	node.Status.Capacity, node.Status.Allocatable = want.Capacity, want.Allocatable
+	node.Status.Capacity, node.Status.Allocatable = withOthersExtended(want.Capacity, want.Allocatable, node.Status.Capacity)
 	node.Status.NodeInfo, node.Status.Addresses, node.Status.DaemonEndpoints = want.NodeInfo, want.Addresses, want.DaemonEndpoints
 	node.Status.VolumesInUse = want.VolumesInUse
 	return node
+}
+
+// withOthersExtended is nodelet's capacity and allocatable with the
+// extended resources others advertise on the Node (an operator patching
+// its status, say) that nodelet does not report: upstream keeps them, with
+// allocatable equal to capacity, since nothing is reserved of them. A
+// device plugin's resource is nodelet's even once its plugin is gone: the
+// device manager reports it at zero.
+func withOthersExtended(capacity, allocatable, api v1.ResourceList) (v1.ResourceList, v1.ResourceList) {
+	capacity, allocatable = maps.Clone(capacity), maps.Clone(allocatable)
+	for name, q := range api {
+		if _, ours := capacity[name]; ours || !podutil.IsExtendedResourceName(name) {
+			continue
+		}
+		if capacity == nil {
+			capacity = v1.ResourceList{}
+		}
+		if allocatable == nil {
+			allocatable = v1.ResourceList{}
+		}
+		capacity[name], allocatable[name] = q.DeepCopy(), q.DeepCopy()
+	}
+	return capacity, allocatable
 }
 
 // withoutHeartbeats orders the conditions by type and clears their

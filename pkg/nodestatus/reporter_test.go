@@ -363,6 +363,68 @@ func TestAdmissionNodeHasDevicesBeforeTheInformer(t *testing.T) {
 	}
 }
 
+// TestStatusKeepsOthersExtendedResources: extended resources another
+// writer advertises on the Node (an operator's patch of its status) stay
+// through nodelet's status writes, with allocatable equal to capacity, and
+// count at admission; the device plugins' resources are nodelet's own and
+// follow the device manager; an extended allocatable without a capacity
+// goes, as upstream's does.
+func TestStatusKeepsOthersExtendedResources(t *testing.T) {
+	var ready error
+	r, client, clk := newReporter(t, &ready)
+	r.o.DeviceResources = func() (v1.ResourceList, v1.ResourceList) {
+		return v1.ResourceList{"example.com/gpu": resource.MustParse("2"), "example.com/gone": resource.MustParse("0")},
+			v1.ResourceList{"example.com/gpu": resource.MustParse("1"), "example.com/gone": resource.MustParse("0")}
+	}
+	r.o.AdmissionDeviceResources = func() v1.ResourceList {
+		return v1.ResourceList{"example.com/gpu": resource.MustParse("1"), "example.com/gone": resource.MustParse("0")}
+	}
+	ctx := context.Background()
+	if !r.register(ctx) {
+		t.Fatal("registration failed")
+	}
+	r.SyncStatus(ctx)
+
+	n := getNode(t, client)
+	n.Status.Capacity["example.com/dongle"] = resource.MustParse("4")
+	n.Status.Capacity["example.com/gpu"] = resource.MustParse("8") // stale: the plugin's is 2
+	n.Status.Allocatable["example.com/orphan"] = resource.MustParse("3")
+	_, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	testutil.Must(t, err)
+	useAPINode(t, r, client)
+	if !r.differs(r.Node(), clk.Now()) {
+		t.Fatal("a stale device count and an allocatable without capacity are not seen as differing")
+	}
+	r.write(ctx, clk.Now())
+
+	got := getNode(t, client).Status
+	for name, want := range map[v1.ResourceName][2]string{
+		"example.com/dongle": {"4", "4"},
+		"example.com/gpu":    {"2", "1"},
+		"example.com/gone":   {"0", "0"},
+	} {
+		c, a := got.Capacity[name], got.Allocatable[name]
+		if c.String() != want[0] || a.String() != want[1] {
+			t.Errorf("%s: capacity %s, allocatable %s; want %s and %s", name, c.String(), a.String(), want[0], want[1])
+		}
+	}
+	if q, ok := got.Allocatable["example.com/orphan"]; ok {
+		t.Errorf("an allocatable without capacity kept: %s", q.String())
+	}
+	useAPINode(t, r, client)
+	if r.differs(r.Node(), clk.Now()) {
+		t.Fatal("the written status still differs: every check would write again")
+	}
+
+	adm := r.AdmissionNode().Status.Allocatable
+	if d, g := adm["example.com/dongle"], adm["example.com/gpu"]; d.Value() != 4 || g.Value() != 1 {
+		t.Fatalf("admission allocatable %v, want dongle 4 (the API's) and gpu 1 (the device manager's)", adm)
+	}
+	if _, ok := r.o.Node.Status.Capacity["example.com/dongle"]; ok {
+		t.Fatal("the node's own description was changed in place")
+	}
+}
+
 // The Node is marked for the attach/detach controller (also when it was
 // registered before without the mark), and the volumes in use are
 // reported, sorted, as they change.

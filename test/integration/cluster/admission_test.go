@@ -11,8 +11,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -87,4 +89,50 @@ func TestRestartOnASmallerNode(t *testing.T) {
 			t.Errorf("the finished pod was rejected: %s", e.Message)
 		}
 	}
+}
+
+// Extended resources an operator advertises by patching the Node's status
+// stay through nodelet's status writes, which fill in their allocatable,
+// and pods are admitted against them; a pod asking for an extended
+// resource the node does not offer at all (a cluster-level one) runs, as
+// upstream's kubelet lets it.
+func TestOperatorsExtendedResources(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	n := startNode(t, "node-extended", cd, "")
+	waitNodeReady(t, n.NodeName, 10*time.Second)
+	patch := []byte(`{"status":{"capacity":{"example.com/dongle":"2"}}}`)
+	if _, err := cl.Client.CoreV1().Nodes().Patch(ctx, n.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	// Only nodelet writes allocatable: its write kept the capacity.
+	testbed.Eventually(t, 20*time.Second, func() (bool, string) {
+		node, err := cl.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c, a := node.Status.Capacity["example.com/dongle"], node.Status.Allocatable["example.com/dongle"]
+		return c.Value() == 2 && a.Value() == 2, fmt.Sprintf("capacity %s, allocatable %s", c.String(), a.String())
+	})
+
+	pods := cl.Client.CoreV1().Pods(ns)
+	withLimit := func(name, resourceName, count string) *v1.Pod {
+		p := busyboxPod(name, n.NodeName)
+		p.Spec.TerminationGracePeriodSeconds = new(int64(1))
+		p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceName(resourceName): resource.MustParse(count)}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	withLimit("one-dongle", "example.com/dongle", "1")
+	waitPod(t, 30*time.Second, ns, "one-dongle", running)
+	withLimit("two-dongles", "example.com/dongle", "2")
+	waitPod(t, 30*time.Second, ns, "two-dongles", func(p *v1.Pod) (bool, string) {
+		return p.Status.Phase == v1.PodFailed && p.Status.Reason == "OutOfexample.com/dongle" &&
+				strings.Contains(p.Status.Message, "requested: 2, used: 1, capacity: 2"),
+			fmt.Sprintf("phase %s reason %s: %s", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	withLimit("cluster-level", "example.com/site-license", "1")
+	waitPod(t, 30*time.Second, ns, "cluster-level", running)
 }
