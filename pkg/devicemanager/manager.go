@@ -31,6 +31,7 @@ package devicemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -370,6 +371,15 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList) {
 		}
 	}
 	return capacity, allocatable
+}
+
+// CheckpointMissing reports whether no checkpoint exists: no device
+// plugin has ever given this node a device, or the node was recreated
+// (upstream's ShouldResetExtendedResourceCapacity). The checkpoint is
+// written as a plugin's devices arrive, never at start.
+func (m *Manager) CheckpointMissing() bool {
+	_, err := os.Stat(m.path)
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // AdmissionAllocatable is allocatable as admission counts it: at least

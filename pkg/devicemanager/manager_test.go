@@ -228,6 +228,28 @@ func TestResourceLifecycle(t *testing.T) {
 	testutil.Golden(t, filepath.Join("testdata", "resource_lifecycle.txt"), strings.Join(trace, "\n")+"\n")
 }
 
+// TestCheckpointMissingUntilDevicesArrive: a node no plugin has given
+// devices has no checkpoint (its extended resources are reset when
+// nodelet finds its Node registered); the first devices write it, and a
+// restarted manager finds it.
+func TestCheckpointMissingUntilDevicesArrive(t *testing.T) {
+	root := t.TempDir()
+	f := start(t, root, nil)
+	if !f.m.CheckpointMissing() {
+		t.Fatal("a checkpoint before any plugin")
+	}
+	p := startPlugin(t, f.m.dir, "dp1", &pluginapi.DevicePluginOptions{}, dev("Dev-1", true))
+	testutil.Must(t, p.register(f.m, res, pluginapi.Version))
+	testutil.WaitFor(t, "devices listed", func() bool { return f.capacity(t) == "capacity=1 allocatable=1" })
+	if f.m.CheckpointMissing() {
+		t.Fatal("no checkpoint once the plugin's devices arrived")
+	}
+	f.stop()
+	if again := start(t, root, nil); again.m.CheckpointMissing() {
+		t.Fatal("the restarted manager finds no checkpoint")
+	}
+}
+
 // TestRegistrationRefused: versions, names and endpoints are checked.
 func TestRegistrationRefused(t *testing.T) {
 	f := start(t, t.TempDir(), nil)

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -81,6 +82,12 @@ type ReporterOptions struct {
 	// counts it; nil for none.
 	DeviceResources          func() (capacity, allocatable v1.ResourceList)
 	AdmissionDeviceResources func() v1.ResourceList
+	// ResetExtendedResources, asked when nodelet finds its Node already
+	// registered, says the node may have been recreated (the device
+	// manager has no checkpoint): the Node's extended resources are then
+	// set to 0 until their plugins register again, as upstream's
+	// kubelet does. Nil never resets.
+	ResetExtendedResources func() bool
 }
 
 // Reporter registers the node with the API server and keeps it current:
@@ -198,6 +205,11 @@ func (r *Reporter) register(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	if !r.o.SkipRegistration && r.o.ResetExtendedResources != nil && r.o.ResetExtendedResources() {
+		if existing, err = r.zeroExtendedResources(ctx, existing); err != nil {
+			return false
+		}
+	}
 	klog.InfoS("Node was previously registered", "node", klog.KObj(existing), "nodeUID", existing.UID)
 	return r.remember(existing)
 }
@@ -238,6 +250,36 @@ func (r *Reporter) adopt(ctx context.Context, want *v1.Node) (*v1.Node, error) {
 	updated, err := nodes.Update(ctx, existing, metav1.UpdateOptions{})
 	if err != nil {
 		klog.ErrorS(err, "Unable to update the labels of the existing node", "node", klog.KObj(existing))
+		return nil, err
+	}
+	return updated, nil
+}
+
+// zeroExtendedResources sets the Node's extended resources to 0, so the
+// scheduler does not count on a recreated node's former devices (or an
+// operator's former patch) before they are advertised again.
+func (r *Reporter) zeroExtendedResources(ctx context.Context, node *v1.Node) (*v1.Node, error) {
+	zeroed := node.DeepCopy()
+	changed := false
+	for name, q := range node.Status.Capacity {
+		a, ok := node.Status.Allocatable[name]
+		if !podutil.IsExtendedResourceName(name) || (q.IsZero() && ok && a.IsZero()) {
+			continue
+		}
+		if zeroed.Status.Allocatable == nil {
+			zeroed.Status.Allocatable = v1.ResourceList{}
+		}
+		zero := *resource.NewQuantity(0, resource.DecimalSI)
+		zeroed.Status.Capacity[name], zeroed.Status.Allocatable[name] = zero, zero.DeepCopy()
+		changed = true
+		klog.InfoS("Zeroing an extended resource of the existing node: the device manager has no checkpoint, so the node may have been recreated", "node", klog.KObj(node), "resource", name)
+	}
+	if !changed {
+		return node, nil
+	}
+	updated, err := r.o.Client.CoreV1().Nodes().UpdateStatus(ctx, zeroed, metav1.UpdateOptions{})
+	if err != nil {
+		klog.ErrorS(err, "Unable to zero the extended resources of the existing node", "node", klog.KObj(node))
 		return nil, err
 	}
 	return updated, nil

@@ -425,6 +425,68 @@ func TestStatusKeepsOthersExtendedResources(t *testing.T) {
 	}
 }
 
+// TestRecreatedNodeZeroesExtendedResources: when nodelet finds its Node
+// registered and the device manager has no checkpoint (the node may have
+// been recreated), the Node's extended resources are set to 0, as
+// upstream's kubelet does, until their plugins advertise them again; with
+// a checkpoint, or with registerNode false, they stay.
+func TestRecreatedNodeZeroesExtendedResources(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		reset      bool
+		skip       bool
+		wantDongle string
+	}{
+		{"no checkpoint", true, false, "0"},
+		{"a checkpoint", false, false, "4"},
+		{"registerNode false", true, true, "4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ready error
+			r, client, clk := newReporter(t, &ready)
+			r.o.SkipRegistration = tc.skip
+			asked := false
+			r.o.ResetExtendedResources = func() bool { asked = true; return tc.reset }
+			r.o.DeviceResources = func() (v1.ResourceList, v1.ResourceList) {
+				return v1.ResourceList{"example.com/gpu": resource.MustParse("1")}, v1.ResourceList{"example.com/gpu": resource.MustParse("1")}
+			}
+			ctx := context.Background()
+			old := r.o.Node.DeepCopy()
+			for _, l := range []v1.ResourceList{old.Status.Capacity, old.Status.Allocatable} {
+				l["example.com/dongle"], l["example.com/gpu"] = resource.MustParse("4"), resource.MustParse("8")
+			}
+			_, err := client.CoreV1().Nodes().Create(ctx, old, metav1.CreateOptions{})
+			testutil.Must(t, err)
+			if !r.register(ctx) {
+				t.Fatal("registration failed")
+			}
+			if asked == tc.skip {
+				t.Fatalf("reset asked: %v, with registerNode false: %v", asked, tc.skip)
+			}
+			got := getNode(t, client).Status
+			if tc.reset && !tc.skip {
+				for _, name := range []v1.ResourceName{"example.com/dongle", "example.com/gpu"} {
+					if c, a := got.Capacity[name], got.Allocatable[name]; !c.IsZero() || !a.IsZero() {
+						t.Errorf("%s after registration: capacity %s, allocatable %s; want 0", name, c.String(), a.String())
+					}
+				}
+				if cpu := got.Capacity[v1.ResourceCPU]; cpu.Value() != 2 {
+					t.Errorf("cpu changed: %s", cpu.String())
+				}
+			}
+			useAPINode(t, r, client)
+			r.write(ctx, clk.Now())
+			got = getNode(t, client).Status
+			if c, a := got.Capacity["example.com/dongle"], got.Allocatable["example.com/dongle"]; c.String() != tc.wantDongle || a.String() != tc.wantDongle {
+				t.Errorf("dongle after a status write: capacity %s, allocatable %s; want %s", c.String(), a.String(), tc.wantDongle)
+			}
+			if c := got.Capacity["example.com/gpu"]; c.Value() != 1 {
+				t.Errorf("gpu after a status write: %s, want the device manager's 1", c.String())
+			}
+		})
+	}
+}
+
 // The Node is marked for the attach/detach controller (also when it was
 // registered before without the mark), and the volumes in use are
 // reported, sorted, as they change.

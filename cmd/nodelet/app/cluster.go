@@ -133,6 +133,7 @@ func buildReporter(b *base, node *nodeParts, health *health.Node, cl *clusterCli
 		VolumesInUse:          cl.volumesInUse,
 		ExternalCloudProvider: b.opts.ExternalCloudProvider,
 		DeviceResources:       res.devices.Capacity, AdmissionDeviceResources: res.devices.AdmissionAllocatable,
+		ResetExtendedResources: res.devices.CheckpointMissing,
 	})
 	// Admission sees the labels an administrator put on the Node, and the
 	// resources nodelet measured.

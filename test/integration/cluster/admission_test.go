@@ -135,4 +135,26 @@ func TestOperatorsExtendedResources(t *testing.T) {
 	})
 	withLimit("cluster-level", "example.com/site-license", "1")
 	waitPod(t, 30*time.Second, ns, "cluster-level", running)
+
+	// A restart on a node no device plugin has given devices (no device
+	// manager checkpoint: it may have been recreated) sets the Node's
+	// extended resources to 0, as upstream's kubelet does. The pod
+	// admitted before keeps running: nodelet remembers its decisions.
+	before := n.RunningPodContainer("one-dongle", "main")
+	n.Stop()
+	n.Start()
+	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
+		node, err := cl.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c, a := node.Status.Capacity["example.com/dongle"], node.Status.Allocatable["example.com/dongle"]
+		_, ok := node.Status.Capacity["example.com/dongle"]
+		return ok && c.IsZero() && a.IsZero(), fmt.Sprintf("capacity %s, allocatable %s", c.String(), a.String())
+	})
+	waitNodeReady(t, n.NodeName, 30*time.Second)
+	if after := n.RunningPodContainer("one-dongle", "main"); before == nil || after == nil || after.Id != before.Id {
+		t.Fatalf("the admitted pod's container changed across the restart: %v, then %v", before, after)
+	}
+	waitPod(t, 10*time.Second, ns, "one-dongle", running)
 }
