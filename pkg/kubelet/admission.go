@@ -266,39 +266,42 @@ func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
 // ResourceClaim (DRA extended resources, which the DRA manager prepares).
 // The pod itself when it asks for none of these.
 func withoutUncountedRequests(pod *v1.Pod, alloc v1.ResourceList) *v1.Pod {
-	uncounted := func(c *v1.Container, name v1.ResourceName) bool {
-		if s := pod.Status.ExtendedResourceClaimStatus; s != nil {
-			for _, m := range s.RequestMappings {
-				if m.ContainerName == c.Name && v1.ResourceName(m.ResourceName) == name {
-					return true
+	out := pod
+	for _, init := range []bool{true, false} {
+		for i, c := range containersOf(pod, init) {
+			for name := range c.Resources.Requests {
+				if !uncounted(pod, c.Name, name, alloc) {
+					continue
 				}
+				if out == pod {
+					out = pod.DeepCopy()
+				}
+				delete(containersOf(out, init)[i].Resources.Requests, name)
 			}
 		}
-		_, offered := alloc[name]
-		return !offered && podutil.IsExtendedResourceName(name)
 	}
-	// scan finds the uncounted requests, and with drop deletes them.
-	scan := func(p *v1.Pod, drop bool) (found bool) {
-		for _, cs := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-			for i := range cs {
-				for name := range cs[i].Resources.Requests {
-					if uncounted(&cs[i], name) {
-						found = true
-						if drop {
-							delete(cs[i].Resources.Requests, name)
-						}
-					}
-				}
+	return out
+}
+
+// uncounted reports whether admission leaves container's request of name
+// out (see withoutUncountedRequests).
+func uncounted(pod *v1.Pod, container string, name v1.ResourceName, alloc v1.ResourceList) bool {
+	if s := pod.Status.ExtendedResourceClaimStatus; s != nil {
+		for _, m := range s.RequestMappings {
+			if m.ContainerName == container && v1.ResourceName(m.ResourceName) == name {
+				return true
 			}
 		}
-		return found
 	}
-	if !scan(pod, false) {
-		return pod
+	_, offered := alloc[name]
+	return !offered && podutil.IsExtendedResourceName(name)
+}
+
+func containersOf(pod *v1.Pod, init bool) []v1.Container {
+	if init {
+		return pod.Spec.InitContainers
 	}
-	copied := pod.DeepCopy()
-	scan(copied, true)
-	return copied
+	return pod.Spec.Containers
 }
 
 // resourceOrder checks cpu, then memory, then storage, then the rest.

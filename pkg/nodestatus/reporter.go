@@ -152,14 +152,12 @@ func (r *Reporter) Node() *v1.Node {
 func (r *Reporter) AdmissionNode() *v1.Node {
 	// A shallow copy: admission reads it (once per pod admitted), and only
 	// the two maps are replaced, never changed in place.
+	// withOthersExtended returns fresh maps (before the informer has the
+	// Node, api is nodelet's own description, which has no others').
 	api := r.Node()
 	n := *api
-	n.Status.Capacity, n.Status.Allocatable = r.o.Node.Status.Capacity, r.o.Node.Status.Allocatable
-	if api != r.o.Node {
-		n.Status.Capacity, n.Status.Allocatable = withOthersExtended(n.Status.Capacity, n.Status.Allocatable, api.Status.Capacity)
-	}
+	n.Status.Capacity, n.Status.Allocatable = withOthersExtended(r.o.Node.Status.Capacity, r.o.Node.Status.Allocatable, api.Status.Capacity)
 	if r.o.AdmissionDeviceResources != nil {
-		n.Status.Allocatable = maps.Clone(n.Status.Allocatable)
 		maps.Copy(n.Status.Allocatable, r.o.AdmissionDeviceResources())
 	}
 	return &n
@@ -269,8 +267,8 @@ func (r *Reporter) zeroExtendedResources(ctx context.Context, node *v1.Node) (*v
 		if zeroed.Status.Allocatable == nil {
 			zeroed.Status.Allocatable = v1.ResourceList{}
 		}
-		zero := *resource.NewQuantity(0, resource.DecimalSI)
-		zeroed.Status.Capacity[name], zeroed.Status.Allocatable[name] = zero, zero.DeepCopy()
+		zeroed.Status.Capacity[name] = *resource.NewQuantity(0, resource.DecimalSI)
+		zeroed.Status.Allocatable[name] = *resource.NewQuantity(0, resource.DecimalSI)
 		changed = true
 		klog.InfoS("Zeroing an extended resource of the existing node: the device manager has no checkpoint, so the node may have been recreated", "node", klog.KObj(node), "resource", name)
 	}
@@ -515,20 +513,19 @@ func (r *Reporter) applyStatus(node *v1.Node, want v1.NodeStatus) *v1.Node {
 // its status, say) that nodelet does not report: upstream keeps them, with
 // allocatable equal to capacity, since nothing is reserved of them. A
 // device plugin's resource is nodelet's even once its plugin is gone: the
-// device manager reports it at zero.
+// device manager reports it at zero. The maps returned are fresh.
 func withOthersExtended(capacity, allocatable, api v1.ResourceList) (v1.ResourceList, v1.ResourceList) {
 	capacity, allocatable = maps.Clone(capacity), maps.Clone(allocatable)
+	if capacity == nil {
+		capacity = v1.ResourceList{}
+	}
+	if allocatable == nil {
+		allocatable = v1.ResourceList{}
+	}
 	for name, q := range api {
-		if _, ours := capacity[name]; ours || !podutil.IsExtendedResourceName(name) {
-			continue
+		if _, ours := capacity[name]; !ours && podutil.IsExtendedResourceName(name) {
+			capacity[name], allocatable[name] = q.DeepCopy(), q.DeepCopy()
 		}
-		if capacity == nil {
-			capacity = v1.ResourceList{}
-		}
-		if allocatable == nil {
-			allocatable = v1.ResourceList{}
-		}
-		capacity[name], allocatable[name] = q.DeepCopy(), q.DeepCopy()
 	}
 	return capacity, allocatable
 }
