@@ -24,6 +24,9 @@ type UpstreamKubelet struct {
 	done       chan error
 	clientCA   string
 	cgroupRoot string
+	// Verbosity is the log level (-v); 4 when 0, for the tests that read
+	// its log. A benchmark sets 1, as a production node runs.
+	Verbosity int
 }
 
 // NewUpstreamKubelet prepares the upstream kubelet for n's node; binDir
@@ -71,7 +74,11 @@ func (u *UpstreamKubelet) Start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--config", u.config, "--root-dir", u.n.RootDir, "--hostname-override", u.n.NodeName, "-v", "4"}
+	v := u.Verbosity
+	if v == 0 {
+		v = 4
+	}
+	args := []string{"--config", u.config, "--root-dir", u.n.RootDir, "--hostname-override", u.n.NodeName, "-v", fmt.Sprint(v)}
 	if u.n.opts.Kubeconfig != "" {
 		args = append(args, "--kubeconfig", u.n.opts.Kubeconfig)
 	}
@@ -113,6 +120,14 @@ func (u *UpstreamKubelet) Stop() {
 	case <-time.After(20 * time.Second):
 		_ = u.cmd.Process.Kill() // fails only when it has already exited
 	}
+}
+
+// PID is the running upstream kubelet's process ID (0 before Start).
+func (u *UpstreamKubelet) PID() int {
+	if u.cmd == nil || u.cmd.Process == nil {
+		return 0
+	}
+	return u.cmd.Process.Pid
 }
 
 // Log returns the upstream kubelet's log.

@@ -53,6 +53,8 @@ var (
 	delProf  = flag.String("density.deleteprofile", "", "write nodelet's CPU profile during the first round's largest delete burst (20 s) to this file")
 	idleProf = flag.String("density.idleprofile", "", "write nodelet's CPU profile over the idle window before the first round (the one \"idle before\" measures) to this file")
 	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
+	agent    = flag.String("density.agent", "nodelet", "the node agent measured: nodelet, or upstream (the upstream kubelet built by hack/cluster/build.sh, on the same node, runtime and configuration, logging at -v 1); nodelet's own readings (timelines, limits, its start-up trim) are left out for upstream")
+	heapEnd  = flag.String("density.afterheapprofile", "", "write nodelet's heap profile idle after the last round (what the bursts left behind) to this file")
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", 4, "the parallelism of the floor measured around each burst (the curve's, below, is the reference)")
 	curveAt  = flag.String("density.parallels", "1,2,4,8,16,32", "parallelisms of the raw CRI floor's curve, measured once per burst size in the first round; every ratio is also printed against the curve's fastest all-started and lowest per-pod p50 (empty: no curve)")
@@ -97,6 +99,25 @@ func BenchmarkDensity(b *testing.B) {
 	ns := namespace(b, client)
 	w := watchPods(b, client, ns)
 	waitNodeReady(b, client, nodeName)
+	proc := &agentProc{pid: node.PID, aside: func(run func()) { run() }}
+	switch *agent {
+	case "nodelet":
+	case "upstream":
+		// nodelet has made the node's directories and registered it; the
+		// upstream kubelet takes it over as an operator's move would.
+		node.Stop()
+		up := testbed.NewUpstreamKubelet(node, cl.BinDir, cl.CAFile())
+		up.Verbosity = 1
+		start := func() {
+			up.Start()
+			waitNodeReady(b, client, nodeName)
+			waitQuiet(b, up.PID())
+		}
+		start()
+		proc = &agentProc{pid: up.PID, aside: func(run func()) { up.Stop(); run(); start() }}
+	default:
+		b.Fatalf("-density.agent %q: nodelet or upstream", *agent)
+	}
 
 	var template *testbed.FloorTemplate
 	if *replay {
@@ -104,13 +125,15 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	r := &report{}
 	profiled := fetchMeanwhile(client, nodeName, fmt.Sprintf("debug/pprof/profile?seconds=%d", int(window.Seconds())), *idleProf)
-	r.idle = measure(b, node.PID())
+	r.idle = measure(b, proc.pid())
 	if err := profiled(); err != nil {
 		b.Fatal(err)
 	}
 	r.idleMemory = goMemory(b, client, nodeName)
-	r.settledAfter = waitStartUpOver(b, node)
-	r.idleSettled = measure(b, node.PID())
+	if *agent == "nodelet" {
+		r.settledAfter = waitStartUpOver(b, node)
+	}
+	r.idleSettled = measure(b, proc.pid())
 	curveParallels, err := parseCounts(*curveAt)
 	if err != nil && *curveAt != "" {
 		b.Fatal(err)
@@ -119,11 +142,11 @@ func BenchmarkDensity(b *testing.B) {
 	for round := 1; round <= *rounds; round++ {
 		for _, n := range sizes {
 			if round == 1 && len(curveParallels) > 0 {
-				r.curves[n] = floorCurve(b, bench{template: template}, n, curveParallels)
+				r.curves[n] = floorCurve(b, bench{template: template, agent: proc}, n, curveParallels)
 				fmt.Print(r.curves[n].String(n))
 			}
 			largest := n == sizes[len(sizes)-1]
-			res := burst(b, bench{client: client, w: w, ns: ns, nodeName: nodeName, pid: node.PID(), template: template}, round, n, largest && round == 1)
+			res := burst(b, bench{client: client, w: w, ns: ns, nodeName: nodeName, agent: proc, template: template}, round, n, largest && round == 1)
 			if largest && round == 1 {
 				r.busy, r.memory = res.busy, res.memory
 			}
@@ -145,8 +168,13 @@ func BenchmarkDensity(b *testing.B) {
 			r.results = append(r.results, res)
 		}
 	}
-	r.idleAfter = measure(b, node.PID())
+	r.idleAfter = measure(b, proc.pid())
 	r.afterMemory = goMemory(b, client, nodeName)
+	if *heapEnd != "" {
+		if err := fetch(client, nodeName, "debug/pprof/heap?gc=1", *heapEnd); err != nil {
+			b.Fatal(err)
+		}
+	}
 	fmt.Println(r.String())
 	if receiver != nil {
 		fmt.Println(traceSummary(receiver.Spans()))
@@ -174,8 +202,38 @@ type bench struct {
 	w        *watcher
 	ns       string
 	nodeName string
-	pid      int
+	agent    *agentProc
 	template *testbed.FloorTemplate
+}
+
+// agentProc is the measured agent's process.
+type agentProc struct {
+	pid func() int
+	// aside runs a floor with the agent out of the runtime's way. The
+	// upstream kubelet garbage-collects containers that no pod of its own
+	// holds, the floor's among them (one created and not yet started
+	// failed so), so it is stopped around each floor and started again
+	// after, quiet before the burst; nodelet leaves alone what carries no
+	// pod labels and keeps running.
+	aside func(run func())
+}
+
+// waitQuiet waits until a just started agent's start-up is over: a 5 s
+// slice under 2% of a core.
+func waitQuiet(b *testing.B, pid int) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		cores, err := testbed.CPUCores(pid, 5*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if cores < 0.02 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the agent still uses %.3f cores 2 min after its start", cores)
+		}
+	}
 }
 
 // burst measures n pods through nodelet between two floor runs, whose
@@ -194,11 +252,11 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	// CRI calls alone.
 	reqBefore := apiRequests(b, x.client)
 	cpuBefore := testbed.CPUByCommand()
-	faultsBefore := majorFaults(b, x.pid)
+	faultsBefore := majorFaults(b, x.agent.pid())
 	createStart := time.Now()
 	created, ready := burstCreate(b, x.client, x.w, x.ns, x.nodeName, names)
 	res.cpu = cpuDelta(cpuBefore)
-	res.faults[0] = majorFaults(b, x.pid) - faultsBefore
+	res.faults[0] = majorFaults(b, x.agent.pid()) - faultsBefore
 	res.start, res.allReady = since(created, ready), latest(ready).Sub(createStart)
 	res.requests = requestsSince(b, x.client, reqBefore, n)
 	res.clusterCores = sumCPU(res.cpu, clusterCommands).Seconds() / res.allReady.Seconds()
@@ -213,10 +271,10 @@ func burst(b *testing.B, x bench, round, n int, busy bool) result {
 	profiled = fetchMeanwhile(x.client, x.nodeName, "debug/pprof/profile?seconds=20", only(busy && round == 1, *delProf))
 	reqBefore = apiRequests(b, x.client)
 	cpuBefore = testbed.CPUByCommand()
-	faultsBefore = majorFaults(b, x.pid)
+	faultsBefore = majorFaults(b, x.agent.pid())
 	deleteStart, deleted, gone := burstDelete(b, x.client, x.w, x.ns, names)
 	res.cpuStop = cpuDelta(cpuBefore)
-	res.faults[1] = majorFaults(b, x.pid) - faultsBefore
+	res.faults[1] = majorFaults(b, x.agent.pid()) - faultsBefore
 	res.stop, res.allGone = since(deleted, gone), latest(gone).Sub(deleteStart)
 	res.requestsStop = requestsSince(b, x.client, reqBefore, n)
 	res.deleteLegs = splitDelete(x, names, deleted, gone)
@@ -262,10 +320,16 @@ type floorResult struct {
 // time (the reference floor's parallelism when 0); with loads, that many
 // cores are kept busy beside the starts, and beside the stops.
 func floorRun(b *testing.B, x bench, prefix string, n, parallelism int, load, loadStop float64) floorResult {
-	ctx := context.Background()
 	if parallelism == 0 {
 		parallelism = *parallel
 	}
+	var out floorResult
+	x.agent.aside(func() { out = floorPods(b, x, prefix, n, parallelism, load, loadStop) })
+	return out
+}
+
+func floorPods(b *testing.B, x bench, prefix string, n, parallelism int, load, loadStop float64) floorResult {
+	ctx := context.Background()
 	f := &testbed.Floor{CD: cd, Parallel: parallelism, LogDir: b.TempDir(), Template: x.template}
 	var out floorResult
 	var err error
@@ -302,7 +366,7 @@ func mean(a, b []time.Duration) []time.Duration {
 
 // measureBusy measures nodelet with the pods running.
 func measureBusy(b *testing.B, x bench) (usage, string) {
-	u := measure(b, x.pid)
+	u := measure(b, x.agent.pid())
 	mem := goMemory(b, x.client, x.nodeName)
 	if *heap != "" {
 		if err := fetch(x.client, x.nodeName, "debug/pprof/heap", *heap); err != nil {
@@ -960,8 +1024,11 @@ func requestsSince(b *testing.B, c kubernetes.Interface, before map[string]int, 
 // limits are how many starting and stopping calls nodelet lets run at
 // once now.
 func limits(b *testing.B, c kubernetes.Interface, nodeName string) [2]int {
-	fs := scrape(b, c, nodeName)
 	var out [2]int
+	if *agent != "nodelet" {
+		return out // the upstream kubelet has no adaptive limit
+	}
+	fs := scrape(b, c, nodeName)
 	for i, name := range []string{"nodelet_runtime_start_limit", "nodelet_runtime_stop_limit"} {
 		f, ok := fs[name]
 		if !ok || len(f.Metric) == 0 {
@@ -1020,6 +1087,14 @@ func compareOps(floor, nodelet map[string]testbed.CallStats) string {
 // process, by its command name as the kernel keeps it: 15 bytes).
 var clusterCommands = []string{"kube-apiserver", "etcd", "kube-controller", "kube-scheduler", selfCommand()}
 
+// agentCommand is the measured agent's command name.
+func agentCommand() string {
+	if *agent == "upstream" {
+		return "kubelet"
+	}
+	return "nodelet"
+}
+
 func selfCommand() string {
 	b, err := os.ReadFile("/proc/self/comm")
 	if err != nil {
@@ -1060,7 +1135,8 @@ type cpuSplit struct {
 }
 
 func splitCPU(delta map[string]time.Duration, span time.Duration, pods int) cpuSplit {
-	c := cpuSplit{machine: delta[testbed.Machine], nodelet: delta["nodelet"], nodeletSystem: delta[testbed.System("nodelet")], cluster: sumCPU(delta, clusterCommands), span: span, pods: pods}
+	cmd := agentCommand()
+	c := cpuSplit{machine: delta[testbed.Machine], nodelet: delta[cmd], nodeletSystem: delta[testbed.System(cmd)], cluster: sumCPU(delta, clusterCommands), span: span, pods: pods}
 	c.runtime = c.machine - c.nodelet - c.cluster
 	return c
 }
@@ -1204,7 +1280,7 @@ type report struct {
 
 func (r *report) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "reference floor parallelism %d (around each burst); floor replays nodelet's CRI configuration: %v; pods mount a token: %v\n", *parallel, *replay, *token)
+	fmt.Fprintf(&sb, "agent measured: %s (\"nodelet\" below is it); reference floor parallelism %d (around each burst); floor replays the agent's CRI configuration: %v; pods mount a token: %v\n", *agent, *parallel, *replay, *token)
 	fmt.Fprintf(&sb, "%-5s %-4s | %-28s | %-28s | %-26s | %-28s | %-28s | %-26s\n", "round", "pods",
 		"start p50 (floor, ratio)", "start p99 (floor, ratio)", "all ready (floor, ratio)",
 		"delete p50 (floor, ratio)", "delete p99 (floor, ratio)", "all gone (floor, ratio)")
