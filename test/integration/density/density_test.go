@@ -221,19 +221,10 @@ type agentProc struct {
 // waitQuiet waits until a just started agent's start-up is over: a 5 s
 // slice under 2% of a core.
 func waitQuiet(b *testing.B, pid int) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testbed.Eventually(b, 2*time.Minute, func() (bool, string) {
 		cores, err := testbed.CPUCores(pid, 5*time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if cores < 0.02 {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the agent still uses %.3f cores 2 min after its start", cores)
-		}
-	}
+		return err == nil && cores < 0.02, fmt.Sprintf("the agent used %.3f cores in 5 s (%v)", cores, err)
+	})
 }
 
 // burst measures n pods through nodelet between two floor runs, whose
