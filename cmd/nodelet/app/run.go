@@ -176,7 +176,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 	// Events from "kubelet", as upstream's are: alerting and tools that
 	// select a node agent's events by source keep working. They wait in
 	// the broadcaster until the API sink is attached.
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster := kubeclient.NewEventBroadcaster(ctx, int(c.MaxPods))
 	broadcaster.StartStructuredLogging(2)
 	nodeEvents := broadcaster.NewRecorder(kubeclient.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName})
 	if o.Kubeconfig != "" {
