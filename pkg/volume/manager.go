@@ -249,6 +249,7 @@ func (m *Manager) TearDown(uid types.UID) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("tearing down the volumes of pod %s: %w", uid, err)
 	}
+	m.tokens.forget(uid)
 	return nil
 }
 

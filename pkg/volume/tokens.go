@@ -9,6 +9,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
 
@@ -23,8 +24,10 @@ const defaultTokenExpiration = 3607
 type tokenCache struct {
 	clock clock.Clock
 
-	mu     sync.Mutex
-	tokens map[string]cachedToken
+	mu sync.Mutex
+	// tokens are by pod, then by audience and lifetime: a pod's go when
+	// its volumes are torn down (forget).
+	tokens map[types.UID]map[string]cachedToken
 	// swept is when expired tokens were last dropped.
 	swept time.Time
 }
@@ -53,7 +56,16 @@ var tokenRetries = []time.Duration{100 * time.Millisecond, 200 * time.Millisecon
 	800 * time.Millisecond, 1600 * time.Millisecond}
 
 func newTokenCache(clk clock.Clock) *tokenCache {
-	return &tokenCache{clock: clk, tokens: map[string]cachedToken{}}
+	return &tokenCache{clock: clk, tokens: map[types.UID]map[string]cachedToken{}}
+}
+
+// forget drops a pod's tokens once its volumes are gone: nothing reads
+// them again, and a node that runs many short pods would otherwise hold
+// each one's until it expires (an hour by default).
+func (c *tokenCache) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.tokens, uid)
 }
 
 func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.ServiceAccountTokenProjection) (string, error) {
@@ -61,10 +73,10 @@ func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.S
 	if src.ExpirationSeconds != nil {
 		seconds = *src.ExpirationSeconds
 	}
-	key := fmt.Sprintf("%s/%s/%d", pod.UID, src.Audience, seconds)
+	key := fmt.Sprintf("%s/%d", src.Audience, seconds)
 	now := c.clock.Now()
 	c.mu.Lock()
-	t, ok := c.tokens[key]
+	t, ok := c.tokens[pod.UID][key]
 	c.mu.Unlock()
 	if ok && now.Before(t.refresh) {
 		return t.token, nil
@@ -99,16 +111,24 @@ func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.S
 	t = cachedToken{token: resp.Status.Token, expires: expires, refresh: now.Add(expires.Sub(now) * 8 / 10)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Tokens of pods long gone expire: drop them here rather than track
-	// every pod's end.
+	// Tokens of pods whose volumes were never torn down here (nodelet
+	// forgot them) expire: drop them too.
 	if now.Sub(c.swept) >= sweepEvery {
 		c.swept = now
-		for k, old := range c.tokens {
-			if now.After(old.expires) {
-				delete(c.tokens, k)
+		for uid, pod := range c.tokens {
+			for k, old := range pod {
+				if now.After(old.expires) {
+					delete(pod, k)
+				}
+			}
+			if len(pod) == 0 {
+				delete(c.tokens, uid)
 			}
 		}
 	}
-	c.tokens[key] = t
+	if c.tokens[pod.UID] == nil {
+		c.tokens[pod.UID] = map[string]cachedToken{}
+	}
+	c.tokens[pod.UID][key] = t
 	return t.token, nil
 }

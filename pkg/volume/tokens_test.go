@@ -118,3 +118,37 @@ func TestExpiredTokensAreSweptOnceAMinute(t *testing.T) {
 		t.Fatalf("%d tokens issued, want 4", api.Tokens())
 	}
 }
+
+// TestATornDownPodsTokensAreForgotten: once a pod's volumes are torn
+// down its tokens leave the cache (a node running many short pods would
+// otherwise hold each one's for its hour), and other pods' stay.
+func TestATornDownPodsTokensAreForgotten(t *testing.T) {
+	f := newFixture(t)
+	gone, staying := testPod(), testPod()
+	staying.UID = "u2"
+	for _, pod := range []*v1.Pod{gone, staying} {
+		if _, err := f.m.tokens.get(context.Background(), f.api, pod, &v1.ServiceAccountTokenProjection{Path: "token"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.m.WaitForUnmount(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	f.m.tokens.mu.Lock()
+	_, goneHeld := f.m.tokens.tokens[gone.UID]
+	_, stayingHeld := f.m.tokens.tokens[staying.UID]
+	f.m.tokens.mu.Unlock()
+	if goneHeld || !stayingHeld {
+		t.Fatalf("after tearing down %s: its tokens held %v, %s's %v", gone.UID, goneHeld, staying.UID, stayingHeld)
+	}
+	// The one still cached is served from the cache; the forgotten pod
+	// (were it set up again) asks anew.
+	for _, pod := range []*v1.Pod{staying, gone} {
+		if _, err := f.m.tokens.get(context.Background(), f.api, pod, &v1.ServiceAccountTokenProjection{Path: "token"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.api.Tokens(); n != 3 {
+		t.Fatalf("%d tokens issued, want 3 (u1, u2, then u1 again)", n)
+	}
+}
