@@ -111,8 +111,9 @@ func (c *tokenCache) get(ctx context.Context, api Tokens, pod *v1.Pod, src *v1.S
 	t = cachedToken{token: resp.Status.Token, expires: expires, refresh: now.Add(expires.Sub(now) * 8 / 10)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Tokens of pods whose volumes were never torn down here (nodelet
-	// forgot them) expire: drop them too.
+	// Every end of a pod tears its volumes down (forget), but a teardown
+	// can fail and be retried for long: its pod's tokens go here once
+	// expired.
 	if now.Sub(c.swept) >= sweepEvery {
 		c.swept = now
 		for uid, pod := range c.tokens {
