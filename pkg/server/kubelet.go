@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httputil"
 	"net/http/pprof"
 	"net/url"
 	"strconv"
@@ -321,23 +320,6 @@ func writeError(w http.ResponseWriter, err error) {
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
-}
-
-// proxyStream hands a streaming request (an upgrade to SPDY or WebSocket)
-// to the runtime's streaming server, which speaks the protocols itself.
-func proxyStream(w http.ResponseWriter, r *http.Request, target *url.URL) {
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL = &url.URL{Scheme: target.Scheme, Host: target.Host, Path: target.Path, RawQuery: target.RawQuery}
-			pr.Out.Host = target.Host
-			pr.Out.Header.Del("Authorization")
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			klog.ErrorS(err, "Proxying a stream to the runtime failed", "path", r.URL.Path)
-			http.Error(w, err.Error(), http.StatusBadGateway)
-		},
-	}
-	rp.ServeHTTP(w, r)
 }
 
 // TLSOptions are where the kubelet API's TLS material comes from, read
