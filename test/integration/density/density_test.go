@@ -55,6 +55,7 @@ var (
 	heap     = flag.String("density.heapprofile", "", "write nodelet's heap profile with the largest burst running to this file")
 	agent    = flag.String("density.agent", "nodelet", "the node agent measured: nodelet, or upstream (the upstream kubelet built by hack/cluster/build.sh, on the same node, runtime and configuration, logging at -v 1); nodelet's own readings (timelines, limits, its start-up trim) are left out for upstream")
 	heapEnd  = flag.String("density.afterheapprofile", "", "write nodelet's heap profile idle after the last round (what the bursts left behind) to this file")
+	heapIdle = flag.String("density.idleheapprofile", "", "write nodelet's heap profile idle before the first round (start-up over) to this file, to set beside -density.afterheapprofile (GODEBUG=memprofilerate=4096 in the benchmark's environment samples finely enough to compare)")
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", 4, "the parallelism of the floor measured around each burst (the curve's, below, is the reference)")
 	curveAt  = flag.String("density.parallels", "1,2,4,8,16,32", "parallelisms of the raw CRI floor's curve, measured once per burst size in the first round; every ratio is also printed against the curve's fastest all-started and lowest per-pod p50 (empty: no curve)")
@@ -134,6 +135,11 @@ func BenchmarkDensity(b *testing.B) {
 		r.settledAfter = waitStartUpOver(b, node)
 	}
 	r.idleSettled = measure(b, proc.pid())
+	if *heapIdle != "" {
+		if err := fetch(client, nodeName, "debug/pprof/heap?gc=1", *heapIdle); err != nil {
+			b.Fatal(err)
+		}
+	}
 	curveParallels, err := parseCounts(*curveAt)
 	if err != nil && *curveAt != "" {
 		b.Fatal(err)
@@ -170,6 +176,9 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	r.idleAfter = measure(b, proc.pid())
 	r.afterMemory = goMemory(b, client, nodeName)
+	if *agent == "nodelet" {
+		r.trims = trimLines(node.Log())
+	}
 	if *heapEnd != "" {
 		if err := fetch(client, nodeName, "debug/pprof/heap?gc=1", *heapEnd); err != nil {
 			b.Fatal(err)
@@ -673,6 +682,17 @@ func waitStartUpOver(b *testing.B, node *testbed.Nodelet) time.Duration {
 			b.Fatalf("nodelet still reads pages back 3 min after its start-up (%.4f cores in the last 5 s)", cores)
 		}
 	}
+}
+
+// trimLines are nodelet's log lines of its working-set trims.
+func trimLines(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, startUpTrimmed) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func majorFaults(b *testing.B, pid int) uint {
@@ -1266,7 +1286,11 @@ type report struct {
 	// the rounds (what the heap still holds, against what the runtime
 	// has not yet given back).
 	memory, idleMemory, afterMemory string
-	results                         []result
+	// trims are nodelet's log lines of its working-set trims, from
+	// start-up to the end of the idle-after window: when the binary's
+	// pages and the heap's free ones were given back.
+	trims   []string
+	results []result
 }
 
 func (r *report) String() string {
@@ -1328,6 +1352,9 @@ func (r *report) String() string {
 	fmt.Fprintf(&sb, "nodelet idle before: %s (%s)\n", r.idle, r.idleMemory)
 	fmt.Fprintf(&sb, "nodelet idle before, start-up over (trimmed, read back; %s later): %s\n", r.settledAfter.Round(time.Second), r.idleSettled)
 	fmt.Fprintf(&sb, "nodelet with the largest burst running: %s (%s)\nnodelet idle after: %s (%s)\n", r.busy, r.memory, r.idleAfter, r.afterMemory)
+	if len(r.trims) > 0 {
+		fmt.Fprintf(&sb, "nodelet's working-set trims (%d):\n%s\n", len(r.trims), strings.Join(r.trims, "\n"))
+	}
 	return sb.String()
 }
 
