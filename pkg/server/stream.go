@@ -151,9 +151,9 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-func closedConn(err error) bool {
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF)
-}
+// closedConn tells an error of a connection this side closed (io.Copy
+// never returns io.EOF).
+func closedConn(err error) bool { return errors.Is(err, net.ErrClosed) }
 
 // hopHeaders are the headers of one connection, which a proxy does not
 // pass on (RFC 9110 section 7.6.1), but for an upgrade's own.
