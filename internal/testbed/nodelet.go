@@ -495,8 +495,11 @@ func (n *Nodelet) Log() string {
 }
 
 // LogTail returns the last lines nodelet logged.
-func (n *Nodelet) LogTail(lines int) string {
-	all := strings.Split(strings.TrimRight(n.Log(), "\n"), "\n")
+func (n *Nodelet) LogTail(lines int) string { return tail(n.Log(), lines) }
+
+// tail is the last lines of a log.
+func tail(log string, lines int) string {
+	all := strings.Split(strings.TrimRight(log, "\n"), "\n")
 	if len(all) > lines {
 		all = all[len(all)-lines:]
 	}

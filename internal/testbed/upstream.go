@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -62,6 +63,16 @@ authorization: {mode: AlwaysAllow}
 	if err := os.WriteFile(u.config, []byte(cfg), 0o644); err != nil {
 		n.t.Fatal(err)
 	}
+	// Its log lives in the test's directory, which goes when the test
+	// ends: a failed test keeps it beside nodelet's and containerd's.
+	n.t.Cleanup(func() {
+		if n.t.Failed() {
+			if _, err := os.Stat(u.LogPath); err == nil {
+				n.t.Logf("upstream kubelet log tail:\n%s", tail(u.Log(), 60))
+				keepLogs(n.t, u.LogPath)
+			}
+		}
+	})
 	return u
 }
 
@@ -93,6 +104,9 @@ func (u *UpstreamKubelet) Start() {
 	go func(cmd *exec.Cmd) { done <- cmd.Wait(); logf.Close() }(u.cmd)
 	t.Cleanup(u.Stop)
 	Eventually(t, 60*time.Second, func() (bool, string) {
+		if u.Exited() {
+			t.Fatalf("the upstream kubelet exited while starting; its log:\n%s", tail(u.Log(), 60))
+		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", u.healthz))
 		if err != nil {
 			return false, fmt.Sprintf("upstream kubelet not healthy: %v", err)
@@ -120,6 +134,30 @@ func (u *UpstreamKubelet) Stop() {
 	case <-time.After(20 * time.Second):
 		_ = u.cmd.Process.Kill() // fails only when it has already exited
 	}
+}
+
+// Exited reports whether the last started upstream kubelet has exited.
+func (u *UpstreamKubelet) Exited() bool {
+	select {
+	case err := <-u.done:
+		u.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitLog waits until the upstream kubelet's log, from offset on,
+// contains s (its -v 4 log: a benchmark's -v 1 logs less).
+func (u *UpstreamKubelet) WaitLog(offset int, s string, timeout time.Duration) {
+	t := u.n.t
+	t.Helper()
+	Eventually(t, timeout, func() (bool, string) {
+		if log := u.Log(); len(log) > offset && strings.Contains(log[offset:], s) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("the upstream kubelet has not logged %s", s)
+	})
 }
 
 // PID is the running upstream kubelet's process ID (0 before Start).

@@ -26,7 +26,10 @@ func TestMoveBetweenUpstreamKubeletAndNodelet(t *testing.T) {
 	n.Stop()
 	up := testbed.NewUpstreamKubelet(n, cl.BinDir, cl.CAFile())
 	up.Start()
-	waitNodeReady(t, n.NodeName, 60*time.Second)
+	// The node is still Ready from nodelet's last report, and the upstream
+	// kubelet reports through its lease, not a new heartbeat: its log says
+	// when its sync loop has the API's pods.
+	up.WaitLog(0, `"SyncLoop ADD" source="api"`, 60*time.Second)
 
 	pod := busyboxPod("moved", n.NodeName)
 	pod.Spec.TerminationGracePeriodSeconds = new(int64(1))
