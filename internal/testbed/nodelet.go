@@ -334,10 +334,15 @@ func (n *Nodelet) Exited() bool {
 	return n.peekDone()
 }
 
-func (n *Nodelet) peekDone() bool {
+func (n *Nodelet) peekDone() bool { return exited(n.done) }
+
+// exited reports whether the process whose Wait result done carries (a
+// channel of one, filled once) has ended, leaving the result for the
+// next reader.
+func exited(done chan error) bool {
 	select {
-	case err := <-n.done:
-		n.done <- err
+	case err := <-done:
+		done <- err
 		return true
 	default:
 		return false

@@ -85,16 +85,7 @@ func (p *Peer) Stop() error {
 
 // Exited reports whether the program has ended by itself.
 func (p *Peer) Exited() bool {
-	if p.cmd == nil {
-		return true
-	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		return true
-	default:
-		return false
-	}
+	return p.cmd == nil || exited(p.done)
 }
 
 // Output is what the program printed, over all its runs.

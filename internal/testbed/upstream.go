@@ -118,14 +118,8 @@ func (u *UpstreamKubelet) Start() {
 
 // Stop ends the upstream kubelet with SIGTERM (its pods keep running).
 func (u *UpstreamKubelet) Stop() {
-	if u.cmd == nil || u.cmd.Process == nil {
+	if u.cmd == nil || u.cmd.Process == nil || u.Exited() {
 		return
-	}
-	select {
-	case err := <-u.done:
-		u.done <- err
-		return
-	default:
 	}
 	_ = u.cmd.Process.Signal(syscall.SIGTERM) // fails only when it has already exited
 	select {
@@ -137,15 +131,7 @@ func (u *UpstreamKubelet) Stop() {
 }
 
 // Exited reports whether the last started upstream kubelet has exited.
-func (u *UpstreamKubelet) Exited() bool {
-	select {
-	case err := <-u.done:
-		u.done <- err
-		return true
-	default:
-		return false
-	}
-}
+func (u *UpstreamKubelet) Exited() bool { return exited(u.done) }
 
 // WaitLog waits until the upstream kubelet's log, from offset on,
 // contains s (its -v 4 log: a benchmark's -v 1 logs less).
