@@ -20,11 +20,15 @@ import (
 // memory must stay free, which no machine running tests has) reports
 // MemoryPressure with upstream's reason and event, is tainted by the
 // node lifecycle controller, refuses a BestEffort pod (Failed, Evicted)
-// and runs a Burstable one.
+// and runs a Burstable one. The threshold is soft with an hour's grace:
+// the condition is set at once, but no pod is evicted, which a hard
+// threshold would do to the Burstable pod at the manager's next measure,
+// possibly before it ever ran (TestMemoryPressureEvictsTheHog covers
+// eviction).
 func TestMemoryPressure(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	n := startNode(t, "node-pressure", cd, "evictionHard:\n  memory.available: \"99%\"\n")
+	n := startNode(t, "node-pressure", cd, "evictionSoft:\n  memory.available: \"99%\"\nevictionSoftGracePeriod:\n  memory.available: 1h\n")
 	node := waitNodeReady(t, n.NodeName, 10*time.Second)
 	testbed.Eventually(t, 20*time.Second, func() (bool, string) {
 		got, err := cl.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
@@ -69,6 +73,20 @@ func TestMemoryPressure(t *testing.T) {
 			fmt.Sprintf("phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
 	})
 	waitPod(t, 30*time.Second, ns, "burstable", running)
+	// The Burstable pod outlives the manager's next measure of the node:
+	// the second measure since it ran is logged only after the first
+	// one's eviction, had there been one, finished.
+	offset := len(n.Log())
+	testbed.Eventually(t, 40*time.Second, func() (bool, string) {
+		got := strings.Count(n.Log()[offset:], `"Eviction manager: measured the node"`)
+		return got >= 2, fmt.Sprintf("%d measures since the pod ran", got)
+	})
+	if strings.Contains(n.Log()[offset:], "Eviction manager: evicting pod") {
+		t.Error("a pod was evicted under a soft threshold within its grace period")
+	}
+	if len(n.PodContainers("burstable")) == 0 {
+		t.Error("the Burstable pod has no containers after two measures")
+	}
 	if len(n.PodContainers("besteffort")) != 0 {
 		t.Error("the refused pod has containers")
 	}
