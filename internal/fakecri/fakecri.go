@@ -39,6 +39,9 @@ type Runtime struct {
 	// OnPull runs when PullImage is called; an error it returns fails
 	// the pull.
 	OnPull func(ctx context.Context, image string) error
+	// OnStart runs when StartContainer is called, with the call's
+	// context, before the container starts.
+	OnStart func(ctx context.Context, id string)
 	// ExecResult is what ExecSync returns.
 	ExecResult func(id string, cmd []string) (*runtimeapi.ExecSyncResponse, error)
 	events     chan *runtimeapi.ContainerEventResponse
@@ -310,6 +313,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, in *runtimeapi.CreateCont
 
 // StartContainer starts a created container.
 func (r *Runtime) StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
+	if r.OnStart != nil {
+		r.OnStart(ctx, in.ContainerId)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, ok := r.containers[in.ContainerId]

@@ -189,7 +189,12 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		}
 	}
 
-	cctx, cancel = m.call(ctx)
+	// The start is not cancelled with the pod's sync: containerd 2.x
+	// marks a start cancelled mid-call exited but keeps its task, which
+	// then can never be removed (containerd#11037). A start runs to its
+	// end (or the request timeout), and the teardown stops what it
+	// started.
+	cctx, cancel = m.call(context.WithoutCancel(ctx))
 	_, err = m.runtime.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: id})
 	cancel()
 	if err != nil {

@@ -728,3 +728,30 @@ func TestGetPodStatusReadsSandboxesAndContainersSideBySide(t *testing.T) {
 		t.Fatalf("err %v, want %v", err, boom)
 	}
 }
+
+// A pod torn down while its container starts does not cancel the start
+// call: containerd 2.x keeps the task of a start cancelled mid-call, and
+// it can never be removed. The start runs to its end, and the container
+// is then the teardown's to stop.
+func TestStartIsNotCancelledWithThePodSync(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	ctx, cancel := context.WithCancel(context.Background())
+	var callErr error
+	calls := 0
+	f.rt.OnStart = func(callCtx context.Context, _ string) {
+		calls++
+		cancel() // the pod is deleted mid-start
+		callErr = callCtx.Err()
+	}
+	f.m.SyncPod(ctx, pod, f.status(t, pod), nil, nil)
+	if calls != 1 {
+		t.Fatalf("StartContainer called %d times, want 1", calls)
+	}
+	if callErr != nil {
+		t.Errorf("the start call's context: %v, want it live", callErr)
+	}
+	if got := f.rt.ContainerIDs("app", runtimeapi.ContainerState_CONTAINER_RUNNING.Enum()); len(got) != 1 {
+		t.Errorf("running containers %v, want the one started", got)
+	}
+}
