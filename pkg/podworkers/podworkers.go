@@ -520,7 +520,8 @@ func (p *PodWorkers) wake(uid types.UID) {
 }
 
 // stopWait bounds how long Run waits for syncs under way once nodelet
-// stops: each returns as its runtime calls see the cancelled context.
+// stops: each returns as its runtime calls see the cancelled context,
+// except a container start, which runs to its end (kuberuntime).
 const stopWait = 10 * time.Second
 
 // Run keeps the pod workers until ctx ends, then cancels every sync under
