@@ -21,6 +21,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -59,6 +60,8 @@ var (
 	replay   = flag.Bool("density.replay", true, "the floor replays the sandbox and container configuration nodelet sent the runtime for a warm-up pod; false: a minimal pod")
 	parallel = flag.Int("density.parallel", 4, "the parallelism of the floor measured around each burst (the curve's, below, is the reference)")
 	curveAt  = flag.String("density.parallels", "1,2,4,8,16,32", "parallelisms of the raw CRI floor's curve, measured once per burst size in the first round; every ratio is also printed against the curve's fastest all-started and lowest per-pod p50 (empty: no curve)")
+	verbose  = flag.Int("density.v", 1, "nodelet's log verbosity (4 logs each change of the runtime call limits)")
+	keepLog  = flag.String("density.log", "", "copy nodelet's log to this file at the end")
 	tracing  = flag.Bool("density.tracing", false, "nodelet traces every pod (samplingRatePerMillion 1000000) to an OTLP receiver in the benchmark")
 )
 
@@ -94,7 +97,7 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	node := testbed.StartNodelet(b, cd, testbed.NodeletOptions{
 		NodeName: nodeName, Kubeconfig: kubeconfig, CgroupRoot: testbed.CgroupRoot() + "/" + nodeName,
-		ExtraConfig: extra, Address: "0.0.0.0", Args: []string{"-v", "1"}, Release: true,
+		ExtraConfig: extra, Address: "0.0.0.0", Args: []string{"-v", strconv.Itoa(*verbose)}, Release: true,
 	})
 	client := benchClient(b)
 	ns := namespace(b, client)
@@ -178,6 +181,11 @@ func BenchmarkDensity(b *testing.B) {
 	r.afterMemory = goMemory(b, client, nodeName)
 	if *agent == "nodelet" {
 		r.trims = trimLines(node.Log())
+		if *keepLog != "" {
+			if err := os.WriteFile(*keepLog, []byte(node.Log()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	if *heapEnd != "" {
 		if err := fetch(client, nodeName, "debug/pprof/heap?gc=1", *heapEnd); err != nil {
