@@ -243,11 +243,17 @@ func StartNodelet(t testing.TB, cd *Containerd, opts NodeletOptions) *Nodelet {
 		}
 		if t.Failed() {
 			t.Logf("nodelet log tail:\n%s", n.LogTail(60))
-			keepLogs(t, n.LogPath, filepath.Join(cd.Dir, "containerd.log"))
+			n.KeepLogs()
 		}
 	})
 	n.Start()
 	return n
+}
+
+// KeepLogs copies nodelet's and containerd's logs to keptLogsDir, as a
+// failed test's are, for a run that passes but is to be read.
+func (n *Nodelet) KeepLogs() {
+	keepLogs(n.t, n.LogPath, filepath.Join(n.CD.Dir, "containerd.log"))
 }
 
 // keptLogsDir is where a failed test's nodelet and containerd logs are

@@ -61,7 +61,7 @@ var (
 	parallel = flag.Int("density.parallel", 4, "the parallelism of the floor measured around each burst (the curve's, below, is the reference)")
 	curveAt  = flag.String("density.parallels", "1,2,4,8,16,32", "parallelisms of the raw CRI floor's curve, measured once per burst size in the first round; every ratio is also printed against the curve's fastest all-started and lowest per-pod p50 (empty: no curve)")
 	verbose  = flag.Int("density.v", 1, "nodelet's log verbosity (4 logs each change of the runtime call limits)")
-	keepLog  = flag.String("density.log", "", "copy nodelet's log to this file at the end")
+	keepLog  = flag.Bool("density.keeplogs", false, "keep nodelet's and containerd's logs at the end (in /var/tmp/nodelet-test-logs), as a failed test's are")
 	tracing  = flag.Bool("density.tracing", false, "nodelet traces every pod (samplingRatePerMillion 1000000) to an OTLP receiver in the benchmark")
 )
 
@@ -181,10 +181,8 @@ func BenchmarkDensity(b *testing.B) {
 	r.afterMemory = goMemory(b, client, nodeName)
 	if *agent == "nodelet" {
 		r.trims = trimLines(node.Log())
-		if *keepLog != "" {
-			if err := os.WriteFile(*keepLog, []byte(node.Log()), 0o644); err != nil {
-				b.Fatal(err)
-			}
+		if *keepLog {
+			node.KeepLogs()
 		}
 	}
 	if *heapEnd != "" {
