@@ -99,7 +99,7 @@ func TestRestartPolicies(t *testing.T) {
 			}
 			// Its worker is done: the sandbox is stopped and no second
 			// instance of the container was ever created.
-			testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+			testbed.Eventually(t, podTimeout, func() (bool, string) {
 				sbs := n.RuntimeSandboxes(name)
 				return len(sbs) == 1 && sbs[0].State == runtimeapi.PodSandboxState_SANDBOX_NOTREADY, "sandbox still ready"
 			})
@@ -246,7 +246,8 @@ spec:
     hostPath: {path: %[2]s, type: DirectoryOrCreate}
 `, testbed.BusyboxImage, marks))
 	waitRunning(t, n, "hooks", "main")
-	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+	// The hook is a runtime exec: seconds on a loaded node.
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
 		b, _ := os.ReadFile(filepath.Join(marks, "log"))
 		return strings.Contains(string(b), "poststart"), fmt.Sprintf("log %q", b)
 	})
