@@ -67,7 +67,6 @@ func TestProbeKinds(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			waitRunning := func(p *v1.Pod) bool { return mainStatus(p).State.Running != nil }
 			if c.ready {
 				waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
 					return podReady(p) && mainStatus(p).Ready, fmt.Sprintf("ready=%v conditions %v", mainStatus(p).Ready, p.Status.Conditions)
@@ -80,8 +79,8 @@ func TestProbeKinds(t *testing.T) {
 			// loaded node one exec probe took 9.5 s in CI (runc exec
 			// behind container starts).
 			p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
-				events := unhealthyEvents(n, name)
-				return waitRunning(p) && events >= 2, fmt.Sprintf("running %v, %d Unhealthy events", waitRunning(p), events)
+				running, events := mainStatus(p).State.Running != nil, unhealthyEvents(n, name)
+				return running && events >= 2, fmt.Sprintf("running %v, %d Unhealthy events", running, events)
 			})
 			if podReady(p) || mainStatus(p).Ready || mainStatus(p).RestartCount != 0 {
 				t.Fatalf("failing readiness: ready %v, restarts %d", podReady(p), mainStatus(p).RestartCount)
