@@ -91,8 +91,20 @@ func TestConfigMapsSecretsEnvAndDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The watch on the objects syncs the pod at once, not at its next
-	// back-off retry.
-	p := waitPod(t, 10*time.Second, ns, "env", running)
+	// back-off retry: within 10 s nodelet saw both change and asked for
+	// the pod's sync. Running takes the runtime's time on top (a sandbox
+	// took 6.9 s and a start 5 s on a loaded CI node), so that wait is
+	// longer.
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		log := n.Log()
+		for _, object := range []string{"configmap " + ns + "/app-config", "secret " + ns + "/app-creds"} {
+			if !strings.Contains(log, fmt.Sprintf(`"An object pods refer to changed" object=%q pods=1`, object)) {
+				return false, object + ": no change seen"
+			}
+		}
+		return true, ""
+	})
+	p := waitPod(t, time.Minute, ns, "env", running)
 	c := n.RunningPodContainer("env", "main")
 	if c == nil {
 		t.Fatal("no running container")
