@@ -60,6 +60,12 @@ type KubeletSources struct {
 	Profiling bool
 	// Timelines serves /debug/pods/.../timeline; it may be nil.
 	Timelines Timelines
+	// Configz is the effective KubeletConfiguration (v1beta1: the file,
+	// its drop-ins and the flags laid over it, defaulted), served at
+	// /configz as upstream serves it: {"kubeletconfig": {...}}. Tools and
+	// upstream's node e2e suite read a node's settings there. Nil serves
+	// nothing.
+	Configz any
 }
 
 // Kubelet is the kubelet API the API server talks to on the node's port
@@ -88,6 +94,9 @@ func NewKubelet(src KubeletSources) *Kubelet {
 	}
 	if src.Stats != nil {
 		s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
+	}
+	if src.Configz != nil {
+		s.mux.Handle("GET /configz", configz(src.Configz))
 	}
 	if src.Profiling {
 		s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -372,4 +381,11 @@ func TLSConfig(o TLSOptions) *tls.Config {
 			return cfg, nil
 		},
 	}
+}
+
+// configz serves the node's configuration under the name upstream gives
+// it ("kubeletconfig"): read-only, fixed at start.
+func configz(cfg any) http.Handler {
+	body := map[string]any{"kubeletconfig": cfg}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, body) })
 }

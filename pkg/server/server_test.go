@@ -20,6 +20,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -195,6 +196,39 @@ func TestStatsSummary(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusInternalServerError || !only || !strings.Contains(string(body), "runtime unavailable") {
 		t.Fatalf("status %d %q, only %v", resp.StatusCode, body, only)
+	}
+}
+
+// /configz serves the node's configuration as upstream does, wrapped in
+// "kubeletconfig" (upstream's node e2e suite decodes exactly that), and
+// not at all when there is none to serve.
+func TestConfigz(t *testing.T) {
+	cfg := &kubeletv1beta1.KubeletConfiguration{StaticPodPath: "/etc/kubernetes/manifests", KubeletCgroups: "/kubelet", ReadOnlyPort: 10255}
+	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Configz: cfg}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/configz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Config kubeletv1beta1.KubeletConfiguration `json:"kubeletconfig"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || got.Config.StaticPodPath != cfg.StaticPodPath ||
+		got.Config.KubeletCgroups != "/kubelet" || got.Config.ReadOnlyPort != 10255 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d (%s), config %+v, err %v", resp.StatusCode, resp.Header.Get("Content-Type"), got.Config, err)
+	}
+
+	none := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }}))
+	defer none.Close()
+	resp, err = http.Get(none.URL + "/configz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/configz without a configuration: status %d, want 404", resp.StatusCode)
 	}
 }
 

@@ -56,7 +56,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 		runningPods := func(ctx context.Context) ([]*container.Pod, error) { return runtime.manager.GetPods(ctx) }
 		components, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
 			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration), Metrics: rt.metrics.Handler(runningPods),
-			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines,
+			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines, Configz: c,
 			MetricsResource: metrics.ResourceHandler(node.stats.Summary), MetricsProbes: rt.metrics.Probes().Handler(),
 			MetricsCadvisor: metrics.CadvisorHandler(node.stats.Summary, metrics.RuntimeIdentities(runningPods), node.machine()),
 		}), reporter)
