@@ -48,11 +48,20 @@ func LastStatus(store StatusReader, pod *v1.Pod) v1.PodStatus {
 	return *pod.Status.DeepCopy()
 }
 
-// failPastDeadline fails a status whose pod ran past its deadline.
+// failPastDeadline fails a status whose pod ran past its deadline,
+// whatever phase its containers' exits give: a pod stopped for its
+// deadline is Failed even when its containers exit 0 on SIGTERM (pause
+// does), as upstream's kubelet evicts it in every status it generates
+// past the deadline. Only a terminal phase the API already shows stays
+// (no pod leaves a terminal phase); the reason is the deadline's then
+// too, as upstream's.
 func failPastDeadline(pod *v1.Pod, s *v1.PodStatus, now time.Time) bool {
-	if podutil.IsTerminal(s.Phase) || !pastDeadline(pod, s.StartTime, now) {
+	if !pastDeadline(pod, s.StartTime, now) {
 		return false
 	}
 	s.Phase, s.Reason, s.Message = v1.PodFailed, deadlineReason, deadlineMessage
+	if podutil.IsTerminal(pod.Status.Phase) {
+		s.Phase = pod.Status.Phase
+	}
 	return true
 }

@@ -236,6 +236,73 @@ func TestActiveDeadline(t *testing.T) {
 	}
 }
 
+// A deadline added by an update fails the pod with DeadlineExceeded even
+// when its container exits 0 on SIGTERM, as the pause container of
+// upstream's "Pods should allow activeDeadlineSeconds to be updated"
+// [NodeConformance] spec does: the kubelet evicts the pod past its
+// deadline whatever phase its containers' exits give (upstream's
+// activeDeadlineHandler overrides every status it generates then). The
+// fake runtime's containers exit 0 when stopped.
+func TestActiveDeadlineSetByUpdateFailsAPodWhoseContainerExitsZero(t *testing.T) {
+	clk := testingclock.NewFakeClock(now)
+	rt := fakecri.New(clk, "img")
+	st := podstatus.New(clk)
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
+		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
+	rec := record.NewFakeRecorder(100)
+	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: rec, Clock: clk})
+	ctx := context.Background()
+
+	p := apiPod("p", "pod-update-activedeadlineseconds", now)
+	if _, err := s.SyncPod(ctx, podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	running, _ := rm.GetPodStatus(ctx, "p", p.Name, p.Namespace)
+	if _, err := s.SyncPod(ctx, podworkers.UpdateSync, p, nil, running); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.GetPodStatus("p"); got.Phase != v1.PodRunning {
+		t.Fatalf("phase %s before the update, want Running", got.Phase)
+	}
+
+	// The spec's update: a deadline of 5 s, which the running pod has
+	// passed by the next sync.
+	updated := p.DeepCopy()
+	five := int64(5)
+	updated.Spec.ActiveDeadlineSeconds = &five
+	clk.Step(6 * time.Second)
+	terminal, err := s.SyncPod(ctx, podworkers.UpdateSync, updated, nil, running)
+	if !terminal || err != nil {
+		t.Fatalf("past its deadline: terminal=%v err=%v", terminal, err)
+	}
+	if err := s.SyncTerminatingPod(ctx, updated, running, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	final, _ := rm.GetPodStatus(ctx, "p", p.Name, p.Namespace)
+	if c := final.FindContainerStatusByName("c"); c == nil || c.State != container.StateExited || c.ExitCode != 0 {
+		t.Fatalf("the container should have exited 0 on its stop, got %+v", c)
+	}
+	got, _ := st.GetPodStatus("p")
+	if got.Phase != v1.PodFailed || got.Reason != "DeadlineExceeded" {
+		t.Fatalf("final status %s/%s, want Failed/DeadlineExceeded whatever the exit code", got.Phase, got.Reason)
+	}
+}
+
+// Once the API shows a pod terminal, its phase stays: a deadline passed
+// afterwards changes the reason only, as upstream's status generation
+// forces the API's terminal phase back.
+func TestActiveDeadlineKeepsTheAPIsTerminalPhase(t *testing.T) {
+	p := apiPod("p", "done", now)
+	five := int64(5)
+	p.Spec.ActiveDeadlineSeconds = &five
+	started := metav1.NewTime(now.Add(-time.Minute))
+	p.Status = v1.PodStatus{Phase: v1.PodSucceeded, StartTime: &started}
+	s := v1.PodStatus{Phase: v1.PodSucceeded, StartTime: &started}
+	if !failPastDeadline(p, &s, now) || s.Phase != v1.PodSucceeded || s.Reason != "DeadlineExceeded" {
+		t.Fatalf("status %s/%s, want the API's Succeeded kept", s.Phase, s.Reason)
+	}
+}
+
 func apiPod(uid, name string, created time.Time) *v1.Pod {
 	p := &v1.Pod{}
 	p.UID, p.Name, p.Namespace = types.UID(uid), name, "ns"
