@@ -76,11 +76,20 @@ func (c *Cache) getIfFresh(uid types.UID, min time.Time) (*container.PodStatus, 
 
 // Set stores a status read at ts, unless a newer one is already there:
 // an on-demand read and a relist may finish out of order.
+//
+// A pod whose sandboxes have all stopped keeps the IPs it had, as
+// upstream's PLEG keeps them: the runtime reports a stopped sandbox
+// without its address, and a pod that ended still reports the address it
+// ran with (node e2e: "Pod IPs when pod gets terminated").
 func (c *Cache) Set(uid types.UID, status *container.PodStatus, err error, ts time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.entries[uid]; ok && e.modified.After(ts) {
+	e, ok := c.entries[uid]
+	if ok && e.modified.After(ts) {
 		return
+	}
+	if ok && e.status != nil && status != nil && err == nil && len(status.IPs) == 0 && status.ReadySandboxes() == 0 {
+		status.IPs = append([]string(nil), e.status.IPs...)
 	}
 	c.entries[uid] = &cacheEntry{status: status, err: err, modified: ts}
 }

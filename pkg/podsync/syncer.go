@@ -606,6 +606,12 @@ func (s *PodSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, rs *con
 	if err != nil {
 		return fmt.Errorf("reading pod status after killing it: %w", err)
 	}
+	// Its stopped sandbox no longer reports the pod's IPs: the pod keeps
+	// those it ran with, as upstream's (preserveDataFromBeforeStopping).
+	// A copy: the read may be the PLEG cache's, which others read.
+	stopped := *final
+	stopped.IPs = rs.IPs
+	final = &stopped
 	if running := final.RunningContainers(); len(running) > 0 {
 		ids := make([]string, len(running))
 		for i, c := range running {

@@ -288,6 +288,46 @@ func TestActiveDeadlineSetByUpdateFailsAPodWhoseContainerExitsZero(t *testing.T)
 	}
 }
 
+// A pod that ended keeps the IPs it ran with in its terminal status,
+// though its stopped sandbox reports none: upstream's "Pod IPs when pod
+// gets terminated should contain podIPs in status for succeeded pod"
+// [NodeConformance] spec watches every status of a restartPolicy Never
+// pod whose container exits 0 and wants an IP in each one not Pending.
+func TestTerminalStatusKeepsThePodIPs(t *testing.T) {
+	clk := testingclock.NewFakeClock(now)
+	rt := fakecri.New(clk, "img")
+	st := podstatus.New(clk)
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
+		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
+	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: record.NewFakeRecorder(100), Clock: clk})
+	ctx := context.Background()
+
+	p := apiPod("p", "pod-ips-success", now)
+	p.Spec.RestartPolicy = v1.RestartPolicyNever
+	if _, err := s.SyncPod(ctx, podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	running, _ := rm.GetPodStatus(ctx, "p", p.Name, p.Namespace)
+	if len(running.IPs) == 0 {
+		t.Fatal("the running pod has no IP to keep")
+	}
+	rt.Exit(rt.ContainerIDs("c", nil)[0], 0) // sleep 1; exit 0
+	exited, _ := rm.GetPodStatus(ctx, "p", p.Name, p.Namespace)
+	if terminal, err := s.SyncPod(ctx, podworkers.UpdateSync, p, nil, exited); !terminal || err != nil {
+		t.Fatalf("pod whose only container exited 0: terminal=%v err=%v", terminal, err)
+	}
+	if err := s.SyncTerminatingPod(ctx, p, exited, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if stopped, _ := rm.GetPodStatus(ctx, "p", p.Name, p.Namespace); len(stopped.IPs) != 0 {
+		t.Fatalf("the stopped sandbox still reports %v: this test would prove nothing", stopped.IPs)
+	}
+	got, _ := st.GetPodStatus("p")
+	if got.Phase != v1.PodSucceeded || got.PodIP != running.IPs[0] || len(got.PodIPs) != 1 {
+		t.Fatalf("terminal status %s with podIP %q %v, want Succeeded with %s", got.Phase, got.PodIP, got.PodIPs, running.IPs[0])
+	}
+}
+
 // Once the API shows a pod terminal, its phase stays: a deadline passed
 // afterwards changes the reason only, as upstream's status generation
 // forces the API's terminal phase back.
