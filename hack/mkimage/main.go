@@ -22,7 +22,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -40,6 +39,9 @@ const (
 
 var epoch = time.Unix(0, 0).UTC()
 
+// time0 leaves a tar header's access and change times out.
+var time0 time.Time
+
 type file struct {
 	name     string
 	mode     int64
@@ -54,14 +56,30 @@ func main() {
 	busybox := flag.String("busybox", "/bin/busybox", "path of a static busybox binary")
 	grpcHealth := flag.String("grpchealth", "", "path of the static grpchealth binary (optional)")
 	euid := flag.String("euid", "", "path of the static euid binary, installed setuid root (optional)")
+	var e2e e2eInputs
+	flag.StringVar(&e2e.out, "e2e-out", "", "also write the node e2e suite's images to this tarball (hack/nodeconformance)")
+	flag.StringVar(&e2e.debianBase, "debian-base", "", "with -e2e-out: the Debian root filesystem tarball")
+	flag.StringVar(&e2e.agnhost, "agnhost", "", "with -e2e-out: the agnhost binary")
+	flag.StringVar(&e2e.nnp, "nnp", "", "with -e2e-out: nonewprivs' nnp binary")
+	flag.StringVar(&e2e.porterCert, "porter-cert", "", "with -e2e-out: agnhost porter's localhost.crt")
+	flag.StringVar(&e2e.porterKey, "porter-key", "", "with -e2e-out: agnhost porter's localhost.key")
 	flag.Parse()
-	if *out == "" || *pause == "" {
-		fmt.Fprintln(os.Stderr, "usage: mkimage -out images.tar -pause ./pause [-busybox /bin/busybox]")
+	if (*out == "" && e2e.out == "") || *pause == "" {
+		fmt.Fprintln(os.Stderr, "usage: mkimage -out images.tar -pause ./pause [-busybox /bin/busybox]; or mkimage -e2e-out e2e-images.tar -pause ./pause ...")
 		os.Exit(2)
 	}
-	if err := run(*out, *pause, *busybox, *grpcHealth, *euid); err != nil {
-		fmt.Fprintln(os.Stderr, "mkimage:", err)
-		os.Exit(1)
+	if *out != "" {
+		if err := run(*out, *pause, *busybox, *grpcHealth, *euid); err != nil {
+			fmt.Fprintln(os.Stderr, "mkimage:", err)
+			os.Exit(1)
+		}
+	}
+	if e2e.out != "" {
+		e2e.busybox, e2e.pause = *busybox, *pause
+		if err := buildE2E(e2e); err != nil {
+			fmt.Fprintln(os.Stderr, "mkimage: e2e images:", err)
+			os.Exit(1)
+		}
 	}
 }
 
@@ -161,6 +179,11 @@ func busyboxFiles(path string) ([]file, error) {
 }
 
 func image(files []file, cfg v1.Config) (v1.Image, error) {
+	return withFiles(empty.Image, files, cfg)
+}
+
+// filesLayer is one image layer holding files, with fixed times.
+func filesLayer(files []file) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
@@ -184,23 +207,7 @@ func image(files []file, cfg v1.Config) (v1.Image, error) {
 		return nil, err
 	}
 	layerBytes := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerBytes)), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Created = v1.Time{Time: epoch}
-	cf.Config = cfg
-	return mutate.ConfigFile(img, cf)
 }

@@ -85,6 +85,10 @@ func sweepStaleCgroups() {
 	}
 }
 
+// RemoveCgroupRoot removes a cgroup root nodelet or a kubelet made and
+// what is below it, in every hierarchy, once nothing runs there.
+func RemoveCgroupRoot(root string) { removeCgroupRoot(root) }
+
 // removeCgroupRoot removes a test cgroup root and what is below it, in
 // every hierarchy; a failure is reported, not fatal.
 func removeCgroupRoot(root string) {

@@ -260,6 +260,10 @@ func (n *Nodelet) KeepLogs() {
 // copied: its own directories go when it ends.
 const keptLogsDir = "/var/tmp/nodelet-test-logs"
 
+// KeepLogs copies files of a test (logs, reports) where they outlive it,
+// as a failed test's nodelet and containerd logs are.
+func KeepLogs(t testing.TB, paths ...string) { keepLogs(t, paths...) }
+
 // keepLogs copies the logs of a failed test where they outlive it.
 func keepLogs(t testing.TB, paths ...string) {
 	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())

@@ -122,3 +122,55 @@ func (r *Registry) ManifestRequests(repo string) int {
 	defer r.mu.Unlock()
 	return r.manifests[repo]
 }
+
+// Mirror makes the registry the one cd's containerd pulls from for each
+// of hosts (registry.k8s.io, say), as a node's mirror configuration does:
+// images keep their upstream names, and a host not named still fails as
+// it would without a network.
+func (r *Registry) Mirror(t *testing.T, cd *Containerd, hosts ...string) {
+	t.Helper()
+	for _, h := range hosts {
+		dir := filepath.Join(cd.RegistryConfig, h)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		conf := fmt.Sprintf("server = %q\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", "https://"+h, r.Host)
+		if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { RemoveDir(dir) })
+	}
+}
+
+// PushTarball pushes every image of a docker-archive tarball, each under
+// its own name with the registry host left out (so that a Mirror of that
+// host serves it), and returns the names as the tarball gives them.
+func (r *Registry) PushTarball(t *testing.T, path string) []string {
+	t.Helper()
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(path) })
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	var names []string
+	for _, desc := range m {
+		for _, ref := range desc.RepoTags {
+			tag, err := name.NewTag(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := tarball.ImageFromPath(path, &tag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst, err := name.ParseReference(r.Host+"/"+tag.RepositoryStr()+":"+tag.TagStr(), name.Insecure)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := remote.Write(dst, img); err != nil {
+				t.Fatalf("pushing %s: %v", ref, err)
+			}
+			names = append(names, tag.Name())
+		}
+	}
+	return names
+}
