@@ -12,9 +12,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -23,6 +26,71 @@ import (
 // Load reads a KubeletConfiguration strictly: a wrong
 // apiVersion or kind, or any unknown field, is an error.
 func Load(path string) (*kubeletv1beta1.KubeletConfiguration, error) {
+	return LoadWithDropIns(path, "")
+}
+
+// DropInExtension is the extension of the drop-in files of --config-dir;
+// others are skipped, as upstream skips them.
+const DropInExtension = ".conf"
+
+// LoadWithDropIns reads the config file (none when path is "") and lays
+// the drop-in files of dir (none when "") over it as upstream's kubelet
+// does: every file named *.conf in dir and below, in lexical order, each a
+// KubeletConfiguration merged as a JSON merge patch (RFC 7386: a field it
+// sets replaces the file's, a map merges, null removes). Each file is
+// read strictly, and the fields the result sets are checked against the
+// field table, whichever file set them.
+func LoadWithDropIns(path, dir string) (*kubeletv1beta1.KubeletConfiguration, error) {
+	merged := []byte("{}")
+	var err error
+	if path != "" {
+		if merged, err = readConfigJSON(path); err != nil {
+			return nil, err
+		}
+	}
+	from := path
+	if dir != "" {
+		dropIns, err := dropInFiles(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range dropIns {
+			js, err := readConfigJSON(f)
+			if err != nil {
+				return nil, err
+			}
+			if merged, err = jsonpatch.MergePatch(merged, js); err != nil {
+				return nil, fmt.Errorf("merging the drop-in %s: %v", f, oneLine(err))
+			}
+		}
+		if len(dropIns) > 0 {
+			from = fmt.Sprintf("%s with the drop-ins of %s", path, dir)
+		}
+	}
+	cfg := &kubeletv1beta1.KubeletConfiguration{}
+	if err := decodeStrict(merged, cfg); err != nil {
+		return nil, fmt.Errorf("config %s: %v", from, oneLine(err))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(merged, &raw); err != nil {
+		return nil, fmt.Errorf("config %s: %v", from, oneLine(err))
+	}
+	// The merged document's own apiVersion and kind are the files'.
+	delete(raw, "apiVersion")
+	delete(raw, "kind")
+	warnings, err := checkFields(raw)
+	for _, w := range warnings {
+		klog.Warningf("config %s: %s", from, w)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", from, err)
+	}
+	return cfg, nil
+}
+
+// readConfigJSON reads one configuration file as JSON, checking that it is
+// a KubeletConfiguration v1beta1 and that every field it sets exists.
+func readConfigJSON(path string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config file: %w", err)
@@ -41,24 +109,40 @@ func Load(path string) (*kubeletv1beta1.KubeletConfiguration, error) {
 	if want := kubeletv1beta1.SchemeGroupVersion.String(); head.APIVersion != want || head.Kind != "KubeletConfiguration" {
 		return nil, fmt.Errorf("config file %s: want apiVersion %s and kind KubeletConfiguration, got %q and %q", path, want, head.APIVersion, head.Kind)
 	}
-	cfg := &kubeletv1beta1.KubeletConfiguration{}
+	if err := decodeStrict(js, &kubeletv1beta1.KubeletConfiguration{}); err != nil {
+		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
+	}
+	return js, nil
+}
+
+func decodeStrict(js []byte, cfg *kubeletv1beta1.KubeletConfiguration) error {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(cfg); err != nil {
-		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(js, &raw); err != nil {
-		return nil, fmt.Errorf("config file %s: %v", path, oneLine(err))
-	}
-	warnings, err := checkFields(raw)
-	for _, w := range warnings {
-		klog.Warningf("config file %s: %s", path, w)
-	}
+	return dec.Decode(cfg)
+}
+
+// dropInFiles lists the drop-ins of dir in the order they apply: a walk
+// of dir in lexical order (subdirectories included), files named *.conf.
+// Other files are logged and skipped, as upstream skips them.
+func dropInFiles(dir string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			return nil
+		case filepath.Ext(d.Name()) != DropInExtension:
+			klog.InfoS("Skipping a file of the config drop-in directory: only *.conf files are read", "file", p)
+			return nil
+		}
+		files = append(files, p)
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+		return nil, fmt.Errorf("reading the config drop-in directory %s: %w", dir, err)
 	}
-	return cfg, nil
+	return files, nil
 }
 
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

@@ -30,7 +30,10 @@ import (
 // Options is nodelet's resolved configuration: the config file's values
 // with command-line flags applied on top, and defaults for the rest.
 type Options struct {
-	ConfigFile       string
+	ConfigFile string
+	// ConfigDir is --config-dir: drop-in KubeletConfiguration files laid
+	// over ConfigFile (flags still win).
+	ConfigDir        string
 	Kubeconfig       string
 	RootDir          string
 	HostnameOverride string
@@ -121,8 +124,8 @@ func Parse(args []string) (*Options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if o.ConfigFile != "" {
-		cfg, err := kubeletconfig.Load(o.ConfigFile)
+	if o.ConfigFile != "" || o.ConfigDir != "" {
+		cfg, err := kubeletconfig.LoadWithDropIns(o.ConfigFile, o.ConfigDir)
 		if err != nil {
 			return nil, err
 		}
@@ -151,6 +154,7 @@ func newFlagSet(o *Options, f *flagValues, version *string) *pflag.FlagSet {
 	fs.StringVar(version, "version", "", "print the version and exit (--version=raw for JSON)")
 	fs.Lookup("version").NoOptDefVal = "true"
 	fs.StringVar(&o.ConfigFile, "config", "", "path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file")
+	fs.StringVar(&o.ConfigDir, "config-dir", "", "directory of drop-in KubeletConfiguration files (*.conf, in lexical order, subdirectories included) merged over --config; flags override both")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig for the API server (cluster mode); written by TLS bootstrapping when --bootstrap-kubeconfig is set")
 	fs.StringVar(&o.BootstrapKubeconfig, "bootstrap-kubeconfig", "", "kubeconfig with bootstrap credentials, used to obtain a client certificate when --kubeconfig is missing or expired")
 	fs.StringVar(&o.CertDir, "cert-dir", "", "directory of the client and serving certificates nodelet obtains (default <root-dir>/pki)")

@@ -131,6 +131,27 @@ cgroupDriver: cgroupfs
 	}
 }
 
+// --config-dir's drop-ins override the file, and flags override both, as
+// upstream orders them; a drop-in alone (no --config) configures too.
+func TestConfigDirPrecedence(t *testing.T) {
+	path := writeConfig(t, "maxPods: 7\nsyncFrequency: 30s\nstaticPodPath: /from/file\n")
+	dir := t.TempDir()
+	dropIn := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	if err := os.WriteFile(filepath.Join(dir, "10-pods.conf"), []byte(dropIn+"maxPods: 20\nstaticPodPath: /from/dropin\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Parse([]string{"--config", path, "--config-dir", dir, "--pod-manifest-path=/from/flag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.Config; c.MaxPods != 20 || c.SyncFrequency.Duration != 30*time.Second || c.StaticPodPath != "/from/flag" {
+		t.Fatalf("maxPods %d (want the drop-in's 20), syncFrequency %v (the file's 30s), staticPodPath %q (the flag's)", c.MaxPods, c.SyncFrequency.Duration, c.StaticPodPath)
+	}
+	if o, err = Parse([]string{"--config-dir", dir}); err != nil || o.Config.MaxPods != 20 || o.Config.SyncFrequency.Duration != time.Minute {
+		t.Fatalf("drop-ins alone: %v, maxPods %d, syncFrequency %v (want 20 and the default 1m)", err, o.Config.MaxPods, o.Config.SyncFrequency.Duration)
+	}
+}
+
 func TestErrorsAreOneLineAndNameTheProblem(t *testing.T) {
 	for _, tc := range []struct {
 		name string
