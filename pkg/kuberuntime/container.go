@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,7 +115,7 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		endHook(err, msg)
 		if err != nil {
 			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPostStartHook", msg)
-			if kerr := m.killContainer(ctx, pod, cid, c.Name, "FailedPostStartHook", "FailedPostStartHook", nil); kerr != nil {
+			if kerr := m.killContainer(ctx, pod, cid, c.Name, "FailedPostStartHook", "FailedPostStartHook", nil, unordered); kerr != nil {
 				klog.ErrorS(kerr, "Failed to kill container after its postStart hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name)
 			}
 			return msg, container.ErrPostStartHook
@@ -372,11 +371,13 @@ func (m *Manager) terminationMessageFile(pod *v1.Pod, c *v1.Container) (string, 
 	return path, os.Chmod(path, 0o666)
 }
 
-// killContainer stops one container: the preStop hook first, then
-// StopContainer with whatever is left of the grace period. pod may be a
-// placeholder without a spec (an orphan): the grace period and hook are
-// then read from the container's annotations.
-func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.ContainerID, name, message, reason string, gracePeriodOverride *int64) (err error) {
+// killContainer stops one container as upstream's kubelet does: the
+// preStop hook first (when there is a grace period), then its turn in
+// the pod's termination order, then StopContainer with whatever is left
+// of the grace period, and never less than minGracePeriodSeconds. pod may
+// be a placeholder without a spec (an orphan): the grace period and hook
+// are then read from the container's annotations.
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.ContainerID, name, message, reason string, gracePeriodOverride *int64, order *turns) (err error) {
 	spec := findContainerSpec(pod, name)
 	grace := int64(v1.DefaultTerminationGracePeriodSeconds)
 	var preStop *v1.LifecycleHandler
@@ -398,9 +399,6 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	if gracePeriodOverride != nil {
 		grace = *gracePeriodOverride
 	}
-	if grace < minGracePeriodSeconds {
-		grace = minGracePeriodSeconds
-	}
 
 	ref := podutil.ContainerRef(pod, spec)
 	if message == "" {
@@ -421,9 +419,10 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 		}
 		cancel()
 		grace -= int64(m.clock.Since(start).Seconds())
-		if grace < minGracePeriodSeconds {
-			grace = minGracePeriodSeconds
-		}
+	}
+	grace -= order.wait(name, grace)
+	if grace < minGracePeriodSeconds {
+		grace = minGracePeriodSeconds
 	}
 
 	klog.V(2).InfoS("Killing container with a grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id.ID, "gracePeriod", grace, "reason", reason)
@@ -443,9 +442,10 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	return nil
 }
 
-// minGracePeriodSeconds keeps every stop graceful: a zero grace period
-// still gives the container a second after SIGTERM.
-const minGracePeriodSeconds = 1
+// minGracePeriodSeconds keeps every stop graceful: a zero grace period,
+// or one used up by a preStop hook or the wait for a sidecar's turn,
+// still gives the container two seconds after SIGTERM, as upstream's.
+const minGracePeriodSeconds = 2
 
 func (m *Manager) containerInfo(ctx context.Context, id container.ContainerID) (containerInfo, error) {
 	ctx, cancel := m.call(ctx)
@@ -488,19 +488,20 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, running container.Po
 	return r.Error()
 }
 
-// killPodWithResult stops containers in upstream's order: every container
-// but the sidecars at once, each with the grace period; then the sidecars
-// one at a time, the last declared first, each with what is left of the
-// pod's grace period. A sidecar's preStop hook runs only then, so the
-// services it gives (a proxy, a log shipper) outlive the app's shutdown.
+// killPodWithResult stops every running container at once, in
+// upstream's termination order (turns: the sidecars after the app, the
+// last declared first), then the sandboxes.
 func (m *Manager) killPodWithResult(ctx context.Context, pod *v1.Pod, running container.Pod, gracePeriodOverride *int64) container.PodSyncResult {
 	var result container.PodSyncResult
-	start := m.clock.Now()
-	first, sidecars := terminationOrder(pod, running.Containers)
-	m.killContainers(ctx, pod, first, gracePeriodOverride, &result)
-	for _, c := range sidecars {
-		m.killContainers(ctx, pod, []*container.Container{c}, graceLeft(pod, gracePeriodOverride, m.clock.Since(start)), &result)
+	var live []*container.Container
+	names := map[string]bool{}
+	for _, c := range running.Containers {
+		if c.State != container.StateExited {
+			live = append(live, c)
+			names[c.Name] = true
+		}
 	}
+	m.killContainers(ctx, pod, live, gracePeriodOverride, newTurns(m.clock, pod, names), &result)
 	if result.Error() != nil {
 		// Stopping the sandbox under a container that may still run would
 		// pull its network away; try again on the next sync instead.
@@ -515,48 +516,9 @@ func (m *Manager) killPodWithResult(ctx context.Context, pod *v1.Pod, running co
 	return result
 }
 
-// terminationOrder splits the containers still to stop into those that
-// stop first, all at once, and the sidecars, in the order they stop: the
-// reverse of their declaration.
-func terminationOrder(pod *v1.Pod, cs []*container.Container) (first, sidecars []*container.Container) {
-	index := map[string]int{}
-	if pod != nil {
-		for i := range pod.Spec.InitContainers {
-			if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
-				index[pod.Spec.InitContainers[i].Name] = i
-			}
-		}
-	}
-	for _, c := range cs {
-		if c.State == container.StateExited {
-			continue
-		}
-		if _, ok := index[c.Name]; ok {
-			sidecars = append(sidecars, c)
-		} else {
-			first = append(first, c)
-		}
-	}
-	sort.SliceStable(sidecars, func(i, j int) bool { return index[sidecars[i].Name] > index[sidecars[j].Name] })
-	return first, sidecars
-}
-
-// graceLeft is what is left of the pod's grace period once elapsed has
-// gone by (never less than the minimum).
-func graceLeft(pod *v1.Pod, override *int64, elapsed time.Duration) *int64 {
-	grace := podutil.GracePeriodSeconds(pod)
-	if override != nil {
-		grace = *override
-	}
-	left := grace - int64(elapsed/time.Second)
-	if left < minGracePeriodSeconds {
-		left = minGracePeriodSeconds
-	}
-	return &left
-}
-
-// killContainers stops cs at once and records each in result.
-func (m *Manager) killContainers(ctx context.Context, pod *v1.Pod, cs []*container.Container, gracePeriodOverride *int64, result *container.PodSyncResult) {
+// killContainers stops cs at once, each at its turn, and records each in
+// result.
+func (m *Manager) killContainers(ctx context.Context, pod *v1.Pod, cs []*container.Container, gracePeriodOverride *int64, order *turns, result *container.PodSyncResult) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -565,7 +527,8 @@ func (m *Manager) killContainers(ctx context.Context, pod *v1.Pod, cs []*contain
 		wg.Add(1)
 		go func(c *container.Container) {
 			defer wg.Done()
-			err := m.killContainer(ctx, pod, c.ID, c.Name, "", "", gracePeriodOverride)
+			err := m.killContainer(ctx, pod, c.ID, c.Name, "", "", gracePeriodOverride, order)
+			order.stopped(c.Name)
 			mu.Lock()
 			defer mu.Unlock()
 			r := result.Add(container.KillContainer, c.Name)

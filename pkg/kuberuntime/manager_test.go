@@ -228,15 +228,16 @@ func TestKillPodStopsContainersThenSandbox(t *testing.T) {
 			t.Errorf("%s: want the pod's grace period", c)
 		}
 	}
-	// An override shortens it, but never below one second.
+	// An override shortens it, but never below two seconds (upstream's
+	// minimum).
 	f2 := newFixture(t)
 	f2.sync(t, pod)
 	zero := int64(0)
 	f2.rt.ResetCalls()
 	testutil.Must(t, f2.m.KillPod(context.Background(), pod, f2.status(t, pod).ToRunningPod(), &zero))
 	for _, c := range calls(f2.rt, "StopContainer") {
-		if !strings.HasSuffix(c, "timeout=1") {
-			t.Errorf("%s: want timeout=1", c)
+		if !strings.HasSuffix(c, "timeout=2") {
+			t.Errorf("%s: want timeout=2", c)
 		}
 	}
 }
@@ -496,9 +497,10 @@ func TestChangedSpecEscapesTheBackOff(t *testing.T) {
 	}
 }
 
-// A pod stops its app containers first, then its sidecars one at a time,
-// the last declared first, each with what is left of the grace period;
-// a sidecar's preStop hook runs only once the app containers are gone.
+// A pod's containers all stop at once, preStop hooks first (a sidecar's
+// too: upstream's "should call sidecar container PreStop hook
+// simultaneously"), but each sidecar gets SIGTERM only after the app
+// containers and the sidecar declared after it have stopped.
 func TestKillPodStopsSidecarsLastInReverseOrder(t *testing.T) {
 	f := newFixture(t)
 	pod := newPod(v1.RestartPolicyAlways, "a", "b").sidecar("s1").sidecar("s2").pod
@@ -511,29 +513,37 @@ func TestKillPodStopsSidecarsLastInReverseOrder(t *testing.T) {
 	if n := len(f.status(t, pod).RunningContainers()); n != 4 {
 		t.Fatalf("%d containers running, want 4", n)
 	}
-	// Stopping "a" takes 4 s of the grace period.
+	// The app's stop waits until s2's preStop hook has run: the hook does
+	// not wait for the app.
+	drained := make(chan struct{})
 	f.rt.OnStop = func(id string, _ int64) {
 		if f.rt.ContainerConfig(id).GetMetadata().GetName() == "a" {
-			f.clock.Step(4 * time.Second)
+			select {
+			case <-drained:
+			case <-time.After(10 * time.Second):
+				t.Error("s2's preStop hook did not run while the app was stopping")
+			}
 		}
+	}
+	f.rt.ExecResult = func(_ string, cmd []string) (*runtimeapi.ExecSyncResponse, error) {
+		if len(cmd) == 1 && cmd[0] == "drain" {
+			close(drained)
+		}
+		return &runtimeapi.ExecSyncResponse{}, nil
 	}
 	f.rt.ResetCalls()
 	if err := f.m.KillPod(context.Background(), pod, f.status(t, pod).ToRunningPod(), nil); err != nil {
 		t.Fatal(err)
 	}
-	got := calls(f.rt, "StopContainer", "ExecSync", "StopPodSandbox")
-	if len(got) != 6 {
+	got := calls(f.rt, "StopContainer", "StopPodSandbox")
+	if len(got) != 5 {
 		t.Fatalf("calls %v", got)
 	}
 	apps := []string{got[0], got[1]}
 	slices.Sort(apps)
-	want := []string{"StopContainer a timeout=10", "StopContainer b timeout=10"}
-	if !slices.Equal(apps, want) {
-		t.Errorf("first %v, want %v", apps, want)
-	}
-	want = []string{"ExecSync drain", "StopContainer s2 timeout=6", "StopContainer s1 timeout=6"}
-	if !strings.HasPrefix(got[5], "StopPodSandbox") || !slices.Equal(got[2:5], want) {
-		t.Errorf("then %v, want %v and the sandbox", got[2:], want)
+	want := []string{"StopContainer a timeout=10", "StopContainer b timeout=10", "StopContainer s2 timeout=10", "StopContainer s1 timeout=10"}
+	if !slices.Equal(append(apps, got[2:4]...), want) || !strings.HasPrefix(got[4], "StopPodSandbox") {
+		t.Errorf("stops %v, want %v and then the sandbox", got, want)
 	}
 }
 

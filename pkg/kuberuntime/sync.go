@@ -64,7 +64,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 		// Step 3.
 		for id, k := range actions.ContainersToKill {
 			r := result.Add(container.KillContainer, k.name)
-			if err := m.killContainer(ctx, pod, id, k.name, k.message, k.reason, k.grace); err != nil {
+			if err := m.killContainer(ctx, pod, id, k.name, k.message, k.reason, k.grace, unordered); err != nil {
 				r.Fail(container.ErrKillContainer, err.Error())
 				klog.ErrorS(err, "Failed to kill container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", k.name)
 				return result
