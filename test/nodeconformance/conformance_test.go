@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -135,10 +136,19 @@ func claimRootDir(t *testing.T) {
 		t.Fatalf("mounting a fresh %s: %v", rootDir, err)
 	}
 	t.Cleanup(func() {
-		// Pod volumes (tmpfs, binds) sit below it; the agent and its
-		// pods are gone by now.
-		if err := unix.Unmount(rootDir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", rootDir, err)
+		// Pod volumes (tmpfs, binds) sit below it, and the agent made it a
+		// shared mount by mounting it on itself (both agents do); the
+		// agent and its pods are gone by now. Detach every layer down to
+		// the node's own directory.
+		for {
+			mounted, err := mountinfo.Mounted(rootDir)
+			if err != nil || !mounted {
+				break
+			}
+			if err := unix.Unmount(rootDir, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmounting %s: %v", rootDir, err)
+				break
+			}
 		}
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kubeclient"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
+	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/timeline"
@@ -167,6 +168,9 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return nil, nil, fmt.Errorf("creating %s: %w", d, err)
 		}
+	}
+	if err := poddirs.MakeRShared(o.RootDir); err != nil {
+		return nil, nil, fmt.Errorf("configuring the root directory %s: %w", o.RootDir, err)
 	}
 	hostIPs, err := nodeIPs(o.NodeIPs)
 	if err != nil {

@@ -280,3 +280,50 @@ func mustHostname(t *testing.T) string {
 	}
 	return h
 }
+
+// A privileged container's mount in a Bidirectional volume reaches the
+// pod's next containers (upstream's "Mount recursive read-only ... should
+// accept non-recursive read-only mounts" [NodeConformance] pod, whose
+// init containers mount a tmpfs, write to it through read-only mounts
+// that are not recursive, and unmount it). The
+// runtime allows Bidirectional propagation only on a shared mount:
+// nodelet makes its root directory one, as upstream's kubelet does (this
+// test bed's root directory is on a private mount).
+func TestBidirectionalMountPropagation(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("propagation.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: propagation
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: mnt, emptyDir: {}}]
+  initContainers:
+  - name: mount
+    image: %[1]s
+    command: ["sh", "-euxc", "mkdir -p /mnt/tmpfs && mount -t tmpfs none /mnt/tmpfs"]
+    securityContext: {privileged: true}
+    volumeMounts: [{name: mnt, mountPath: /mnt, mountPropagation: Bidirectional}]
+  - name: test
+    image: %[1]s
+    command: ["sh", "-euxc", "for f in rro-disabled ro rw; do touch /mnt-$f/tmpfs/foo; done; ! touch /mnt-ro/bar"]
+    volumeMounts:
+    - {name: mnt, mountPath: /mnt-rro-disabled, readOnly: true, recursiveReadOnly: Disabled}
+    - {name: mnt, mountPath: /mnt-ro, readOnly: true}
+    - {name: mnt, mountPath: /mnt-rw}
+  - name: unmount
+    image: %[1]s
+    command: ["umount", "/mnt/tmpfs"]
+    securityContext: {privileged: true}
+    volumeMounts: [{name: mnt, mountPath: /mnt, mountPropagation: Bidirectional}]
+  containers:
+  - {name: completion, image: %[1]s, command: ["echo", "OK"]}
+`, testbed.BusyboxImage))
+	waitPod(t, n, "propagation", podTimeout, func(p *v1.Pod) (bool, string) {
+		if p.Status.Phase == v1.PodFailed {
+			t.Fatalf("pod failed: %+v", p.Status.InitContainerStatuses)
+		}
+		return p.Status.Phase == v1.PodSucceeded, fmt.Sprintf("phase %s, init containers %+v", p.Status.Phase, p.Status.InitContainerStatuses)
+	})
+}
