@@ -131,6 +131,7 @@ func claimRootDir(t *testing.T) {
 	if err := os.MkdirAll(rootDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	before := layers(t)
 	fresh := t.TempDir()
 	if err := unix.Mount(fresh, rootDir, "", unix.MS_BIND, ""); err != nil {
 		t.Fatalf("mounting a fresh %s: %v", rootDir, err)
@@ -140,17 +141,22 @@ func claimRootDir(t *testing.T) {
 		// shared mount by mounting it on itself (both agents do); the
 		// agent and its pods are gone by now. Detach every layer down to
 		// the node's own directory.
-		for {
-			mounted, err := mountinfo.Mounted(rootDir)
-			if err != nil || !mounted {
-				break
-			}
+		for layers(t) > before {
 			if err := unix.Unmount(rootDir, unix.MNT_DETACH); err != nil {
 				t.Errorf("unmounting %s: %v", rootDir, err)
 				break
 			}
 		}
 	})
+}
+
+// layers counts the mounts stacked on rootDir.
+func layers(t *testing.T) int {
+	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(rootDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(infos)
 }
 
 func randomToken(t *testing.T) string {
