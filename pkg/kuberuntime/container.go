@@ -311,7 +311,7 @@ func (m *Manager) recursiveReadOnly(pod *v1.Pod, c *v1.Container, mounts []*runt
 	for _, vm := range c.VolumeMounts {
 		rro, err := ResolveRecursiveReadOnly(vm, supported)
 		if err != nil {
-			return err
+			return fmt.Errorf("failed to resolve recursive read-only mode: %w", err)
 		}
 		if !rro {
 			continue

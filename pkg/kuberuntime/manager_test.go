@@ -446,6 +446,22 @@ func TestVolumeFailureIsAFailedMountEvent(t *testing.T) {
 	}
 }
 
+// A recursive read-only mount the runtime cannot make fails the container
+// with upstream's message, which upstream's "should reject recursive
+// read-only mounts" [NodeConformance] spec looks for in its waiting state.
+func TestUnsupportedRecursiveReadOnlyMount(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyNever, "busybox").pod
+	enabled := v1.RecursiveReadOnlyEnabled
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "mnt", MountPath: "/mnt", ReadOnly: true, RecursiveReadOnly: &enabled}}
+	pod.Spec.Volumes = []v1.Volume{{Name: "mnt", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	result := f.sync(t, pod)
+	const want = `failed to resolve recursive read-only mode: volume "mnt" requested recursive read-only mode, but it is not supported by the runtime`
+	if !errors.Is(result.Error(), container.ErrCreateContainerConfig) || !strings.Contains(result.Error().Error(), want) {
+		t.Fatalf("sync error %v, want CreateContainerConfigError with %q", result.Error(), want)
+	}
+}
+
 // A sidecar in crash-loop back-off does not hold back the app: the app
 // container that crashed beside it is restarted at once.
 func TestSidecarBackOffDoesNotBlockTheApp(t *testing.T) {
