@@ -122,8 +122,11 @@ func (o *Provider) PodDNS(pod *v1.Pod) (*runtimeapi.DNSConfig, string, error) {
 		return nil, "", err
 	}
 	if pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN && fqdn != "" {
-		if len(fqdn) > 64 {
-			return nil, "", fmt.Errorf("pod %s/%s: setHostnameAsFQDN: the FQDN %q is longer than 64 characters", pod.Namespace, pod.Name, fqdn)
+		// The kernel's nodename holds 64 characters; upstream's message,
+		// which its FailedCreatePodSandBox event carries.
+		const maxLen = 64
+		if len(fqdn) > maxLen {
+			return nil, "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (%d characters is the max, %d characters requested)", fqdn, maxLen, len(fqdn))
 		}
 		hostname = fqdn
 	}

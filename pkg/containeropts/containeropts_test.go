@@ -212,6 +212,38 @@ func TestHostsFileAndHostname(t *testing.T) {
 	}
 }
 
+// A subdomain makes an FQDN even without a cluster domain (the node e2e
+// suite's kubelet settings have none), ending in "svc." as upstream's;
+// setHostnameAsFQDN then makes it the hostname, and one longer than the
+// kernel's 64 characters fails the sandbox with upstream's message
+// (node e2e: "Hostname of Pod", pod_hostnamefqdn_test.go).
+func TestFQDNWithoutAClusterDomain(t *testing.T) {
+	o := New(Options{RootDir: t.TempDir(), NodeName: "n1", Recorder: record.NewFakeRecorder(10)})
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hostfqdn-65977", Namespace: "hostfqdn-3184", UID: "u1"}, Spec: v1.PodSpec{
+		Subdomain: "t", SetHostnameAsFQDN: new(true),
+	}}
+	if _, hostname, err := o.PodDNS(pod); err != nil || hostname != "hostfqdn-65977.t.hostfqdn-3184.svc." {
+		t.Errorf("hostname %q (%v), want hostfqdn-65977.t.hostfqdn-3184.svc.", hostname, err)
+	}
+	m, err := o.hostsMount(pod, &v1.Container{Name: "test-container"}, []string{"10.1.0.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(m.HostPath); !strings.Contains(string(b), "10.1.0.5	hostfqdn-65977.t.hostfqdn-3184.svc.	hostfqdn-65977\n") {
+		t.Errorf("hosts file lacks the FQDN:\n%s", b)
+	}
+	pod.Name = "hostfqdnveryveryveryverylongforfqdntobemorethan64bytes-4242"
+	_, _, err = o.PodDNS(pod)
+	const want = "failed to construct FQDN from pod hostname and cluster domain, FQDN hostfqdnveryveryveryverylongforfqdntobemorethan64bytes-4242.t.hostfqdn-3184.svc. is too long (64 characters is the max, 80 characters requested)"
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+	pod.Name, pod.Spec.Subdomain = "p", "Not_A_Label"
+	if _, _, err := o.PodDNS(pod); err == nil || !strings.Contains(err.Error(), "is not a valid DNS label") {
+		t.Errorf("an invalid subdomain: %v", err)
+	}
+}
+
 // hostnameOverride is the pod's whole hostname, dots included, with no
 // domain; one that is no DNS subdomain is refused.
 func TestHostnameOverride(t *testing.T) {

@@ -163,7 +163,9 @@ func mergeOptions(base []string, pod []v1.PodDNSConfigOption) []string {
 }
 
 // Hostname is a pod's hostname (spec.hostname or its name, cut to a DNS
-// label) and, with a subdomain, its fully qualified name; with
+// label) and, with a subdomain, its fully qualified name, as upstream
+// builds it: <hostname>.<subdomain>.<namespace>.svc.<clusterDomain>, even
+// with no cluster domain (the name then ends in "svc."). With
 // setHostnameAsFQDN the FQDN is what the pod is given as its hostname.
 func (d DNS) Hostname(pod *v1.Pod) (hostname, fqdn string, err error) {
 	if o := pod.Spec.HostnameOverride; o != nil {
@@ -175,13 +177,19 @@ func (d DNS) Hostname(pod *v1.Pod) (hostname, fqdn string, err error) {
 	}
 	h := pod.Name
 	if pod.Spec.Hostname != "" {
+		if msgs := validation.IsDNS1123Label(pod.Spec.Hostname); len(msgs) != 0 {
+			return "", "", fmt.Errorf("pod Hostname %q is not a valid DNS label: %s", pod.Spec.Hostname, strings.Join(msgs, ";"))
+		}
 		h = pod.Spec.Hostname
 	}
 	h = truncateHostname(h)
 	if h == "" {
 		return "", "", fmt.Errorf("pod %s/%s has no usable hostname", pod.Namespace, pod.Name)
 	}
-	if pod.Spec.Subdomain != "" && d.ClusterDomain != "" {
+	if pod.Spec.Subdomain != "" {
+		if msgs := validation.IsDNS1123Label(pod.Spec.Subdomain); len(msgs) != 0 {
+			return "", "", fmt.Errorf("pod Subdomain %q is not a valid DNS label: %s", pod.Spec.Subdomain, strings.Join(msgs, ";"))
+		}
 		fqdn = fmt.Sprintf("%s.%s.%s.svc.%s", h, pod.Spec.Subdomain, pod.Namespace, d.ClusterDomain)
 	}
 	return h, fqdn, nil
