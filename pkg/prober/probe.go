@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ type Executor interface {
 type outcome struct {
 	ok      bool
 	errored bool
+	// warning is said of a run that passed (an HTTP redirect to another
+	// host, not followed).
+	warning string
 	output  string
 }
 
@@ -127,20 +131,20 @@ func httpProbe(ctx context.Context, g *v1.HTTPGetAction, c *v1.Container, podIP 
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOutput))
-	if httpget.Success(resp.StatusCode) {
-		return outcome{ok: true}
-	}
 	if err != nil {
 		return outcome{output: fmt.Sprintf("HTTP probe failed with statuscode: %d (reading the body: %v)", resp.StatusCode, err)}
 	}
-	return outcome{output: fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode) + bodySuffix(body)}
-}
-
-func bodySuffix(b []byte) string {
-	if s := strings.TrimSpace(string(b)); s != "" {
-		return ": " + s
+	switch code := resp.StatusCode; {
+	case code >= http.StatusMultipleChoices && code < http.StatusBadRequest:
+		// A redirect to another host, not followed: the container
+		// answered, so it passed, with upstream's warning.
+		return outcome{ok: true, warning: fmt.Sprintf("Probe terminated redirects, Response body: %s", body)}
+	case httpget.Success(code):
+		return outcome{ok: true}
 	}
-	return ""
+	// As upstream's, the failure never carries the response body: what a
+	// container answers must not reach the pod's events (kubernetes#99425).
+	return outcome{output: fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode)}
 }
 
 func tcpProbe(ctx context.Context, t *v1.TCPSocketAction, c *v1.Container, podIP string) outcome {

@@ -306,9 +306,17 @@ func TestHTTPProbe(t *testing.T) {
 		if o.ok != want {
 			t.Errorf("%s: ok=%v (%s)", path, o.ok, o.output)
 		}
-		if !want && !strings.Contains(o.output, "statuscode: 503") {
-			t.Errorf("%s: output %q", path, o.output)
+		if !want && o.output != "HTTP probe failed with statuscode: 503" {
+			t.Errorf("%s: output %q, want upstream's message without the response body", path, o.output)
 		}
+	}
+	// A redirect to another host passes with upstream's warning (node e2e:
+	// "should *not* be restarted with a non-local redirect http liveness
+	// probe", which waits for the ProbeWarning event with this text).
+	p, c := httpProbeFor(srv.URL, "/away")
+	if o := runProbe(context.Background(), nil, p, c, "", ""); !o.ok ||
+		!strings.HasPrefix(o.warning, "Probe terminated redirects, Response body: <a href=\"http://localhost:") {
+		t.Errorf("redirect elsewhere: ok=%v warning %q", o.ok, o.warning)
 	}
 	if !strings.Contains(seen[0], "kube-probe/") || !strings.HasSuffix(seen[0], " 1") {
 		t.Errorf("request %q: want kube-probe's User-Agent and the header", seen[0])
@@ -513,5 +521,27 @@ func TestErroredExecProbeIsThrownAway(t *testing.T) {
 	})
 	if o := runProbe(context.Background(), missing, execSpec(0, 1, 1), &v1.Container{}, "id", ""); o.ok || o.errored {
 		t.Fatalf("a command missing from the image: ok %v errored %v, want a failure", o.ok, o.errored)
+	}
+}
+
+// A liveness probe redirected to another host passes, and says so with a
+// ProbeWarning event (upstream's "Liveness probe warning: Probe terminated
+// redirects, Response body: ..."), which the node e2e suite waits for.
+func TestRedirectElsewhereIsAProbeWarning(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://0.0.0.0/", http.StatusFound)
+	}))
+	defer srv.Close()
+	p, c := httpProbeFor(srv.URL, "/redirect")
+	c.LivenessProbe = p
+	f := newFixture(t, *c)
+	w := f.worker(Liveness)
+	w.probeOnce()
+	if got := strings.Join(f.updates(), ","); strings.Contains(got, "Failure") {
+		t.Fatalf("updates %q: a redirect elsewhere failed the probe", got)
+	}
+	const want = `Warning ProbeWarning Liveness probe warning: Probe terminated redirects, Response body: <a href="http://0.0.0.0/">Found</a>.`
+	if e := <-f.events.Events; !strings.HasPrefix(e, want) {
+		t.Fatalf("event %q, want %q", e, want)
 	}
 }

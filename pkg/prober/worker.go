@@ -146,6 +146,9 @@ func (w *worker) probeOnce() bool {
 		return true
 	}
 	w.m.observer.Observe(Observation{Pod: w.pod, Container: w.container.Name, Type: w.typ, OK: o.ok, Took: w.m.clock.Since(start)})
+	if o.warning != "" {
+		w.m.recorder.Eventf(w.ref(), v1.EventTypeWarning, "ProbeWarning", "%s probe warning: %s", w.typ, o.warning)
+	}
 	if !o.ok {
 		w.m.recorder.Eventf(w.ref(), v1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", w.typ, o.output)
 		klog.V(2).InfoS("Probe failed", "probe", w.typ, "pod", klog.KObj(w.pod), "podUID", w.pod.UID, "container", w.container.Name, "output", o.output)
