@@ -36,6 +36,8 @@ type admission struct {
 	decisions Decisions
 	// resizeChecks say why a resize can never be granted ("" if it can).
 	resizeChecks []ResizeCheck
+	// appArmor: the host enforces AppArmor profiles.
+	appArmor bool
 }
 
 // checkPressure refuses pods the way upstream's eviction manager admits
@@ -97,6 +99,7 @@ func (a *admission) admit(active []*v1.Pod, pod *v1.Pod) *Rejection {
 		func() *Rejection { return checkTaints(pod, node) },
 		func() *Rejection { return checkHostPorts(active, pod) },
 		func() *Rejection { return checkResources(active, pod, node) },
+		func() *Rejection { return checkAppArmor(pod, a.appArmor) },
 	} {
 		if r := check(); r != nil {
 			return r

@@ -239,3 +239,37 @@ func TestUnsupportedFieldAdmission(t *testing.T) {
 		t.Errorf("a plain pod: %+v", r)
 	}
 }
+
+// A pod asking for a confined AppArmor profile on a host without AppArmor
+// is refused at admission (Failed, reason AppArmor), as upstream's
+// "AppArmor when running without AppArmor should reject a pod with an
+// AppArmor profile" [NodeConformance] specs expect, whether the profile
+// is in the annotation or the securityContext field; unconfined pods,
+// hosts with AppArmor and pods already running are let through.
+func TestAppArmorAdmission(t *testing.T) {
+	a := &admission{node: func() *v1.Node { return admissionNode(3) }}
+	annotated := mk("annotated")
+	annotated.Annotations = map[string]string{appArmorAnnotationPrefix + "test": "runtime/default"}
+	field := mk("field")
+	field.Spec.Containers[0].SecurityContext = &v1.SecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}}
+	unconfined := mk("unconfined")
+	unconfined.Annotations = map[string]string{appArmorAnnotationPrefix + "test": "unconfined"}
+	for _, p := range []*v1.Pod{annotated, field} {
+		r := a.admit(nil, p)
+		if r == nil || r.Reason != "AppArmor" || r.Message != "Cannot enforce AppArmor: AppArmor is not enabled on the host" {
+			t.Errorf("%s: %+v, want an AppArmor rejection", p.Name, r)
+		}
+	}
+	if r := a.admit(nil, unconfined); r != nil {
+		t.Errorf("unconfined pod refused: %+v", r)
+	}
+	running := field.DeepCopy()
+	running.Status.Phase = v1.PodRunning
+	if r := a.admit(nil, running); r != nil {
+		t.Errorf("a running pod checked again: %+v", r)
+	}
+	a.appArmor = true
+	if r := a.admit(nil, field); r != nil {
+		t.Errorf("refused on a host with AppArmor: %+v", r)
+	}
+}

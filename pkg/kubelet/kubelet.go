@@ -110,6 +110,9 @@ type Config struct {
 	Node func() *v1.Node
 	// AllowedUnsafeSysctls are allowed besides the safe set.
 	AllowedUnsafeSysctls []string
+	// AppArmor says the host enforces AppArmor: otherwise a pod asking
+	// for a confined profile is refused.
+	AppArmor bool
 	// Pressure returns the node's pressure conditions, which refuse pods
 	// at admission; nil for none.
 	Pressure func() map[v1.NodeConditionType]string
@@ -262,7 +265,7 @@ func New(cfg Config, d Deps) *Kubelet {
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
 		cleaner: cleaner,
 		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure, hooks: cfg.Admit,
-			alloc: cfg.Allocations, decisions: cfg.Decisions, resizeChecks: cfg.ResizeChecks},
+			alloc: cfg.Allocations, decisions: cfg.Decisions, resizeChecks: cfg.ResizeChecks, appArmor: cfg.AppArmor},
 	}
 }
 

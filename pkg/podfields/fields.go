@@ -110,7 +110,7 @@ var Fields = map[string]Field{
 	"spec.securityContext.supplementalGroupsPolicy":         {Honoured, "Strict is passed to the runtime where it says it can; elsewhere the pod is refused (SupplementalGroupsPolicyNotSupported), as upstream"},
 	"spec.securityContext.seLinuxChangePolicy":              {Honoured, "nodelet never relabels volumes itself: Recursive (the runtime's relabelling) and MountOption behave alike"},
 	"spec.securityContext.windowsOptions":                   {Refused, "Windows only: a Linux node cannot honour it"},
-	"spec.securityContext.appArmorProfile":                  {Honoured, "Passed to the runtime; on a host without AppArmor a pod asking for a confined profile is kept Pending with reason AppArmor (soft admission), as upstream"},
+	"spec.securityContext.appArmorProfile":                  {Honoured, "Passed to the runtime; on a host without AppArmor a pod asking for a confined profile is refused at admission (Failed, reason AppArmor), as upstream"},
 	"spec.imagePullSecrets":                                 {Honoured, "`kubernetes.io/dockerconfigjson` and `kubernetes.io/dockercfg` secrets are matched to the image (most specific registry path first, then the node's own `config.json` in the root directory); in cluster mode the secrets are read from the API (the service account's were copied into the pod when it was created); standalone pods use the node's credentials"},
 	"spec.hostname":                                         {Honoured, "Yes (pod name otherwise; truncated to 63 characters)"},
 	"spec.subdomain":                                        {Honoured, "The pod's `/etc/hosts` names it `<hostname>.<subdomain>.<namespace>.svc.<clusterDomain>` (ending in `svc.` without a clusterDomain, as upstream)"},

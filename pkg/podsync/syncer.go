@@ -137,10 +137,7 @@ type SyncerOptions struct {
 	Reads  podReads
 	Status statusStore
 	// Network says why the pod network is not ready; nil when it always is.
-	Network func() error
-	// CanRun are soft admission checks: an admitted pod that fails one is
-	// kept Pending with its containers stopped until it passes.
-	CanRun   []func(*v1.Pod) *Blocked
+	Network  func() error
 	RootDir  string
 	HostIPs  []string
 	Recorder record.EventRecorder
@@ -222,7 +219,6 @@ type PodSyncer struct {
 	reads    podReads
 	status   statusStore
 	network  func() error
-	canRun   []func(*v1.Pod) *Blocked
 	cgroups  podCgroups
 	probes   probes
 	mirrors  MirrorPods
@@ -247,7 +243,7 @@ var _ podworkers.Syncer = (*PodSyncer)(nil)
 func NewPodSyncer(o SyncerOptions) *PodSyncer {
 	o = o.withDefaults()
 	return &PodSyncer{
-		runtime: o.Runtime, reads: o.Reads, status: o.Status, network: o.Network, canRun: o.CanRun, cgroups: o.Cgroups, probes: o.Probes,
+		runtime: o.Runtime, reads: o.Reads, status: o.Status, network: o.Network, cgroups: o.Cgroups, probes: o.Probes,
 		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
 		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features, claims: o.Claims,
 		grants: o.Grants,
@@ -299,30 +295,7 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		s.status.SetPodStatus(pod, status)
 		return true, nil
 	}
-	blocked := s.softAdmit(pod)
-	if blocked != nil {
-		status.Phase, status.Reason, status.Message = v1.PodPending, blocked.Reason, blocked.Message
-		for _, list := range [][]v1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses} {
-			for i := range list {
-				if w := list[i].State.Waiting; w != nil {
-					w.Reason = "Blocked"
-				}
-			}
-		}
-	}
 	s.status.SetPodStatus(pod, status)
-	if blocked != nil {
-		// Not runnable for now: stop what runs and try again later; it
-		// may become runnable (this is not termination).
-		if rs == nil {
-			rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
-		}
-		if err := s.runtime.KillPod(ctx, pod, rs.ToRunningPod(), nil); err != nil {
-			s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
-			return false, fmt.Errorf("error killing pod: %w", err)
-		}
-		return false, fmt.Errorf("pod cannot be run: %s", blocked.Message)
-	}
 
 	if err := s.network(); err != nil && !pod.Spec.HostNetwork {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "network is not ready: %v", err)
@@ -564,16 +537,6 @@ func (s *PodSyncer) ensurePodCgroup(ctx context.Context, pod *v1.Pod, rs *contai
 	if err := s.cgroups.EnsureExists(pod); err != nil {
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedToCreatePodContainer", "unable to ensure pod container exists: %v", err)
 		return fmt.Errorf("failed to ensure that the pod: %v cgroups exist and are correctly applied: %w", pod.UID, err)
-	}
-	return nil
-}
-
-// softAdmit runs the soft admission checks.
-func (s *PodSyncer) softAdmit(pod *v1.Pod) *Blocked {
-	for _, check := range s.canRun {
-		if r := check(pod); r != nil {
-			return r
-		}
 	}
 	return nil
 }

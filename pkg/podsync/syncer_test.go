@@ -161,40 +161,6 @@ func TestSyncPodWaitingForABackOffAsksToRetryWhenItEnds(t *testing.T) {
 	}
 }
 
-func TestSoftAdmissionBlocksWithoutStarting(t *testing.T) {
-	clk := testingclock.NewFakeClock(now)
-	rt := fakecri.New(clk, "img")
-	st := podstatus.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
-		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
-	blockAppArmor := func(p *v1.Pod) *Blocked {
-		if wantsAppArmor(p) {
-			return &Blocked{"AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
-		}
-		return nil
-	}
-	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: record.NewFakeRecorder(100),
-		Clock: clk, CanRun: []func(*v1.Pod) *Blocked{blockAppArmor}})
-	p := apiPod("a", "a", now)
-	p.Annotations = map[string]string{appArmorAnnotationPrefix + "c": "runtime/default"}
-	_, err := s.SyncPod(context.Background(), podworkers.UpdateCreate, p, nil, &container.PodStatus{ID: "a"})
-	if err == nil || !strings.Contains(err.Error(), "cannot be run") {
-		t.Fatalf("err %v", err)
-	}
-	got, _ := st.GetPodStatus("a")
-	if got.Phase != v1.PodPending || got.Reason != "AppArmor" || got.ContainerStatuses[0].State.Waiting.Reason != "Blocked" {
-		t.Fatalf("status %+v", got)
-	}
-	if n, _ := rt.Counts(); n != 0 {
-		t.Fatal("a blocked pod got a sandbox")
-	}
-	// Unconfined is not a profile to enforce.
-	p.Annotations[appArmorAnnotationPrefix+"c"] = "unconfined"
-	if _, err := s.SyncPod(context.Background(), podworkers.UpdateSync, p, nil, &container.PodStatus{ID: "a"}); err != nil {
-		t.Fatalf("unconfined pod blocked: %v", err)
-	}
-}
-
 // A pod past its active deadline fails with DeadlineExceeded and an event;
 // the deadline counts from the start time the API recorded, so it holds
 // across a nodelet restart (no status of nodelet's own yet).

@@ -46,7 +46,7 @@ type coreParts struct {
 func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, health *health.Node, reporter *reporterParts, res *resourceParts) *coreParts {
 	syncer := podsync.NewPodSyncer(podsync.SyncerOptions{
 		Runtime: runtime.manager, Reads: runtime.pleg, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
-		Recorder: b.recorder, Clock: b.clock, CanRun: podsync.SoftAdmissionChecks(), Probes: runtime.probes,
+		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
 		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Grants: b.allocations, Features: runtime.manager.Features,
 		Claims: res.claims,
@@ -60,7 +60,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	ready := podsources.NewSourcesReady(podConfig.Sources)
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
-		AllowedUnsafeSysctls: b.cfg.AllowedUnsafeSysctls, DeadContainersKept: b.opts.DeadContainersKept,
+		AllowedUnsafeSysctls: b.cfg.AllowedUnsafeSysctls, AppArmor: kubelet.AppArmorEnabled(), DeadContainersKept: b.opts.DeadContainersKept,
 		Pressure: node.pressure.Pressure, Cgroups: node.cgroups,
 		// The resource managers allocate after the other checks that run
 		// first here, and before the node's capacity is checked, as upstream.

@@ -1,4 +1,4 @@
-package podsync
+package kubelet
 
 import (
 	"os"
@@ -7,33 +7,25 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Blocked says why an admitted pod cannot run for now: upstream's reason,
-// and a message. The pod stays Pending, its containers stopped, until
-// the check passes.
-type Blocked struct {
-	Reason, Message string
-}
-
 // appArmorAnnotationPrefix is the annotation pods used for AppArmor
 // profiles before the securityContext field existed.
 const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io/"
 
-// appArmorEnabled reports whether the host enforces AppArmor.
-func appArmorEnabled() bool {
+// AppArmorEnabled reports whether the host enforces AppArmor.
+func AppArmorEnabled() bool {
 	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	return err == nil && strings.TrimSpace(string(b)) == "Y"
 }
 
-// AppArmorCheck returns the soft admission check of AppArmor profiles:
-// a pod that asks for one cannot run on a host that cannot enforce it.
-func AppArmorCheck() func(*v1.Pod) *Blocked {
-	enabled := appArmorEnabled()
-	return func(pod *v1.Pod) *Blocked {
-		if enabled || !wantsAppArmor(pod) {
-			return nil
-		}
-		return &Blocked{"AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
+// checkAppArmor refuses a pending pod that asks for a confined AppArmor
+// profile on a host that cannot enforce one, as upstream's admission does
+// (reason AppArmor; the pod fails, it does not wait). A pod already
+// running or finished is not checked again.
+func checkAppArmor(pod *v1.Pod, enabled bool) *Rejection {
+	if enabled || (pod.Status.Phase != v1.PodPending && pod.Status.Phase != "") || !wantsAppArmor(pod) {
+		return nil
 	}
+	return &Rejection{Reason: "AppArmor", Message: "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
 }
 
 func wantsAppArmor(pod *v1.Pod) bool {
@@ -54,9 +46,4 @@ func wantsAppArmor(pod *v1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// SoftAdmissionChecks are the checks a pod must pass at every sync.
-func SoftAdmissionChecks() []func(*v1.Pod) *Blocked {
-	return []func(*v1.Pod) *Blocked{AppArmorCheck()}
 }
