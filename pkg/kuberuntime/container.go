@@ -202,6 +202,7 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	}
 	counted = startlimit.Container
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	m.legacyLogs.link(filepath.Join(sandboxCfg.GetLogDirectory(), cfg.GetLogPath()), pod.Name, pod.Namespace, c.Name, id)
 	// The fault tests stop nodelet here: a container running that nodelet
 	// has not recorded as started.
 	failpoint.Inject("container-started")

@@ -34,6 +34,7 @@ type ContainerGC struct {
 	runtime     RuntimeService
 	runtimeName string
 	podLogsDir  string
+	legacyLogs  legacyLogs
 	timeout     time.Duration
 	stops       *startlimit.Gate
 	pods        interface {
@@ -44,7 +45,7 @@ type ContainerGC struct {
 // ContainerGC returns the garbage collector of the manager's containers.
 func (m *Manager) ContainerGC() *ContainerGC {
 	return &ContainerGC{runtime: m.runtime, runtimeName: m.runtimeName, podLogsDir: m.podLogsDir,
-		timeout: m.requestTimeout, stops: m.stops, pods: m}
+		legacyLogs: m.legacyLogs, timeout: m.requestTimeout, stops: m.stops, pods: m}
 }
 
 func (g *ContainerGC) call(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -87,7 +88,7 @@ func (g *ContainerGC) Collect(ctx context.Context, pods []*container.Pod, policy
 		errs = append(errs, g.pruneDeadContainers(ctx, p, policy.MaxPerPodContainer))
 		errs = append(errs, g.pruneOldSandboxes(ctx, p))
 	}
-	errs = append(errs, g.removeOrphanedLogDirs(live, state))
+	errs = append(errs, g.removeOrphanedLogDirs(live, state), g.legacyLogs.sweep(ctx, g.runtime))
 	return errors.Join(errs...)
 }
 
@@ -177,12 +178,12 @@ func (g *ContainerGC) pruneOldSandboxes(ctx context.Context, p *container.Pod) e
 // removeContainer removes a container and its log files in a background
 // slot of the stop gate.
 func (g *ContainerGC) removeContainer(ctx context.Context, id string) error {
-	return g.gated(ctx, func(ctx context.Context) error { return removeContainer(ctx, g.runtime, id) })
+	return g.gated(ctx, func(ctx context.Context) error { return removeContainer(ctx, g.runtime, g.legacyLogs, id) })
 }
 
 // removeContainer removes a container and its log files, rotated ones
-// included: the runtime does not own them.
-func removeContainer(ctx context.Context, runtime RuntimeService, id string) error {
+// included, and its log's link: the runtime does not own them.
+func removeContainer(ctx context.Context, runtime RuntimeService, links legacyLogs, id string) error {
 	st, err := runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if _, err := runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && !crierr.IsNotFound(err) {
 		return fmt.Errorf("removing container %s: %w", id, err)
@@ -192,7 +193,7 @@ func removeContainer(ctx context.Context, runtime RuntimeService, id string) err
 		if os.IsNotExist(rmErr) {
 			rmErr = nil
 		}
-		if err := errors.Join(logs.RemoveRotated(path), rmErr); err != nil {
+		if err := errors.Join(logs.RemoveRotated(path), rmErr, links.unlink(st.GetStatus())); err != nil {
 			return fmt.Errorf("removing the logs of container %s: %w", id, err)
 		}
 	}

@@ -65,13 +65,16 @@ type PodState interface {
 
 // Options configure a Manager.
 type Options struct {
-	Runtime        RuntimeService
-	Images         images.ImageService
-	Helper         Helper
-	Recorder       record.EventRecorder
-	Clock          clock.WithTicker
-	RuntimeName    string
-	PodLogsDir     string
+	Runtime     RuntimeService
+	Images      images.ImageService
+	Helper      Helper
+	Recorder    record.EventRecorder
+	Clock       clock.WithTicker
+	RuntimeName string
+	PodLogsDir  string
+	// LegacyLogsDir is where each container's log is linked for log
+	// shippers (LegacyContainerLogsDir); "" links none.
+	LegacyLogsDir  string
 	RequestTimeout time.Duration
 	// CgroupParent returns the cgroup a pod's sandbox goes under ("" lets
 	// the runtime choose).
@@ -174,6 +177,7 @@ type Manager struct {
 	clock          clock.WithTicker
 	runtimeName    string
 	podLogsDir     string
+	legacyLogs     legacyLogs
 	requestTimeout time.Duration
 	cgroupParent   func(*v1.Pod) string
 	health         ContainerHealth
@@ -249,6 +253,7 @@ func New(o Options) *Manager {
 		clock:          o.Clock,
 		runtimeName:    o.RuntimeName,
 		podLogsDir:     o.PodLogsDir,
+		legacyLogs:     legacyLogs(o.LegacyLogsDir),
 		requestTimeout: o.RequestTimeout,
 		cgroupParent:   o.CgroupParent,
 		health:         o.Health,

@@ -202,7 +202,7 @@ func (m *Manager) purgeInitContainers(ctx context.Context, pod *v1.Pod, status *
 		}
 		klog.V(4).InfoS("Removing init container before the sandbox is re-created", "pod", klog.KObj(pod), "podUID", pod.UID, "container", cs.Name, "containerID", cs.ID)
 		cctx, cancel := m.call(ctx)
-		err := removeContainer(cctx, m.runtime, cs.ID.ID)
+		err := removeContainer(cctx, m.runtime, m.legacyLogs, cs.ID.ID)
 		cancel()
 		if err != nil {
 			klog.ErrorS(err, "Failed to remove init container", "pod", klog.KObj(pod), "podUID", pod.UID, "container", cs.Name)

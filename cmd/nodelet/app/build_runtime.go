@@ -110,7 +110,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 	b.metrics.Register(starts.Collector(), stops.Collector())
 	manager := kuberuntime.New(kuberuntime.Options{
 		Runtime: rt.runtime, Images: rt.images, Helper: options, Recorder: b.recorder, Clock: b.clock,
-		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
+		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, LegacyLogsDir: kuberuntime.LegacyContainerLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
 		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.opts.RootDir, MemoryCapacity: node.memoryCapacity(),
 		// Pulls are serialised unless told otherwise, as upstream does.
 		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines,

@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kubeclient"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -164,8 +165,8 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, d := range []string{o.RootDir, c.PodLogsDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
+	for d, mode := range map[string]os.FileMode{o.RootDir: 0o750, c.PodLogsDir: 0o750, kuberuntime.LegacyContainerLogsDir: 0o755} {
+		if err := os.MkdirAll(d, mode); err != nil {
 			return nil, nil, fmt.Errorf("creating %s: %w", d, err)
 		}
 	}

@@ -563,3 +563,36 @@ spec:
 		t.Fatalf("init container status %+v", s)
 	}
 }
+
+// A container's log is linked in /var/log/containers under upstream's
+// name, <pod>_<namespace>_<container>-<container ID>.log, where log
+// shippers and upstream's "ContainerLogPath should print log to correct
+// log path" [NodeConformance] spec read it; the link goes when the
+// container is removed.
+func TestLegacyContainerLogLink(t *testing.T) {
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
+	n.WriteManifest("logpath.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: logpath
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: %s, command: ["sh", "-c", "echo logs-from-main"]}
+`, testbed.BusyboxImage))
+	p := waitPod(t, n, "logpath", podTimeout, func(p *v1.Pod) (bool, string) {
+		return p.Status.Phase == v1.PodSucceeded, fmt.Sprintf("phase %s", p.Status.Phase)
+	})
+	id := strings.TrimPrefix(mainStatus(p).ContainerID, "containerd://")
+	link := filepath.Join("/var/log/containers", fmt.Sprintf("%s_%s_main-%s.log", p.Name, p.Namespace, id))
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		b, err := os.ReadFile(link)
+		return err == nil && strings.Contains(string(b), "logs-from-main"), fmt.Sprintf("%s: %q %v", link, b, err)
+	})
+	n.RemoveManifest("logpath.yaml")
+	testbed.Eventually(t, podTimeout, func() (bool, string) {
+		_, err := os.Lstat(link)
+		return os.IsNotExist(err), fmt.Sprintf("%s still there (%v)", link, err)
+	})
+}
