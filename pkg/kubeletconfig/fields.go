@@ -55,7 +55,7 @@ var configFields = map[string]field{
 	"staticPodURLHeader":                        honour("headers sent to staticPodURL"),
 	"address":                                   honour("address of the kubelet API and read-only port"),
 	"port":                                      honour("kubelet API port"),
-	"readOnlyPort":                              honour("unauthenticated read-only port serving /pods and /healthz (0, the default, turns it off)"),
+	"readOnlyPort":                              honour("unauthenticated read-only port serving /pods, /healthz, /stats/summary and the metrics, as upstream's (0, the default, turns it off)"),
 	"tlsCertFile":                               honour("serving certificate, reloaded when it changes on disk; a self-signed one (<cert-dir>/kubelet.crt) otherwise"),
 	"tlsPrivateKeyFile":                         honour("serving key"),
 	"tlsCipherSuites":                           honour("cipher suites of the kubelet API (TLS 1.2)"),

@@ -42,19 +42,37 @@ type Timelines interface {
 	Lookup(namespace, name string) (timeline.Timeline, bool)
 }
 
-// KubeletSources are what the kubelet API serves from.
-type KubeletSources struct {
-	Pods    PodSource
-	Healthz HealthChecker
-	Runtime Runtime
-	// Stats serves /stats/summary; Metrics serves /metrics, and the
-	// others its subpaths /metrics/resource (what metrics-server reads),
-	// /metrics/cadvisor and /metrics/probes. Any may be nil.
+// Monitoring are the endpoints monitoring reads, served on the kubelet
+// API and, without authentication, on the read-only port, as upstream
+// serves them: Stats serves /stats/summary; Metrics serves /metrics, and
+// the others its subpaths /metrics/resource (what metrics-server reads),
+// /metrics/cadvisor and /metrics/probes. Any may be nil.
+type Monitoring struct {
 	Stats           Stats
 	Metrics         http.Handler
 	MetricsResource http.Handler
 	MetricsCadvisor http.Handler
 	MetricsProbes   http.Handler
+}
+
+func (m Monitoring) install(mux *http.ServeMux) {
+	for path, h := range map[string]http.Handler{"/metrics": m.Metrics, "/metrics/resource": m.MetricsResource,
+		"/metrics/cadvisor": m.MetricsCadvisor, "/metrics/probes": m.MetricsProbes} {
+		if h != nil {
+			mux.Handle("GET "+path, h)
+		}
+	}
+	if m.Stats != nil {
+		mux.HandleFunc("GET /stats/summary", func(w http.ResponseWriter, r *http.Request) { serveSummary(m.Stats, w, r) })
+	}
+}
+
+// KubeletSources are what the kubelet API serves from.
+type KubeletSources struct {
+	Pods    PodSource
+	Healthz HealthChecker
+	Runtime Runtime
+	Monitoring
 	// Profiling serves Go's profiles under /debug/pprof/ (upstream's
 	// enableProfilingHandler).
 	Profiling bool
@@ -75,25 +93,15 @@ type KubeletSources struct {
 type Kubelet struct {
 	*ReadOnly
 	runtime   Runtime
-	stats     Stats
 	timelines Timelines
 }
 
 // NewKubelet returns the kubelet API's handler.
 func NewKubelet(src KubeletSources) *Kubelet {
-	s := &Kubelet{ReadOnly: NewReadOnly(src.Pods, src.Healthz), runtime: src.Runtime, stats: src.Stats, timelines: src.Timelines}
+	s := &Kubelet{ReadOnly: NewReadOnly(src.Pods, src.Healthz, src.Monitoring), runtime: src.Runtime, timelines: src.Timelines}
 	if src.Timelines != nil {
 		s.mux.HandleFunc("GET /debug/pods/{ns}/{pod}/timeline", s.handleTimeline)
 		s.mux.HandleFunc("GET /debug/pods/{uid}/timeline", s.handleTimeline)
-	}
-	for path, h := range map[string]http.Handler{"/metrics": src.Metrics, "/metrics/resource": src.MetricsResource,
-		"/metrics/cadvisor": src.MetricsCadvisor, "/metrics/probes": src.MetricsProbes} {
-		if h != nil {
-			s.mux.Handle("GET "+path, h)
-		}
-	}
-	if src.Stats != nil {
-		s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
 	}
 	if src.Configz != nil {
 		s.mux.Handle("GET /configz", configz(src.Configz))
@@ -247,8 +255,8 @@ func (s *Kubelet) logsOverWebSocket(w http.ResponseWriter, r *http.Request, opts
 
 // handleSummary serves the stats summary; only_cpu_and_memory=true is
 // metrics-server's cheaper request.
-func (s *Kubelet) handleSummary(w http.ResponseWriter, r *http.Request) {
-	sum, err := s.stats.Summary(r.Context(), r.URL.Query().Get("only_cpu_and_memory") == "true")
+func serveSummary(stats Stats, w http.ResponseWriter, r *http.Request) {
+	sum, err := stats.Summary(r.Context(), r.URL.Query().Get("only_cpu_and_memory") == "true")
 	if err != nil {
 		klog.ErrorS(err, "Summarizing node and pod stats failed")
 		writeError(w, err)

@@ -28,7 +28,9 @@ type PodSource interface {
 // HealthChecker reports nodelet's health; nil means healthy.
 type HealthChecker func() error
 
-// ReadOnly is the unauthenticated read-only server.
+// ReadOnly is the unauthenticated read-only server: the pods, /healthz,
+// and the monitoring endpoints (stats and metrics), as upstream's
+// read-only port serves them.
 type ReadOnly struct {
 	pods    PodSource
 	healthz HealthChecker
@@ -36,11 +38,12 @@ type ReadOnly struct {
 }
 
 // NewReadOnly returns the read-only server's handler.
-func NewReadOnly(pods PodSource, healthz HealthChecker) *ReadOnly {
+func NewReadOnly(pods PodSource, healthz HealthChecker, m Monitoring) *ReadOnly {
 	s := &ReadOnly{pods: pods, healthz: healthz, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /pods", s.handlePods)
 	s.mux.HandleFunc("GET /pods/", s.handlePods)
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
+	m.install(s.mux)
 	return s
 }
 

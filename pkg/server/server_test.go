@@ -37,7 +37,7 @@ func TestPods(t *testing.T) {
 	p := &v1.Pod{}
 	p.Name, p.Namespace, p.UID = "web-node1", "default", "uid"
 	p.Status.Phase, p.Status.PodIP = v1.PodRunning, "10.0.0.2"
-	srv := httptest.NewServer(NewReadOnly(pods{p}, func() error { return nil }))
+	srv := httptest.NewServer(NewReadOnly(pods{p}, func() error { return nil }, Monitoring{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/pods")
 	if err != nil {
@@ -52,7 +52,7 @@ func TestPods(t *testing.T) {
 		list.Items[0].Name != "web-node1" || list.Items[0].Status.PodIP != "10.0.0.2" {
 		t.Fatalf("list %+v", list)
 	}
-	empty := httptest.NewServer(NewReadOnly(pods{}, func() error { return nil }))
+	empty := httptest.NewServer(NewReadOnly(pods{}, func() error { return nil }, Monitoring{}))
 	defer empty.Close()
 	resp2, _ := http.Get(empty.URL + "/pods")
 	b, _ := io.ReadAll(resp2.Body)
@@ -80,7 +80,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 func TestHealthz(t *testing.T) {
 	var health error
-	srv := httptest.NewServer(NewReadOnly(pods{}, func() error { return health }))
+	srv := httptest.NewServer(NewReadOnly(pods{}, func() error { return health }, Monitoring{}))
 	defer srv.Close()
 	get := func() (int, string) { return httpGet(t, srv.URL+"/healthz") }
 	if code, body := get(); code != 200 || body != "ok" {
@@ -140,7 +140,7 @@ func TestListenFailsOnABusyPort(t *testing.T) {
 // TestListenerServesUntilCancelled: Run serves, and returns nil once ctx
 // ends and the server has shut down.
 func TestListenerServesUntilCancelled(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", NewReadOnly(pods{}, func() error { return nil }), nil)
+	l, err := Listen("127.0.0.1:0", NewReadOnly(pods{}, func() error { return nil }, Monitoring{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func (s stubStats) Summary(_ context.Context, only bool) (*statsapi.Summary, err
 
 func TestStatsSummary(t *testing.T) {
 	var only bool
-	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Stats: stubStats{&only}}))
+	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Monitoring: Monitoring{Stats: stubStats{&only}}}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/stats/summary")
 	if err != nil {
@@ -229,6 +229,32 @@ func TestConfigz(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("/configz without a configuration: status %d, want 404", resp.StatusCode)
+	}
+}
+
+// The read-only port serves what upstream's does without authentication:
+// the pods, /healthz, /stats/summary and the metrics (the node e2e
+// suite's summary spec reads /stats/summary there); the rest of the
+// kubelet API (logs, exec, configz) is not on it.
+func TestReadOnlyServesMonitoring(t *testing.T) {
+	var only bool
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "# metrics "+r.URL.Path) })
+	srv := httptest.NewServer(NewReadOnly(pods{}, func() error { return nil }, Monitoring{Stats: stubStats{&only}, Metrics: metrics, MetricsResource: metrics}))
+	defer srv.Close()
+	for path, want := range map[string]int{"/pods": 200, "/healthz": 200, "/stats/summary": 200, "/metrics": 200, "/metrics/resource": 200,
+		"/metrics/probes": 404, "/configz": 404, "/containerLogs/ns/p/c": 404} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: status %d, want %d (%s)", path, resp.StatusCode, want, body)
+		}
+		if path == "/stats/summary" && !strings.Contains(string(body), `"nodeName":"n1"`) {
+			t.Errorf("summary %s", body)
+		}
 	}
 }
 

@@ -44,8 +44,13 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 		klog.InfoS("Not serving the kubelet API or the read-only port: enableServer is false")
 		return out, nil
 	}
+	runningPods := func(ctx context.Context) ([]*container.Pod, error) { return runtime.manager.GetPods(ctx) }
+	monitoring := server.Monitoring{Stats: node.stats, Metrics: rt.metrics.Handler(runningPods),
+		MetricsResource: metrics.ResourceHandler(node.stats.Summary), MetricsProbes: rt.metrics.Probes().Handler(),
+		MetricsCadvisor: metrics.CadvisorHandler(node.stats.Summary, metrics.RuntimeIdentities(runningPods), node.machine()),
+	}
 	if c.ReadOnlyPort > 0 {
-		l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core.kubelet, health.Healthz), nil)
+		l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core.kubelet, health.Healthz, monitoring), nil)
 		if err != nil {
 			return nil, fmt.Errorf("read-only server: %w", err)
 		}
@@ -53,12 +58,9 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 		out = append(out, component{"read-only server", l.Run})
 	}
 	if c.Port > 0 {
-		runningPods := func(ctx context.Context) ([]*container.Pod, error) { return runtime.manager.GetPods(ctx) }
 		components, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
-			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration), Metrics: rt.metrics.Handler(runningPods),
-			Stats: node.stats, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines, Configz: c,
-			MetricsResource: metrics.ResourceHandler(node.stats.Summary), MetricsProbes: rt.metrics.Probes().Handler(),
-			MetricsCadvisor: metrics.CadvisorHandler(node.stats.Summary, metrics.RuntimeIdentities(runningPods), node.machine()),
+			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration),
+			Monitoring: monitoring, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines, Configz: c,
 		}), reporter)
 		if err != nil {
 			return nil, fmt.Errorf("kubelet API: %w", err)
