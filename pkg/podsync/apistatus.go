@@ -55,6 +55,16 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 		regularWaiting = "PodInitializing"
 	}
 	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, regularWaiting, false)
+	// Every app and init container says whether it started, false until
+	// it has (upstream's prober sets the field on each): clients read it
+	// without a nil check (the node e2e suite's WaitForPodContainerStarted).
+	for _, list := range [][]v1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
+		for i := range list {
+			if list[i].Started == nil {
+				list[i].Started = new(false)
+			}
+		}
+	}
 	if len(pod.Spec.EphemeralContainers) > 0 {
 		eph := make([]v1.Container, len(pod.Spec.EphemeralContainers))
 		for i := range pod.Spec.EphemeralContainers {

@@ -188,6 +188,14 @@ func TestGenerateAPIPodStatus(t *testing.T) {
 	if s.HostIP != "192.0.2.1" || s.QOSClass != v1.PodQOSBestEffort {
 		t.Errorf("host IP %q QoS %q", s.HostIP, s.QOSClass)
 	}
+	// Containers not created yet say they have not started, as upstream's
+	// (node e2e: "should be ready immediately after startupProbe
+	// succeeds" dereferences the field while the pod is pending).
+	for _, c := range append(s.InitContainerStatuses, s.ContainerStatuses...) {
+		if c.Started == nil || *c.Started {
+			t.Errorf("%s: started %v, want false", c.Name, c.Started)
+		}
+	}
 
 	// Running.
 	run := rs(true, []string{"10.0.0.5"}, ctrStatus("init", container.StateExited, 0, now), ctrStatus("app", container.StateRunning, 0, now.Add(time.Second)))
