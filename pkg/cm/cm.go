@@ -98,10 +98,15 @@ type limits struct {
 
 // CheckVersion refuses a cgroup v1 host when failV1 is set, as the
 // upstream kubelet does by default (failCgroupV1), whether or not nodelet
-// manages cgroups.
-func CheckVersion(failV1 bool) error {
-	if failV1 && !cgroups.IsCgroup2UnifiedMode() {
+// manages cgroups; and, as upstream, singleProcessOOMKill explicitly false
+// there, where no container can be killed whole.
+func CheckVersion(failV1 bool, singleProcessOOMKill *bool) error {
+	v1 := !cgroups.IsCgroup2UnifiedMode()
+	if failV1 && v1 {
 		return errors.New("the host uses cgroup v1, which failCgroupV1 refuses (true by default, as upstream's): move the host to cgroup v2, or set failCgroupV1: false (--fail-cgroupv1=false)")
+	}
+	if v1 && singleProcessOOMKill != nil && !*singleProcessOOMKill {
+		return errors.New("singleProcessOOMKill must not be explicitly set to false when using cgroup v1 (memory.oom.group is cgroup v2's)")
 	}
 	return nil
 }

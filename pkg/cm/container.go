@@ -106,11 +106,26 @@ func (s Swap) apply(pod *v1.Pod, c *v1.Container, r *runtimeapi.LinuxContainerRe
 
 // ContainerLimits are the cgroup limits a container gets that depend on
 // the node: its huge pages per page size (none of a size it does not
-// ask for) and its swap. It is a runtime container hook.
+// ask for), its swap, and how the OOM killer treats it. It is a runtime
+// container hook.
 type ContainerLimits struct {
 	// HugePageSizes are the node's page sizes, in bytes.
 	HugePageSizes []int64
 	Swap          Swap
+	// GroupOOMKill asks the kernel to kill every process of the container
+	// when one is killed for lack of memory (memory.oom.group, cgroup v2
+	// only), as upstream's kubelet asks unless singleProcessOOMKill: a
+	// child killed alone would leave its container running as if nothing
+	// had happened. The runtime has no default of its own: the kubelet is
+	// the one that asks.
+	GroupOOMKill bool
+}
+
+// GroupOOMKill says whether containers are killed whole on OOM: on
+// cgroup v2 unless singleProcessOOMKill is true (the default there is
+// false); never on cgroup v1, which has no such setting.
+func GroupOOMKill(unified bool, singleProcessOOMKill *bool) bool {
+	return unified && (singleProcessOOMKill == nil || !*singleProcessOOMKill)
 }
 
 // PreCreateContainer sets the container's huge page and swap limits.
@@ -130,6 +145,12 @@ func (l ContainerLimits) PreCreateContainer(_ context.Context, pod *v1.Pod, c *v
 		r.HugepageLimits = append(r.HugepageLimits, &runtimeapi.HugepageLimit{PageSize: PageSizeName(size), Limit: uint64(limit)})
 	}
 	l.Swap.apply(pod, c, r)
+	if l.GroupOOMKill {
+		if r.Unified == nil {
+			r.Unified = map[string]string{}
+		}
+		r.Unified["memory.oom.group"] = "1"
+	}
 	return nil
 }
 

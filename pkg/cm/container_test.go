@@ -106,3 +106,27 @@ func TestContainerHugePageLimits(t *testing.T) {
 		t.Fatal(PageSizeName(64 << 10))
 	}
 }
+
+// On cgroup v2 every container is killed whole on OOM (memory.oom.group
+// 1), as upstream's kubelet asks, unless singleProcessOOMKill is true; on
+// cgroup v1 there is no such setting to ask for.
+func TestGroupOOMKill(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		unified bool
+		single  *bool
+		want    bool
+	}{{true, nil, true}, {true, &no, true}, {true, &yes, false}, {false, nil, false}, {false, &yes, false}} {
+		if got := GroupOOMKill(tc.unified, tc.single); got != tc.want {
+			t.Errorf("unified=%v singleProcessOOMKill=%v: %v, want %v", tc.unified, tc.single, got, tc.want)
+		}
+	}
+	p := podWith("b", rr("memory=64Mi", "memory=64Mi"))
+	for _, group := range []bool{true, false} {
+		cfg := linuxConfig(64 << 20)
+		testutil.Must(t, ContainerLimits{GroupOOMKill: group}.PreCreateContainer(context.Background(), p, &p.Spec.Containers[0], cfg))
+		if got, set := cfg.Linux.Resources.Unified["memory.oom.group"]; set != group || (group && got != "1") {
+			t.Errorf("GroupOOMKill=%v: unified %v", group, cfg.Linux.Resources.Unified)
+		}
+	}
+}

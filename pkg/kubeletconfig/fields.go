@@ -91,7 +91,7 @@ var configFields = map[string]field{
 	"cgroupsPerQOS":                             honour("QoS and pod cgroups"),
 	"cgroupDriver":                              honour("cgroupfs, or systemd (slices created through systemd's D-Bus API); the runtime's reported driver wins"),
 	"cpuManagerPolicy":                          honour("none, or static: a Guaranteed pod's containers asking whole CPUs get CPUs of their own (cpuset, kept in <root-dir>/cpu_manager_state in upstream's format), the others share the rest"),
-	"singleProcessOOMKill":                      ign("", "the runtime's default memory.oom.group applies"),
+	"singleProcessOOMKill":                      honour("on cgroup v2, false (the default) sets memory.oom.group=1 on every container, so the OOM killer kills a container whole; true leaves it unset; on cgroup v1 false is refused at start, as upstream"),
 	"cpuManagerPolicyOptions":                   honour("full-pcpus-only (whole cores only, or SMTAlignmentError) and strict-cpu-reservation; other options are refused at start"),
 	"cpuManagerReconcilePeriod":                 honour("how often running containers' cpusets are brought up to date (at once when the shared pool changes)"),
 	"memoryManagerPolicy":                       honour("None, or Static: a Guaranteed pod's memory and huge pages on the fewest NUMA nodes (cpuset.mems), kept in <root-dir>/memory_manager_state in upstream's format"),

@@ -210,8 +210,9 @@ func containerLimits(c *kubeletv1beta1.KubeletConfiguration, sizes []int64, memo
 	if err != nil {
 		return cm.ContainerLimits{}, err
 	}
-	swap, err := cm.DetectSwap("/sys/fs/cgroup", cgroups.IsCgroup2UnifiedMode(), c.MemorySwap.SwapBehavior, memory, swapTotal)
-	return cm.ContainerLimits{HugePageSizes: sizes, Swap: swap}, err
+	unified := cgroups.IsCgroup2UnifiedMode()
+	swap, err := cm.DetectSwap("/sys/fs/cgroup", unified, c.MemorySwap.SwapBehavior, memory, swapTotal)
+	return cm.ContainerLimits{HugePageSizes: sizes, Swap: swap, GroupOOMKill: cm.GroupOOMKill(unified, c.SingleProcessOOMKill)}, err
 }
 
 // cgroupDriver is the cgroup driver the runtime reports (CRI
@@ -268,7 +269,7 @@ func checkKernel(c *kubeletv1beta1.KubeletConfiguration) error {
 // setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off. A
 // cgroup v1 host is refused first if failCgroupV1 says so.
 func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList, driver string, hugePageSizes []int64) (nodeCgroups, error) {
-	if err := cm.CheckVersion(*c.FailCgroupV1); err != nil {
+	if err := cm.CheckVersion(*c.FailCgroupV1, c.SingleProcessOOMKill); err != nil {
 		return nil, err
 	}
 	if c.CgroupsPerQOS != nil && !*c.CgroupsPerQOS {
