@@ -17,7 +17,11 @@ package cm
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -177,7 +181,29 @@ func (m *Manager) PodCgroup(pod *v1.Pod) string {
 	return m.cgroup(append(qosParts(podutil.QOSClass(pod)), podPrefix+string(pod.UID))...)
 }
 
-// Setup creates the QoS cgroups and limits /kubepods to what pods may use.
+// PIDs is the node's process IDs as a resource of node allocatable (not
+// one of the API's): /kubepods' pids.max, as upstream's "pid".
+const PIDs v1.ResourceName = "pid"
+
+// PIDCapacity is how many processes the node can run, as upstream counts
+// it: the lower of kernel.pid_max and kernel.threads-max (procDir is
+// /proc).
+func PIDCapacity(procDir string) (int64, bool) {
+	limit := int64(-1)
+	for _, f := range []string{"pid_max", "threads-max"} {
+		b, err := os.ReadFile(filepath.Join(procDir, "sys", "kernel", f))
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && (limit < 0 || v < limit) {
+			limit = v
+		}
+	}
+	return limit, limit >= 0
+}
+
+// Setup creates the QoS cgroups and limits /kubepods to what pods may use:
+// CPU, memory, huge pages, and processes (PIDs, when allocatable has it).
 func (m *Manager) Setup(allocatable v1.ResourceList) error {
 	top := m.cgroup(kubepods)
 	for _, cg := range []string{top, m.QoSCgroup(v1.PodQOSBurstable), m.QoSCgroup(v1.PodQOSBestEffort)} {
@@ -187,8 +213,9 @@ func (m *Manager) Setup(allocatable v1.ResourceList) error {
 	}
 	cpu := allocatable[v1.ResourceCPU]
 	mem := allocatable[v1.ResourceMemory]
+	pids := allocatable[PIDs]
 	return errors.Join(
-		m.h.set(top, limits{cpuShares: milliToShares(cpu.MilliValue()), memory: mem.Value(), hugetlb: hugePageLimits(m.o.HugePageSizes, allocatable)}),
+		m.h.set(top, limits{cpuShares: milliToShares(cpu.MilliValue()), memory: mem.Value(), pids: pids.Value(), hugetlb: hugePageLimits(m.o.HugePageSizes, allocatable)}),
 		// Best-effort pods get what is left over, and no more than that.
 		m.h.set(m.QoSCgroup(v1.PodQOSBestEffort), limits{cpuShares: minShares}),
 	)

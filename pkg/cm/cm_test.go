@@ -64,3 +64,24 @@ func rr(req, lim string) v1.ResourceRequirements {
 	}
 	return v1.ResourceRequirements{Requests: parse(req), Limits: parse(lim)}
 }
+
+// The node's PID capacity is the lower of kernel.pid_max and
+// kernel.threads-max, as upstream's pidlimit reads it.
+func TestPIDCapacity(t *testing.T) {
+	proc := t.TempDir()
+	kernel := filepath.Join(proc, "sys", "kernel")
+	if err := os.MkdirAll(kernel, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := PIDCapacity(proc); ok {
+		t.Fatal("a capacity without the files")
+	}
+	for f, v := range map[string]string{"pid_max": "4194304\n", "threads-max": "191803\n"} {
+		if err := os.WriteFile(filepath.Join(kernel, f), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, ok := PIDCapacity(proc); !ok || n != 191803 {
+		t.Fatalf("capacity %d %v, want threads-max's 191803", n, ok)
+	}
+}

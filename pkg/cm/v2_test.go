@@ -106,15 +106,21 @@ func readFile(t *testing.T, root, cgroup, file string) string {
 }
 
 // TestV2SetupSizesTheQoSCgroups: kubepods gets the allocatable CPU as a
-// weight and memory as memory.max; best-effort the minimum weight; every
+// weight, memory as memory.max and processes as pids.max; best-effort the
+// minimum weight; every
 // level enables cpu, memory and pids for the next.
 func TestV2SetupSizesTheQoSCgroups(t *testing.T) {
 	m, root := newFakeV2(t, 0)
 	if m.Version() != 2 {
 		t.Fatalf("version %d", m.Version())
 	}
-	if err := m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}); err != nil {
+	if err := m.Setup(v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi"), PIDs: resource.MustParse("4194304")}); err != nil {
 		t.Fatal(err)
+	}
+	// The node's process capacity, as upstream sets it (issue: it stayed
+	// "max").
+	if got := readFile(t, root, "/kubepods", "pids.max"); got != "4194304" {
+		t.Errorf("kubepods pids.max %s, want the node's PID capacity", got)
 	}
 	for cg, want := range map[string]string{
 		"/kubepods":            "79", // 2048 shares: 1 + ((2048-2)*9999)/262142

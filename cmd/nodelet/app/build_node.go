@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -161,6 +162,12 @@ func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*n
 		return nil, err
 	}
 	enforced := nodestatus.Allocatable(capacity, reserved)
+	// /kubepods is limited to the node's processes less those reserved
+	// (systemReserved and kubeReserved "pid"), as upstream's.
+	if pids, ok := cm.PIDCapacity("/proc"); ok {
+		r := reserved[cm.PIDs]
+		enforced[cm.PIDs] = *resource.NewQuantity(max(pids-r.Value(), 0), resource.DecimalSI)
+	}
 	for name, q := range eviction {
 		cur := reserved[name]
 		cur.Add(q)
