@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/pkg/cm"
 )
 
 func cgroupFile(controller, cgroup, file string) (string, error) {
@@ -51,6 +52,13 @@ spec:
 		if got, err := cgroupFile(check.controller, podCg, check.file); err != nil || got != check.want {
 			t.Errorf("pod %s = %q (%v), want %s", check.file, got, err, check.want)
 		}
+	}
+	// All pods together are held to the node's process capacity, as
+	// upstream's node allocatable holds them.
+	if want, ok := cm.PIDCapacity("/proc"); !ok {
+		t.Error("no PID capacity read from /proc")
+	} else if got, err := cgroupFile("pids", filepath.Join(testbed.CgroupRoot(), "kubepods"), "pids.max"); err != nil || got != fmt.Sprint(want) {
+		t.Errorf("kubepods pids.max = %q (%v), want %d", got, err, want)
 	}
 	// The container's cgroup is inside the pod's.
 	for _, check := range []struct{ controller, file, want string }{
