@@ -52,6 +52,13 @@ type Options struct {
 	// CSI measures pods' CSI volumes through their drivers; nil measures
 	// none. They are persistent, not the pod's ephemeral storage.
 	CSI CSIVolumeStats
+	// SystemContainers names the node's system containers' cgroups by
+	// their summary names (cm.System.Containers); PodsCgroup is the pods'
+	// cgroup ("" without cgroupsPerQOS). ReadCgroup reads them; nil
+	// reports no system container.
+	SystemContainers func() map[string]string
+	PodsCgroup       string
+	ReadCgroup       CgroupReader
 }
 
 // CSIVolumeStats measures a pod's CSI volumes (NodeGetVolumeStats).
@@ -163,6 +170,7 @@ func (p *Provider) node(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.S
 		}
 		node.Runtime = &statsapi.RuntimeStats{ImageFs: imageFs, ContainerFs: imageFs}
 	}
+	node.SystemContainers = p.systemContainers(p.o.Clock.Now())
 	return &statsapi.Summary{Node: *node, Pods: []statsapi.PodStats{}}, imageFs, nil
 }
 

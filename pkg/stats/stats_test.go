@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -332,5 +333,42 @@ func TestCSIVolumesAreNotEphemeralStorage(t *testing.T) {
 	}
 	if e := p.EphemeralStorage; e == nil || u(e.UsedBytes) >= 1<<20 {
 		t.Errorf("ephemeral storage counts the CSI volume: %+v", e)
+	}
+}
+
+// The summary's system containers are upstream's: each named cgroup's
+// CPU and memory (the working set without inactive file pages), "pods"
+// with what is left below its limit; one that cannot be read is left out.
+func TestSystemContainers(t *testing.T) {
+	stats := map[string]*cgroups.Stats{
+		"/kubelet":  {CpuStats: cgroups.CpuStats{CpuUsage: cgroups.CpuUsage{TotalUsage: 5e9}}, MemoryStats: cgroups.MemoryStats{Usage: cgroups.MemoryData{Usage: 50 << 20}, Stats: map[string]uint64{"total_inactive_file": 10 << 20, "total_rss": 30 << 20, "total_pgfault": 5000}}},
+		"/kubepods": {CpuStats: cgroups.CpuStats{CpuUsage: cgroups.CpuUsage{TotalUsage: 9e9}}, MemoryStats: cgroups.MemoryStats{Usage: cgroups.MemoryData{Usage: 100 << 20, Limit: 1 << 30}, Stats: map[string]uint64{"inactive_file": 20 << 20}}},
+	}
+	p, err := NewProvider(Options{NodeName: "n1", ProcDir: "testdata/proc", Clock: clocktesting.NewFakeClock(time.Unix(2000, 0)),
+		SystemContainers: func() map[string]string { return map[string]string{"kubelet": "/kubelet", "misc": "/gone"} },
+		PodsCgroup:       "/kubepods",
+		ReadCgroup: func(name string) (*cgroups.Stats, error) {
+			if s, ok := stats[name]; ok {
+				return s, nil
+			}
+			return nil, errors.New("no such cgroup")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]statsapi.ContainerStats{}
+	for _, c := range p.systemContainers(time.Unix(2000, 0)) {
+		got[c.Name] = c
+	}
+	if len(got) != 2 {
+		t.Fatalf("system containers %v, want kubelet and pods (misc cannot be read)", got)
+	}
+	k := got["kubelet"]
+	if *k.CPU.UsageCoreNanoSeconds != 5e9 || *k.Memory.UsageBytes != 50<<20 || *k.Memory.WorkingSetBytes != 40<<20 ||
+		*k.Memory.RSSBytes != 30<<20 || *k.Memory.PageFaults != 5000 || k.Memory.AvailableBytes != nil {
+		t.Errorf("kubelet %+v %+v", k.CPU, k.Memory)
+	}
+	if pods := got["pods"]; pods.Memory.AvailableBytes == nil || *pods.Memory.AvailableBytes != (1<<30)-(80<<20) {
+		t.Errorf("pods available %v, want the limit less the working set", pods.Memory.AvailableBytes)
 	}
 }

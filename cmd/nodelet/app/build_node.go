@@ -54,7 +54,10 @@ type nodeParts struct {
 	reservedCPUs cpuset.CPUSet
 	// limits are containers' huge page and swap limits.
 	limits cm.ContainerLimits
-	stats  *stats.Provider
+	// podsCgroup is the pods' cgroup (kubepods), "" without
+	// cgroupsPerQOS.
+	podsCgroup string
+	stats      *stats.Provider
 	// pressure holds the node's pressure conditions, which the eviction
 	// manager keeps.
 	pressure   *eviction.Conditions
@@ -104,13 +107,19 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 		nodestatus.ForExternalCloudProvider(node, given)
 	}
 	klog.InfoS("Node resources", "capacity", node.Status.Capacity, "allocatable", node.Status.Allocatable, "labels", node.Labels)
+	system, err := cm.NewSystem(cm.SystemOptions{Kubelet: b.cfg.KubeletCgroups, System: b.cfg.SystemCgroups, Runtime: b.opts.RuntimeCgroups, Clock: b.clock})
+	if err != nil {
+		return nil, err
+	}
+	machine.components = append(machine.components, component{"system cgroups", system.Run})
 	statsProvider, err := stats.NewProvider(stats.Options{
 		NodeName: b.nodeName, RootDir: b.opts.RootDir, PodLogsDir: b.cfg.PodLogsDir, Clock: b.clock,
 		Runtime: struct {
 			runtimeapi.RuntimeServiceClient
 			runtimeapi.ImageServiceClient
 		}{rt.runtime, rt.images},
-		CSI: cl.csiStats,
+		CSI:              cl.csiStats,
+		SystemContainers: system.Containers, PodsCgroup: machine.podsCgroup, ReadCgroup: cm.CgroupStats,
 	})
 	if err != nil {
 		return nil, err
@@ -183,7 +192,11 @@ func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*n
 		return nil, err
 	}
 	cgroups, err := setUpCgroups(c, enforced, driver, sizes)
-	return &nodeParts{node: node, cgroups: cgroups, topology: topo, reserved: reserved, reservedCPUs: reservedCPUs, limits: limits}, err
+	parts := &nodeParts{node: node, cgroups: cgroups, topology: topo, reserved: reserved, reservedCPUs: reservedCPUs, limits: limits}
+	if m, ok := cgroups.(*cm.Manager); ok {
+		parts.podsCgroup = m.QoSCgroup(v1.PodQOSGuaranteed)
+	}
+	return parts, err
 }
 
 // reservedSystemCPUs parses reservedSystemCPUs, which must be the node's

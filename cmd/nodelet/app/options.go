@@ -66,7 +66,10 @@ type Options struct {
 	// --image-credential-provider-config, in CredentialProviderBinDir.
 	CredentialProviders      []kubeletconfigv1.CredentialProvider
 	CredentialProviderBinDir string
-	Config                   kubeletv1beta1.KubeletConfiguration
+	// RuntimeCgroups is --runtime-cgroups: the container runtime's
+	// cgroup, reported by the summary API as "runtime".
+	RuntimeCgroups string
+	Config         kubeletv1beta1.KubeletConfiguration
 }
 
 // flagValues holds the flags that override config file fields.
@@ -96,6 +99,8 @@ type flagValues struct {
 	cloudProvider      string
 	credentialConfig   string
 	clientCAFile       string
+	kubeletCgroups     string
+	systemCgroups      string
 	logging            logsapi.LoggingConfiguration
 }
 
@@ -169,6 +174,7 @@ func newFlagSet(o *Options, f *flagValues, version *string) *pflag.FlagSet {
 	fs.StringVar(&f.cloudProvider, "cloud-provider", "", "\"external\" when a cloud controller manager initializes the node, else empty")
 	fs.StringSliceVar(&f.registerTaints, "register-with-taints", nil, "taints of the registered Node, key=value:Effect,... (registerWithTaints)")
 	fs.StringVar(&f.credentialConfig, "image-credential-provider-config", "", "CredentialProviderConfig file, or directory of them, naming the image credential provider plugins")
+	fs.StringVar(&o.RuntimeCgroups, "runtime-cgroups", "", "the container runtime's cgroup, such as /system.slice/containerd.service, which the summary API reports as \"runtime\" (the runtime is not moved, as upstream)")
 	fs.StringVar(&o.CredentialProviderBinDir, "image-credential-provider-bin-dir", "", "directory of the image credential provider plugins' executables")
 	addConfigFlags(fs, f)
 	addLoggingFlags(fs, &f.logging)
@@ -199,6 +205,8 @@ func addConfigFlags(fs *pflag.FlagSet, f *flagValues) {
 	fs.BoolVar(&f.protectKernel, "protect-kernel-defaults", false, "refuse to start when a kernel setting differs from the kubelet's, rather than set it (protectKernelDefaults)")
 	fs.Int32Var(&f.healthzPort, "healthz-port", 10248, "port of the plain-HTTP /healthz, 0 to disable it (healthzPort)")
 	fs.StringVar(&f.healthzAddress, "healthz-bind-address", "127.0.0.1", "address of the plain-HTTP /healthz (healthzBindAddress)")
+	fs.StringVar(&f.kubeletCgroups, "kubelet-cgroups", "", "cgroup nodelet puts itself in, such as /kubelet (kubeletCgroups)")
+	fs.StringVar(&f.systemCgroups, "system-cgroups", "", "cgroup nodelet puts the root cgroup's other processes in, such as /system (systemCgroups)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA bundle that signs the client certificates the kubelet API accepts, the API server's among them (authentication.x509.clientCAFile)")
 	for name, def := range map[string]string{
 		"container-runtime-endpoint": kubeletconfig.DefaultRuntimeEndpoint, "read-only-port": "0",
@@ -249,6 +257,8 @@ func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
 	set("healthz-port", func() { c.HealthzPort = &f.healthzPort })
 	set("healthz-bind-address", func() { c.HealthzBindAddress = f.healthzAddress })
 	set("client-ca-file", func() { c.Authentication.X509.ClientCAFile = f.clientCAFile })
+	set("kubelet-cgroups", func() { c.KubeletCgroups = f.kubeletCgroups })
+	set("system-cgroups", func() { c.SystemCgroups = f.systemCgroups })
 	set("v", func() { c.Logging.Verbosity = f.logging.Verbosity })
 	set("vmodule", func() { c.Logging.VModule = f.logging.VModule })
 	set("logging-format", func() { c.Logging.Format = f.logging.Format })

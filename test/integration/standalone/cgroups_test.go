@@ -3,12 +3,16 @@
 package standalone
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/cm"
@@ -85,5 +89,48 @@ spec:
 	testbed.Eventually(t, podTimeout, func() (bool, string) {
 		_, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", podCg))
 		return os.IsNotExist(err), "the pod's cgroup outlived it"
+	})
+}
+
+// kubeletCgroups moves nodelet into its cgroup, and the summary API
+// reports it, the runtime's cgroup (--runtime-cgroups) and the pods' as
+// upstream's system containers "kubelet", "runtime" and "pods" (the
+// node e2e suite's launcher starts the kubelet so, and its summary spec
+// reads them).
+func TestSystemCgroups(t *testing.T) {
+	kubeletCg := filepath.Join(testbed.CgroupRoot(), "kubelet")
+	runtimeCg := filepath.Join(testbed.CgroupRoot(), "runtime")
+	if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup/memory", runtimeCg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{ExtraConfig: "kubeletCgroups: " + kubeletCg + "\n", Args: []string{"--runtime-cgroups", runtimeCg}})
+	testbed.Eventually(t, 10*time.Second, func() (bool, string) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", n.PID()))
+		return err == nil && strings.Contains(string(b), ":memory:"+kubeletCg+"\n"), fmt.Sprintf("nodelet's cgroups:\n%s", b)
+	})
+	// nodelet's usage counts in its cgroup from its move on (cgroup v1
+	// leaves what it used before where it was): it shows within a few
+	// seconds of work.
+	var sum statsapi.Summary
+	testbed.Eventually(t, 60*time.Second, func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/stats/summary", n.Port))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		sum = statsapi.Summary{}
+		if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
+			return false, err.Error()
+		}
+		names := map[string]statsapi.ContainerStats{}
+		for _, c := range sum.Node.SystemContainers {
+			names[c.Name] = c
+		}
+		k, ok := names["kubelet"]
+		used := ok && k.CPU != nil && k.CPU.UsageCoreNanoSeconds != nil && *k.CPU.UsageCoreNanoSeconds > 0 &&
+			k.Memory != nil && k.Memory.UsageBytes != nil && *k.Memory.UsageBytes > 0
+		_, runtime := names["runtime"]
+		_, pods := names["pods"]
+		return len(names) == 3 && used && runtime && pods, fmt.Sprintf("system containers %+v", sum.Node.SystemContainers)
 	})
 }
