@@ -122,6 +122,11 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	defer rt.conn.Close()
+	// Once the runtime answers, as upstream's kubelet does it: a start
+	// that fails before leaves no mount behind.
+	if err := poddirs.MakeRShared(o.RootDir); err != nil {
+		return fmt.Errorf("configuring the root directory %s: %w", o.RootDir, err)
+	}
 	cl := buildClusterClients(b)
 	node, err := buildNode(b, rt, cl)
 	if err != nil {
@@ -169,9 +174,6 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		if err := os.MkdirAll(d, mode); err != nil {
 			return nil, nil, fmt.Errorf("creating %s: %w", d, err)
 		}
-	}
-	if err := poddirs.MakeRShared(o.RootDir); err != nil {
-		return nil, nil, fmt.Errorf("configuring the root directory %s: %w", o.RootDir, err)
 	}
 	hostIPs, err := nodeIPs(o.NodeIPs)
 	if err != nil {

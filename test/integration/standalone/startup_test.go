@@ -10,12 +10,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
-// Start-up errors end nodelet with status 1 and one line naming the problem.
+// Start-up errors end nodelet with status 1 and one line naming the
+// problem, and leave nothing mounted (the root directory is made a shared
+// mount only once the runtime answers).
 func TestStartupErrors(t *testing.T) {
 	bin, err := testbed.NodeletBinary()
 	if err != nil {
@@ -55,5 +58,12 @@ func TestStartupErrors(t *testing.T) {
 				t.Fatalf("last line %q: want the error naming %q", last, tc.want)
 			}
 		})
+	}
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		t.Errorf("a failed start left %s mounted", m.Mountpoint)
 	}
 }
