@@ -340,7 +340,7 @@ func (o *Provider) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env
 			host = target
 		}
 		out = append(out, &runtimeapi.Mount{
-			ContainerPath: m.MountPath, HostPath: host, Readonly: m.ReadOnly || volume.ReadOnly(pod, m.Name),
+			ContainerPath: m.MountPath, HostPath: host, Readonly: m.ReadOnly || volume.MountedReadOnly(pod, m.Name),
 			Propagation: propagation(m.MountPropagation),
 		})
 	}

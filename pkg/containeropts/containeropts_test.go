@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -333,4 +334,35 @@ func (b boundClaim) GetPersistentVolume(_ context.Context, name string) (*v1.Per
 	return &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PersistentVolumeSpec{
 		PersistentVolumeSource: v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: b.dir}},
 		ClaimRef:               &v1.ObjectReference{UID: "c1"}}}, nil
+}
+
+// The volumes nodelet writes the API's data into are read-only in every
+// container, whatever the mount says (upstream's fix of
+// CVE-2017-1002102); an emptyDir stays writable.
+func TestAPIDataVolumesMountReadOnly(t *testing.T) {
+	vm := volume.NewManager(volume.Options{RootDir: t.TempDir()})
+	o := New(Options{RootDir: t.TempDir(), NodeName: "n1", Volumes: vm})
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1", Labels: map[string]string{"a": "b"}}}
+	labels := &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{{Path: "labels", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "downward", VolumeSource: v1.VolumeSource{DownwardAPI: labels}},
+		{Name: "projected", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{{DownwardAPI: &v1.DownwardAPIProjection{Items: labels.Items}}}}}},
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}
+	c := v1.Container{Name: "main", VolumeMounts: []v1.VolumeMount{
+		{Name: "downward", MountPath: "/downward"}, {Name: "projected", MountPath: "/projected"}, {Name: "scratch", MountPath: "/scratch"}}}
+	pod.Spec.Containers = []v1.Container{c}
+	// As root, the projected volume is a tmpfs.
+	t.Cleanup(func() { testutil.Must(t, vm.TearDown(pod.UID)) })
+	opts, err := o.RunContainerOptions(context.Background(), pod, &c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, m := range opts.Mounts {
+		got[m.ContainerPath] = m.Readonly
+	}
+	if want := map[string]bool{"/downward": true, "/projected": true, "/scratch": false}; !maps.Equal(got, want) {
+		t.Errorf("read-only mounts %v, want %v", got, want)
+	}
 }

@@ -127,8 +127,27 @@ func (m *Manager) boundVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, 
 	return "", fmt.Errorf("persistentvolume %q: %w (CSI, hostPath and local persistent volumes are)", pv.Name, ErrUnsupportedVolume)
 }
 
-// ReadOnly reports whether a pod volume must be mounted read-only in
-// every container (a claim mounted readOnly).
+// MountedReadOnly reports whether a pod volume is mounted read-only in
+// every container, whatever its mounts say: a claim mounted readOnly, and
+// the volumes nodelet writes the API's data into (configMap, secret,
+// downwardAPI, projected), as upstream mounts them since CVE-2017-1002102:
+// a container must not forge what the pod's other containers read there,
+// nor the writer's state for the next update.
+func MountedReadOnly(pod *v1.Pod, name string) bool {
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if v.Name != name {
+			continue
+		}
+		s := v.VolumeSource
+		return s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil || s.Projected != nil ||
+			s.PersistentVolumeClaim != nil && s.PersistentVolumeClaim.ReadOnly
+	}
+	return false
+}
+
+// ReadOnly reports whether a claim must be published read-only (a claim
+// mounted readOnly).
 func ReadOnly(pod *v1.Pod, name string) bool {
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]

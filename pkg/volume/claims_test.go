@@ -164,3 +164,24 @@ func TestReadOnlyClaims(t *testing.T) {
 		t.Error("readOnly claims")
 	}
 }
+
+// configMap, secret, downwardAPI and projected volumes are mounted
+// read-only, as is a claim marked readOnly; other volumes are not.
+func TestMountedReadOnly(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{
+		{Name: "cm", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
+		{Name: "secret", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{}}},
+		{Name: "downward", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}},
+		{Name: "projected", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{}}},
+		{Name: "ro-claim", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ReadOnly: true}}},
+		{Name: "claim", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}},
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/x"}}},
+	}}}
+	for name, want := range map[string]bool{"cm": true, "secret": true, "downward": true, "projected": true, "ro-claim": true,
+		"claim": false, "scratch": false, "host": false, "missing": false} {
+		if got := MountedReadOnly(pod, name); got != want {
+			t.Errorf("%s: read-only %v, want %v", name, got, want)
+		}
+	}
+}
