@@ -8,7 +8,7 @@ export PATH := $(PATH):/usr/local/go/bin
 # the build cache is the tests' too.
 BUILDFLAGS := -ldflags "-s -w"
 
-.PHONY: all setup build run cluster-up clean-pods test test-long test-upgrades unit integration lint bench bench-density bench-scale faults fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test test-long test-upgrades test-node-conformance unit integration lint bench bench-density bench-scale faults fuzz clean
 
 all: build
 
@@ -52,6 +52,21 @@ test-long: setup
 # (v1.35, v1.36; built once, about 5 minutes each, and cached) to nodelet.
 test-upgrades: setup
 	NODELET_OLD_KUBELETS="$$(bash hack/cluster/build-kubelets.sh)" $(GO) test -v -race -count=1 -timeout 30m -tags integration,upgrades ./test/integration/upgrades/
+
+# Upstream's node conformance suite (test/e2e_node's [NodeConformance]
+# specs outside [Serial], [Slow], [Disruptive] and [Flaky]; about 430),
+# every one, 8 in parallel as upstream's CI runs them (about 45 minutes;
+# the suite and its images are built once, about 15 minutes, and cached).
+# make test runs the subset in test/nodeconformance/testdata/subset.txt.
+# AGENT=upstream runs it against the upstream kubelet v1.37.2: its count
+# is the bar. MODE=harness lets the suite's own launcher start the agent.
+# FOCUS= narrows the specs to those a regular expression matches.
+AGENT ?= nodelet
+MODE ?= conformance
+FOCUS ?=
+test-node-conformance: setup
+	$(GO) test -v -count=1 -timeout 4h -tags integration ./test/nodeconformance/ -run TestNodeConformance \
+		-args -conformance.all -conformance.agent=$(AGENT) -conformance.mode=$(MODE) -conformance.focus='$(FOCUS)'
 
 unit:
 	$(GO) test -race -count=1 ./...

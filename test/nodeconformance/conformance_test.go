@@ -64,6 +64,9 @@ func TestNodeConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + summary(agent.name, specs))
+	// The reports are kept whatever the outcome (ginkgo's JUnit report
+	// for CI systems, its JSON report for this test's lists).
+	testbed.KeepLogs(t, filepath.Join(r.reportDir, "junit.xml"), filepath.Join(r.reportDir, "report.json"))
 	_, failed, _ := tally(specs)
 	var regressions []string
 	for _, s := range failed {
@@ -76,7 +79,7 @@ func TestNodeConformance(t *testing.T) {
 	}
 	if len(regressions) > 0 {
 		agent.keepLogs()
-		testbed.KeepLogs(t, filepath.Join(r.reportDir, "report.json"))
+		testbed.KeepLogs(t, filepath.Join(r.work, "suite.log"))
 		if agent.name == "upstream" {
 			t.Fatalf("the upstream kubelet failed %d specs; each it fails here belongs in testdata/upstream-failures.txt with its reason", len(regressions))
 		}
