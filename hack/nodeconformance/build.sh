@@ -19,11 +19,12 @@ BIN=$CACHE/node-e2e-$VERSION
 mkdir -p "$BIN"
 log() { echo "node-e2e: $*" >&2; }
 
-gobuild() { # output, then go build or go test -c arguments
-	local out=$1; shift
+gobuild() { # output, go subcommand (build, or test -c), package
+	local out=$1 pkg=${*: -1}
+	local cmd=("${@:2:$#-2}")
 	[ -x "$BIN/$out" ] && return 0
-	log "building $out $VERSION (cached in $BIN)"
-	(cd "$TOOLS" && CGO_ENABLED=0 go "$@" -trimpath -o "$BIN/$out.new")
+	log "building $out ($pkg; cached in $BIN)"
+	(cd "$TOOLS" && CGO_ENABLED=0 go "${cmd[@]}" -trimpath -o "$BIN/$out.new" "$pkg")
 	mv "$BIN/$out.new" "$BIN/$out"
 }
 gobuild e2e_node.test test -c k8s.io/kubernetes/test/e2e_node

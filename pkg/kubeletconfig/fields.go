@@ -166,7 +166,7 @@ var configFields = map[string]field{
 	"tracing":                                   honour("each pod's start (until Ready) and its termination as one trace each, over OTLP/gRPC to endpoint (default localhost:4317), sampled at samplingRatePerMillion (default 0: none); a span per timeline step, CRI calls under their sync"),
 	"localStorageCapacityIsolation":             refuse("true", "ephemeral-storage is always reported"),
 	"containerRuntimeEndpoint":                  honour("CRI endpoint"),
-	"imageServiceEndpoint":                      refuse("", "images go through the runtime endpoint"),
+	"imageServiceEndpoint":                      honour("the CRI image service's endpoint when not the runtime's (a unix socket; an image service must answer there at start)"),
 	"failCgroupV1":                              honour("true (the default) refuses a cgroup v1 host"),
 	"userNamespaces":                            honour("idsPerPod: the length of each hostUsers: false pod's range of host IDs, taken from the kubelet entry of /etc/subuid and /etc/subgid or from idsPerPod up, and kept in <root-dir>/pods/<uid>/userns"),
 	"imagePullCredentialsVerificationPolicy":    honour("which present images a pod must prove it may pull (NeverVerify, NeverVerifyPreloadedImages, the default, NeverVerifyAllowlistedImages, AlwaysVerify): the credentials that pulled each image are kept in <root-dir>/image_manager in upstream's format, and a pod with none of them pulls the image again with its own (or fails: ErrImagePull, ErrImageNeverPull)"),

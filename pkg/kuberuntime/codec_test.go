@@ -2,6 +2,7 @@ package kuberuntime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -72,5 +74,42 @@ func TestDialDecodesLargeAnswers(t *testing.T) {
 	}
 	if size := proto.Size(list); len(list.Items) != 300 || size < 32<<10 {
 		t.Fatalf("%d sandboxes in %d bytes, want 300 in more than two frames (32 KiB)", len(list.Items), size)
+	}
+}
+
+// DialImages connects to a separate image service endpoint once an image
+// service answers there; a socket where none does is refused at once,
+// naming the endpoint.
+func TestDialImages(t *testing.T) {
+	rt := fakecri.New(testingclock.NewFakeClock(time.Unix(1000, 0)), "img")
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "images.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rt.Serve(l)
+	defer srv.Stop()
+	ctx := context.Background()
+	conn, err := DialImages(ctx, "unix://"+sock, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	list, err := runtimeapi.NewImageServiceClient(conn).ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil || len(list.Images) != 1 {
+		t.Fatalf("images %v, %v: want the one image", list, err)
+	}
+
+	empty := filepath.Join(dir, "empty.sock")
+	l2, err := net.Listen("unix", empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := grpc.NewServer()
+	go func() { _ = none.Serve(l2) }()
+	defer none.Stop()
+	if _, err := DialImages(ctx, empty, 10*time.Second); !errors.Is(err, ErrRuntimeUnreachable) || !strings.Contains(err.Error(), `image service endpoint "`+empty+`"`) {
+		t.Fatalf("a socket without an image service: %v", err)
 	}
 }

@@ -73,24 +73,9 @@ var ErrRuntimeUnreachable = errors.New("container runtime is unreachable")
 // a message naming it rather than on the first pod.
 // Extra options (a metrics interceptor, say) are added to the defaults.
 func Dial(ctx context.Context, endpoint string, timeout time.Duration, extra ...grpc.DialOption) (*grpc.ClientConn, *runtimeapi.VersionResponse, error) {
-	path := strings.TrimPrefix(endpoint, "unix://")
-	if strings.Contains(path, "://") {
-		return nil, nil, fmt.Errorf("container runtime endpoint %q: only unix sockets are supported", endpoint)
-	}
-	fi, err := os.Stat(path)
+	conn, err := dialSocket(endpoint, "container runtime", extra)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q: %v", ErrRuntimeUnreachable, endpoint, err)
-	}
-	if fi.Mode()&os.ModeSocket == 0 {
-		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q is not a socket", ErrRuntimeUnreachable, endpoint)
-	}
-	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16*1024*1024), answers),
-	}, extra...)
-	conn, err := grpc.NewClient("unix://"+path, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q: %v", ErrRuntimeUnreachable, endpoint, err)
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -100,6 +85,48 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration, extra ...
 		return nil, nil, fmt.Errorf("%w: container runtime endpoint %q did not answer: %v", ErrRuntimeUnreachable, endpoint, err)
 	}
 	return conn, v, nil
+}
+
+// DialImages connects to a separate image service endpoint
+// (imageServiceEndpoint) and checks that an image service answers there,
+// as upstream's kubelet does, with ImageFsInfo.
+func DialImages(ctx context.Context, endpoint string, timeout time.Duration, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	conn, err := dialSocket(endpoint, "image service", extra)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := runtimeapi.NewImageServiceClient(conn).ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{}, grpc.WaitForReady(true)); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: image service endpoint %q did not answer: %v", ErrRuntimeUnreachable, endpoint, err)
+	}
+	return conn, nil
+}
+
+// dialSocket checks that the endpoint is a unix socket and makes a client
+// of it (which connects on first use).
+func dialSocket(endpoint, what string, extra []grpc.DialOption) (*grpc.ClientConn, error) {
+	path := strings.TrimPrefix(endpoint, "unix://")
+	if strings.Contains(path, "://") {
+		return nil, fmt.Errorf("%s endpoint %q: only unix sockets are supported", what, endpoint)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s endpoint %q: %v", ErrRuntimeUnreachable, what, endpoint, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return nil, fmt.Errorf("%w: %s endpoint %q is not a socket", ErrRuntimeUnreachable, what, endpoint)
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16*1024*1024), answers),
+	}, extra...)
+	conn, err := grpc.NewClient("unix://"+path, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s endpoint %q: %v", ErrRuntimeUnreachable, what, endpoint, err)
+	}
+	return conn, nil
 }
 
 // ImageVolumeSupport says why the runtime cannot mount image volumes (an

@@ -40,11 +40,14 @@ const (
 // runtimeConn is the connection to the container runtime, and the
 // metrics that instrument it.
 type runtimeConn struct {
-	conn    *grpc.ClientConn
-	version *runtimeapi.VersionResponse
-	runtime runtimeapi.RuntimeServiceClient
-	images  runtimeapi.ImageServiceClient
-	metrics *metrics.Metrics
+	conn *grpc.ClientConn
+	// imagesConn is the image service's own connection
+	// (imageServiceEndpoint), nil when it is the runtime's.
+	imagesConn *grpc.ClientConn
+	version    *runtimeapi.VersionResponse
+	runtime    runtimeapi.RuntimeServiceClient
+	images     runtimeapi.ImageServiceClient
+	metrics    *metrics.Metrics
 }
 
 func dialRuntime(ctx context.Context, b *base) (*runtimeConn, error) {
@@ -56,8 +59,27 @@ func dialRuntime(ctx context.Context, b *base) (*runtimeConn, error) {
 	}
 	klog.InfoS("Connected to the container runtime", "endpoint", b.cfg.ContainerRuntimeEndpoint,
 		"runtime", version.RuntimeName, "version", version.RuntimeVersion, "criVersion", version.RuntimeApiVersion)
-	return &runtimeConn{conn: conn, version: version, metrics: m,
-		runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn)}, nil
+	rc := &runtimeConn{conn: conn, version: version, metrics: m,
+		runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn)}
+	if e := b.cfg.ImageServiceEndpoint; e != "" && e != b.cfg.ContainerRuntimeEndpoint {
+		ic, err := kuberuntime.DialImages(ctx, e, dialTimeout,
+			grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor(), b.tracer.UnaryClientInterceptor()))
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		klog.InfoS("Connected to the image service", "endpoint", e)
+		rc.imagesConn, rc.images = ic, runtimeapi.NewImageServiceClient(ic)
+	}
+	return rc, nil
+}
+
+// Close closes the runtime's connections.
+func (rc *runtimeConn) Close() {
+	rc.conn.Close()
+	if rc.imagesConn != nil {
+		rc.imagesConn.Close()
+	}
 }
 
 // runtimeParts is the runtime side of a node: the runtime manager and

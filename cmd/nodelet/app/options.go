@@ -100,6 +100,7 @@ type flagValues struct {
 	credentialConfig   string
 	clientCAFile       string
 	kubeletCgroups     string
+	imageEndpoint      string
 	systemCgroups      string
 	logging            logsapi.LoggingConfiguration
 }
@@ -187,6 +188,7 @@ func newFlagSet(o *Options, f *flagValues, version *string) *pflag.FlagSet {
 func addConfigFlags(fs *pflag.FlagSet, f *flagValues) {
 	fs.StringVar(&f.podManifestPath, "pod-manifest-path", "", "directory or file with static pod manifests (staticPodPath)")
 	fs.StringVar(&f.runtimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (containerRuntimeEndpoint)")
+	fs.StringVar(&f.imageEndpoint, "image-service-endpoint", "", "CRI image service endpoint, when not the runtime's (imageServiceEndpoint)")
 	fs.Int32Var(&f.readOnlyPort, "read-only-port", 0, "read-only port, 0 to disable (readOnlyPort)")
 	fs.Int32Var(&f.port, "port", 0, "kubelet API port (port)")
 	fs.Int32Var(&f.maxPods, "max-pods", 0, "maximum number of pods (maxPods)")
@@ -239,6 +241,7 @@ func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
 	}
 	set("pod-manifest-path", func() { c.StaticPodPath = f.podManifestPath })
 	set("container-runtime-endpoint", func() { c.ContainerRuntimeEndpoint = f.runtimeEndpoint })
+	set("image-service-endpoint", func() { c.ImageServiceEndpoint = f.imageEndpoint })
 	set("read-only-port", func() { c.ReadOnlyPort = f.readOnlyPort })
 	set("port", func() { c.Port = f.port })
 	set("max-pods", func() { c.MaxPods = f.maxPods })

@@ -121,7 +121,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	defer rt.conn.Close()
+	defer rt.Close()
 	// Once the runtime answers, as upstream's kubelet does it: a start
 	// that fails before leaves no mount behind.
 	if err := poddirs.MakeRShared(o.RootDir); err != nil {
