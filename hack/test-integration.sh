@@ -3,7 +3,8 @@
 # the fault and devices suites on the host's containerd (Debian's 1.6), and
 # the standalone, runtime, systemd, fault, security and devices suites on
 # containerd 2.x (hack/containerd/build.sh; the devices suite needs its
-# CDI), which balances the two halves' time. Lines
+# CDI), which balances the two halves' time; then upstream's node
+# conformance subset (test/nodeconformance). Lines
 # are prefixed with the runtime; the exit status is the worse of the two.
 # The tests that wait out certificate lifetimes are make test-long's.
 set -uo pipefail
@@ -13,7 +14,7 @@ GO=${GO:-go}
 FLAGS=(-race -count=1 -timeout 45m -tags integration)
 (
 	set -o pipefail
-	$GO test "${FLAGS[@]}" $($GO list -tags integration ./... | grep -v -e /test/faults -e /test/integration/devices) 2>&1 | sed -u 's/^/[containerd 1.6] /'
+	$GO test "${FLAGS[@]}" $($GO list -tags integration ./... | grep -v -e /test/faults -e /test/integration/devices -e /test/nodeconformance) 2>&1 | sed -u 's/^/[containerd 1.6] /'
 ) &
 one=$!
 (
@@ -22,9 +23,19 @@ one=$!
 		sed -u 's/^/[containerd 2.x] /'
 ) &
 two=$!
+# Upstream's node conformance suite is built from the start (about 15
+# minutes the first time), overlapping the suites; its subset runs once
+# the containerd 1.6 half is done: its agent takes the kubelet's ports
+# (10250, 10248), as the kubeadm node of the cluster suite does.
+bash hack/nodeconformance/build.sh >/dev/null 2> >(sed -u 's/^/[node conformance] /' >&2) &
+build=$!
 wait $one
 r1=$?
+wait $build
+# No -race: the agent is nodelet's release build, as upstream's is.
+$GO test -count=1 -timeout 45m -tags integration -v ./test/nodeconformance/ 2>&1 | sed -u 's/^/[node conformance] /'
+r3=${PIPESTATUS[0]}
 wait $two
 r2=$?
-echo "integration: containerd 1.6 (all packages but faults and devices) exit $r1, containerd 2.x (standalone, runtime, systemd, faults, security, devices) exit $r2"
-[ $r1 = 0 ] && [ $r2 = 0 ]
+echo "integration: containerd 1.6 (all packages but faults, devices and node conformance) exit $r1, containerd 2.x (standalone, runtime, systemd, faults, security, devices) exit $r2, node conformance subset exit $r3"
+[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ]
