@@ -158,3 +158,23 @@ func TestOpenWhileTheMachineRenames(t *testing.T) {
 		t.Fatal("no rename ran beside the lookups")
 	}
 }
+
+// The volume's setgid and sticky bits go to a subPath made there too, as
+// upstream makes it: an fsGroup tmpfs emptyDir (dgtrwxrwxrwx) gives its
+// missing subPath that mode (upstream's node e2e "nonexistent volume
+// subPath should have the correct mode and owner using FSGroup").
+func TestOpenKeepsSetgidAndSticky(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o777|os.ModeSetgid|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(root, "test-sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	fi, err := os.Lstat(filepath.Join(root, "test-sub"))
+	if want := os.ModeDir | os.ModeSetgid | os.ModeSticky | 0o777; err != nil || fi.Mode() != want {
+		t.Errorf("test-sub: %v, %v, want %v", fi.Mode(), err, want)
+	}
+}

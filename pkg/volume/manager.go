@@ -273,7 +273,7 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		}
 		dir := m.Dir(pod.UID, plugin, vol.Name)
 		if onTmpfs {
-			if err := mountTmpfs(dir, nil); err != nil {
+			if err := mountTmpfs(dir, 0o755, nil); err != nil {
 				return "", err
 			}
 		}
@@ -299,8 +299,14 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		return vol.HostPath.Path, checkHostPath(vol.HostPath)
 	case vol.EmptyDir != nil:
 		dir := m.Dir(pod.UID, "empty-dir", vol.Name)
+		// A tmpfs's root is 1777, as the kernel makes it without a mode
+		// and upstream mounts it: sticky, so a user of the pod cannot
+		// remove another's files (and a subPath created there inherits
+		// the mode: upstream's "nonexistent volume subPath" spec).
+		perm := os.FileMode(0o777)
 		if vol.EmptyDir.Medium == v1.StorageMediumMemory {
-			if err := mountTmpfs(dir, vol.EmptyDir.SizeLimit); err != nil {
+			perm |= os.ModeSticky
+			if err := mountTmpfs(dir, perm, vol.EmptyDir.SizeLimit); err != nil {
 				return "", err
 			}
 		} else if strings.HasPrefix(string(vol.EmptyDir.Medium), string(v1.StorageMediumHugePages)) {
@@ -314,7 +320,7 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 		} else if err := os.MkdirAll(dir, 0o777); err != nil {
 			return "", err
 		}
-		return dir, emptyDirOwnership(dir, fsGroup(pod))
+		return dir, emptyDirOwnership(dir, perm, fsGroup(pod))
 	}
 	// An image: the runtime mounts it itself (CRI Mount.image), and there
 	// is nothing on the host to set up. unservable refused every other
@@ -327,12 +333,12 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (strin
 // what containers create there is the group's too. Only the root is
 // checked and changed (upstream's OnRootMismatch): what containers wrote
 // is theirs.
-func emptyDirOwnership(dir string, group *int64) error {
+func emptyDirOwnership(dir string, perm os.FileMode, group *int64) error {
 	info, err := os.Lstat(dir)
 	if err != nil {
 		return err
 	}
-	want := os.ModeDir | 0o777
+	want := os.ModeDir | perm
 	if group != nil {
 		want |= os.ModeSetgid
 	}
@@ -340,7 +346,7 @@ func emptyDirOwnership(dir string, group *int64) error {
 	if info.Mode() == want && (group == nil || gid == int(*group)) {
 		return nil
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
+	if err := os.Chmod(dir, perm); err != nil {
 		return err
 	}
 	return ownedBy(dir, -1, id(group), groupReadWrite)

@@ -150,8 +150,13 @@ func TestSecretAndMemoryEmptyDirAreTmpfsAndTornDown(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(secret, "..data", "password")); err != nil || st.Mode().Perm() != 0o400 {
 		t.Errorf("secret file %v %v", st, err)
 	}
-	if st, _ := os.Stat(scratch); st.Mode().Perm() != 0o777 {
-		t.Errorf("emptyDir mode %v", st.Mode())
+	// A tmpfs's root is sticky, as upstream mounts it (1777); a disk
+	// emptyDir is 0777.
+	if st, _ := os.Stat(scratch); st.Mode() != os.ModeDir|os.ModeSticky|0o777 {
+		t.Errorf("memory emptyDir mode %v, want dtrwxrwxrwx", st.Mode())
+	}
+	if st, _ := os.Stat(disk); st.Mode() != os.ModeDir|0o777 {
+		t.Errorf("disk emptyDir mode %v, want drwxrwxrwx", st.Mode())
 	}
 	var s statfs
 	if err := statFs(scratch, &s); err != nil || s.size() != 8<<20 {
@@ -187,6 +192,7 @@ func TestFSGroupOwnership(t *testing.T) {
 		v1.Volume{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
 			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}}}}},
 		v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		v1.Volume{Name: "ram", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}},
 	)
 	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: new(int64(1000)), FSGroup: new(int64(2000))}
 	if err := f.mountUp(t, pod); err != nil {
@@ -210,6 +216,11 @@ func TestFSGroupOwnership(t *testing.T) {
 	check(filepath.Join(creds, "..data")+"/", os.ModeDir|os.ModeSetgid|0o755, 0, 2000)
 	check(filepath.Join(token, "token"), 0o640, 1000, 2000)
 	check(scratch, os.ModeDir|os.ModeSetgid|0o777, 0, 2000)
+	// Upstream's "EmptyDir volumes when FSGroup is specified nonexistent
+	// volume subPath should have the correct mode and owner using
+	// FSGroup" reads dgtrwxrwxrwx from a subPath created there.
+	ram, _ := f.m.HostPath(pod.UID, "ram")
+	check(ram, os.ModeDir|os.ModeSetgid|os.ModeSticky|0o777, 0, 2000)
 
 	// Nothing changed: the next sync rewrites nothing.
 	data, _ := os.Readlink(filepath.Join(creds, "..data"))

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// mountTmpfs mounts a tmpfs on dir unless one is there already; size 0
-// leaves the kernel's default (half the memory).
-func mountTmpfs(dir string, size *resource.Quantity) error {
+// mountTmpfs mounts a tmpfs of the given root mode on dir unless one is
+// there already; size 0 leaves the kernel's default (half the memory).
+func mountTmpfs(dir string, mode os.FileMode, size *resource.Quantity) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func mountTmpfs(dir string, size *resource.Quantity) error {
 	if mounted, err := mountinfo.Mounted(dir); err != nil || mounted {
 		return err
 	}
-	opts := "mode=0755"
+	opts := fmt.Sprintf("mode=%04o", unixMode(mode))
 	if size != nil && !size.IsZero() {
 		opts += fmt.Sprintf(",size=%d", size.Value())
 	}
@@ -33,6 +33,19 @@ func mountTmpfs(dir string, size *resource.Quantity) error {
 		return fmt.Errorf("mounting a tmpfs on %s: %w", dir, err)
 	}
 	return nil
+}
+
+// unixMode is a mode's permission, setgid and sticky bits as the kernel
+// numbers them.
+func unixMode(m os.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&os.ModeSetgid != 0 {
+		u |= syscall.S_ISGID
+	}
+	if m&os.ModeSticky != 0 {
+		u |= syscall.S_ISVTX
+	}
+	return u
 }
 
 // mountHugetlbfs mounts a hugetlbfs of the page size on dir (an emptyDir
