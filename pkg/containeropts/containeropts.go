@@ -280,6 +280,8 @@ func (o *Provider) envValue(ctx context.Context, pod *v1.Pod, c *v1.Container, e
 			return "", false, fmt.Errorf("couldn't find key %s in %s %s/%s", k, kind, pod.Namespace, name)
 		}
 		return string(v), true, nil
+	case from.FileKeyRef != nil:
+		return o.fileKeyValue(ctx, pod, from.FileKeyRef)
 	}
 	return "", false, fmt.Errorf("unsupported valueFrom")
 }
