@@ -71,14 +71,16 @@ func RuntimeIdentities(pods RuntimePods) Identities {
 	}
 }
 
-// CadvisorHandler serves /metrics/cadvisor.
-func CadvisorHandler(summary Summarizer, ids Identities, m Machine) http.Handler {
-	return handlerFor(cadvisorCollector{summary: summary, ids: ids, machine: m})
+// CadvisorHandler serves /metrics/cadvisor; details, when not nil, adds
+// what cAdvisor reads from each container's cgroup and processes.
+func CadvisorHandler(summary Summarizer, ids Identities, details ContainerDetails, m Machine) http.Handler {
+	return handlerFor(cadvisorCollector{summary: summary, ids: ids, detail: details, machine: m})
 }
 
 type cadvisorCollector struct {
 	summary Summarizer
 	ids     Identities
+	detail  ContainerDetails
 	machine Machine
 }
 
@@ -87,6 +89,7 @@ func (cadvisorCollector) Describe(ch chan<- *prometheus.Desc) {
 		cadvisorSeen, cadvisorRx, cadvisorTx, cadvisorRxErr, cadvisorTxErr, machineCPUs, machineMemory} {
 		ch <- d
 	}
+	describeDetails(ch)
 }
 
 func (c cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
@@ -104,11 +107,15 @@ func (c cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
 		klog.ErrorS(err, "Listing the containers for /metrics/cadvisor failed")
 		return
 	}
+	live := map[string]bool{}
 	for _, p := range s.Pods {
 		ns, pod := p.PodRef.Namespace, p.PodRef.Name
 		for _, ctr := range p.Containers {
 			id := ids[[3]string{ns, pod, ctr.Name}]
-			c.container(ch, []string{ctr.Name, id.ID, id.Image, id.ID, ns, pod}, &ctr)
+			labels := []string{ctr.Name, id.ID, id.Image, id.ID, ns, pod}
+			c.container(ch, labels, &ctr)
+			c.details(ctx, ch, labels, id.ID)
+			live[id.ID] = true
 		}
 		c.usage(ch, []string{"", "", "", "", ns, pod}, p.CPU, p.Memory)
 		if p.Network != nil {
@@ -116,6 +123,9 @@ func (c cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
 				network(ch, []string{"POD", "", "", "", ns, pod, iface.Name}, p.Network.Time.Time, iface)
 			}
 		}
+	}
+	if c.detail != nil {
+		c.detail.Forget(live)
 	}
 }
 

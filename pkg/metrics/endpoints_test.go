@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/prober"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 func u64(v uint64) *uint64 { return &v }
@@ -102,9 +104,37 @@ func TestCadvisorMetrics(t *testing.T) {
 			{ID: container.ContainerID{Type: "containerd", ID: "abc"}, Name: "nginx", Image: "nginx:2", CreatedAt: at},
 		}}}, nil
 	}
+	details := &fakeDetails{byID: map[string]*stats.Detail{"abc": {
+		UserNanos: 2e9, SystemNanos: 5e8, Processes: 3, Threads: 4, FileDescriptors: 9, Sockets: 1, NoFileSoft: 1048576,
+		CPUPeriod: 100000, CPUShares: 2, MemoryLimit: 79998976,
+		Disks: []stats.DiskIO{{Device: "/dev/vda", Major: 254, Minor: 0, Bytes: map[string]uint64{"Read": 8192, "Write": 4096}, Ops: map[string]uint64{"Read": 2, "Write": 1}}},
+	}}}
 	body := scrapeText(t, CadvisorHandler(func(context.Context, bool) (*statsapi.Summary, error) { return testSummary(at), nil },
-		RuntimeIdentities(pods), Machine{CPUs: 2, MemoryBytes: 8 << 30}))
+		RuntimeIdentities(pods), details, Machine{CPUs: 2, MemoryBytes: 8 << 30}))
 	labels := `id="abc",image="nginx:2",name="abc",namespace="shop",pod="web"`
+	// What cAdvisor reads from the cgroup and the processes (upstream's
+	// node e2e "ContainerMetrics should report container metrics").
+	wantLines(t, body,
+		`container_cpu_user_seconds_total{container="nginx",`+labels+`} 2`,
+		`container_cpu_system_seconds_total{container="nginx",`+labels+`} 0.5`,
+		`container_processes{container="nginx",`+labels+`} 3`,
+		`container_threads{container="nginx",`+labels+`} 4`,
+		`container_file_descriptors{container="nginx",`+labels+`} 9`,
+		`container_sockets{container="nginx",`+labels+`} 1`,
+		`container_spec_cpu_shares{container="nginx",`+labels+`} 2`,
+		`container_spec_cpu_period{container="nginx",`+labels+`} 100000`,
+		`container_spec_memory_limit_bytes{container="nginx",`+labels+`} 7.9998976e+07`,
+		`container_spec_memory_reservation_limit_bytes{container="nginx",`+labels+`} 0`,
+		`container_memory_failcnt{container="nginx",`+labels+`} 0`,
+		`container_oom_events_total{container="nginx",`+labels+`} 0`,
+		`container_ulimits_soft{container="nginx",`+labels+`,ulimit="max_open_files"} 1.048576e+06`,
+		`container_blkio_device_usage_total{container="nginx",device="/dev/vda",id="abc",image="nginx:2",major="254",minor="0",name="abc",namespace="shop",operation="Read",pod="web"} 8192`,
+		`container_fs_reads_bytes_total{container="nginx",device="/dev/vda",`+labels+`} 8192`,
+		`container_fs_writes_total{container="nginx",device="/dev/vda",`+labels+`} 1`,
+	)
+	if !maps.Equal(details.live, map[string]bool{"abc": true}) {
+		t.Errorf("details kept for %v, want the running container's only", details.live)
+	}
 	wantLines(t, body,
 		"machine_cpu_cores 2",
 		`container_cpu_usage_seconds_total{container="nginx",cpu="total",`+labels+`} 1.5 1700000000000`,
@@ -138,3 +168,18 @@ func TestProbeMetrics(t *testing.T) {
 		t.Fatalf("after Forget:\n%s", body)
 	}
 }
+
+// fakeDetails stands in for the cgroups and /proc of containers.
+type fakeDetails struct {
+	byID map[string]*stats.Detail
+	live map[string]bool
+}
+
+func (f *fakeDetails) Read(_ context.Context, id string) (*stats.Detail, error) {
+	if d, ok := f.byID[id]; ok {
+		return d, nil
+	}
+	return nil, errors.New("no such container")
+}
+
+func (f *fakeDetails) Forget(live map[string]bool) { f.live = live }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -371,4 +372,29 @@ func TestSystemContainers(t *testing.T) {
 	if pods := got["pods"]; pods.Memory.AvailableBytes == nil || *pods.Memory.AvailableBytes != (1<<30)-(80<<20) {
 		t.Errorf("pods available %v, want the limit less the working set", pods.Memory.AvailableBytes)
 	}
+}
+
+// A container whose runtime names no process has no Detail, and is asked
+// again next time (it may have just started).
+func TestDetailsWithoutAProcess(t *testing.T) {
+	rt := &infoRuntime{info: `{"sandboxID": "s1"}`}
+	d := NewDetails(rt)
+	for range 2 {
+		if _, err := d.Read(context.Background(), "c1"); err == nil || !strings.Contains(err.Error(), "names no process") {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	if rt.calls != 2 {
+		t.Errorf("asked %d times, want each time", rt.calls)
+	}
+}
+
+type infoRuntime struct {
+	info  string
+	calls int
+}
+
+func (r *infoRuntime) ContainerStatus(_ context.Context, _ *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
+	r.calls++
+	return &runtimeapi.ContainerStatusResponse{Info: map[string]string{"info": r.info}}, nil
 }

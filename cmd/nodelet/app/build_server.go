@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/podresources"
 	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 // buildServers opens the read-only and kubelet API ports (unless
@@ -47,7 +48,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 	runningPods := func(ctx context.Context) ([]*container.Pod, error) { return runtime.manager.GetPods(ctx) }
 	monitoring := server.Monitoring{Stats: node.stats, Metrics: rt.metrics.Handler(runningPods),
 		MetricsResource: metrics.ResourceHandler(node.stats.Summary), MetricsProbes: rt.metrics.Probes().Handler(),
-		MetricsCadvisor: metrics.CadvisorHandler(node.stats.Summary, metrics.RuntimeIdentities(runningPods), node.machine()),
+		MetricsCadvisor: metrics.CadvisorHandler(node.stats.Summary, metrics.RuntimeIdentities(runningPods), stats.NewDetails(rt.runtime), node.machine()),
 	}
 	if c.ReadOnlyPort > 0 {
 		l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core.kubelet, health.Healthz, monitoring), nil)
