@@ -44,8 +44,11 @@ type Runtime struct {
 	OnStart func(ctx context.Context, id string)
 	// ExecResult is what ExecSync returns.
 	ExecResult func(id string, cmd []string) (*runtimeapi.ExecSyncResponse, error)
-	events     chan *runtimeapi.ContainerEventResponse
-	imageFs    string
+	// OnExec, when set, answers ExecSync instead, seeing the request
+	// (its timeout) and the call's context (its deadline).
+	OnExec  func(ctx context.Context, in *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error)
+	events  chan *runtimeapi.ContainerEventResponse
+	imageFs string
 	// usage holds what ListPodSandboxStats reports per sandbox or
 	// container id: cumulative CPU nanoseconds and working set bytes.
 	usage map[string][2]uint64
@@ -426,10 +429,13 @@ func (r *Runtime) ContainerStatus(ctx context.Context, in *runtimeapi.ContainerS
 func (r *Runtime) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
 	r.mu.Lock()
 	err := r.record("ExecSync", strings.Join(in.Cmd, " "))
-	fn := r.ExecResult
+	fn, onExec := r.ExecResult, r.OnExec
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if onExec != nil {
+		return onExec(ctx, in)
 	}
 	if fn != nil {
 		return fn(in.ContainerId, in.Cmd)

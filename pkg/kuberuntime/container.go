@@ -413,12 +413,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	start := m.clock.Now()
 	if preStop != nil && grace > 0 {
 		detail += ", preStop hook first"
-		hookCtx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
-		if msg, err := m.hooks.runHook(hookCtx, pod, spec, id, preStop, nil, time.Duration(grace)*time.Second); err != nil {
-			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPreStopHook", msg)
-			klog.V(2).InfoS("PreStop hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "err", err)
-		}
-		cancel()
+		m.runPreStop(ctx, pod, spec, id, ref, preStop, time.Duration(grace)*time.Second)
 		grace -= int64(m.clock.Since(start).Seconds())
 	}
 	grace -= order.wait(name, grace)
@@ -441,6 +436,30 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), err)
 	}
 	return nil
+}
+
+// runPreStop runs a preStop hook and waits for it no longer than the
+// grace period, as upstream's kubelet: the hook itself has no deadline
+// (an exec hook's command runs on until it ends or its container is
+// stopped), so a hook that never exits lives until the container is
+// killed, the grace period plus the two seconds StopContainer still
+// gets (upstream's node e2e: "should terminate sidecars simultaneously if
+// prestop doesn't exit" measures 32 s of a 30 s grace period).
+func (m *Manager) runPreStop(ctx context.Context, pod *v1.Pod, spec *v1.Container, id container.ContainerID, ref *v1.ObjectReference, h *v1.LifecycleHandler, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if msg, err := m.hooks.runHook(ctx, pod, spec, id, h, nil, 0); err != nil {
+			m.recorder.Event(ref, v1.EventTypeWarning, "FailedPreStopHook", msg)
+			klog.V(2).InfoS("PreStop hook failed", "pod", klog.KObj(pod), "podUID", pod.UID, "container", spec.Name, "err", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-m.clock.After(grace):
+		klog.V(2).InfoS("PreStop hook not completed in the grace period", "pod", klog.KObj(pod), "podUID", pod.UID, "container", spec.Name, "gracePeriod", grace)
+	case <-ctx.Done():
+	}
 }
 
 // minGracePeriodSeconds keeps every stop graceful: a zero grace period,

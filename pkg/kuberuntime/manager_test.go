@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -779,5 +780,64 @@ func TestStartIsNotCancelledWithThePodSync(t *testing.T) {
 	}
 	if got := f.rt.ContainerIDs("app", runtimeapi.ContainerState_CONTAINER_RUNNING.Enum()); len(got) != 1 {
 		t.Errorf("running containers %v, want the one started", got)
+	}
+}
+
+// A preStop exec hook has no deadline of its own: it runs on until its
+// container is stopped. The kill waits for it the grace period only, then
+// stops the container with the two seconds it is still owed, while the
+// hook still runs (upstream's "should terminate sidecars simultaneously
+// if prestop doesn't exit": the hook lives 32 s of a 30 s grace period).
+func TestPreStopHookOutlivesTheGracePeriod(t *testing.T) {
+	f := newFixture(t)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	grace := int64(30)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"loop"}}}}
+	f.sync(t, pod)
+	running, stopped := make(chan struct{}), make(chan struct{})
+	var hookTimeout int64 = -1
+	var hookDeadline bool
+	f.rt.OnExec = func(ctx context.Context, in *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+		hookTimeout = in.Timeout
+		_, hookDeadline = ctx.Deadline()
+		close(running)
+		select {
+		case <-stopped:
+			return nil, errors.New("container stopped")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	hookRan := false
+	f.rt.OnStop = func(string, int64) {
+		select {
+		case <-running:
+			hookRan = true
+		default:
+		}
+		close(stopped)
+	}
+	f.rt.ResetCalls()
+	killed := make(chan error, 1)
+	go func() { killed <- f.m.KillPod(context.Background(), pod, f.status(t, pod).ToRunningPod(), nil) }()
+	<-running
+	// The kill waits on the grace period's timer: step past it.
+	deadline := time.Now().Add(10 * time.Second)
+	for !f.clock.HasWaiters() && time.Now().Before(deadline) {
+		goruntime.Gosched()
+	}
+	f.clock.Step(30 * time.Second)
+	if err := <-killed; err != nil {
+		t.Fatal(err)
+	}
+	if hookTimeout != 0 || hookDeadline {
+		t.Errorf("the hook ran with timeout %d and a deadline %v, want neither", hookTimeout, hookDeadline)
+	}
+	if !hookRan {
+		t.Error("the container was stopped before its hook ran")
+	}
+	if got := calls(f.rt, "StopContainer"); !slices.Equal(got, []string{"StopContainer app timeout=2"}) {
+		t.Errorf("stops %v, want the app stopped with the 2 s it is still owed", got)
 	}
 }
