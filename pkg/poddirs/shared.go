@@ -17,7 +17,12 @@ import (
 // privileged container makes there must reach the node and the pod's
 // other containers. When the mount the directory is on is not shared, the
 // directory is bind-mounted on itself and made recursively shared; on
-// the next start that mount is already shared and nothing is done.
+// the next start that mount is already shared and nothing is done. A
+// directory that is a mount point itself (a disk of its own, or a bind) is
+// made shared where it is: a second mount stacked on the same point would
+// leave the runtime, which looks the directory's mount up by its mount
+// point, to pick either (containerd may take the private one and refuse
+// the container).
 func MakeRShared(dir string) error {
 	dir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -27,12 +32,15 @@ func MakeRShared(dir string) error {
 	if err != nil {
 		return fmt.Errorf("reading the mount table: %w", err)
 	}
-	if m := mountOf(infos, dir); m != nil && isShared(m) {
+	m := mountOf(infos, dir)
+	if m != nil && isShared(m) {
 		return nil
 	}
 	klog.InfoS("Making the root directory a shared mount, for volumes with Bidirectional mount propagation", "dir", dir)
-	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind-mounting %s on itself: %w", dir, err)
+	if m == nil || m.Mountpoint != dir {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s on itself: %w", dir, err)
+		}
 	}
 	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("making %s a shared mount: %w", dir, err)
