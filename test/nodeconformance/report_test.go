@@ -35,9 +35,17 @@ type specResult struct {
 }
 
 // name is the spec's full text, which --focus matches and the testdata
-// files list.
+// files list: its containers' and its own texts, as ginkgo joins them
+// (an empty text, such as the SIGKILL spec's unnamed Context, is left
+// out, or the focus would never match it).
 func (s specResult) name() string {
-	return strings.Join(append(append([]string(nil), s.ContainerHierarchyTexts...), s.LeafNodeText), " ")
+	var texts []string
+	for _, t := range append(append([]string(nil), s.ContainerHierarchyTexts...), s.LeafNodeText) {
+		if t != "" {
+			texts = append(texts, t)
+		}
+	}
+	return strings.Join(texts, " ")
 }
 
 // suiteReport is one suite's part of ginkgo's JSON report.
