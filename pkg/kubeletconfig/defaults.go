@@ -86,8 +86,8 @@ func SetDefaults(c *kubeletv1beta1.KubeletConfiguration) {
 		c.ImageMinimumGCAge.Duration = 2 * time.Minute
 	}
 	if c.SerializeImagePulls == nil {
-		serialize := true
-		c.SerializeImagePulls = &serialize
+		// As upstream's: parallel pulls when more than one may run.
+		c.SerializeImagePulls = new(c.MaxParallelImagePulls == nil || *c.MaxParallelImagePulls < 2)
 	}
 	// Cluster mode: the kubelet's client rates and reporting periods.
 	if c.KubeAPIQPS == nil {
@@ -136,7 +136,77 @@ func SetDefaults(c *kubeletv1beta1.KubeletConfiguration) {
 	}
 	setResourceManagerDefaults(c)
 	setServingDefaults(c)
+	setOtherDefaults(c)
 	logsapi.SetRecommendedLoggingConfiguration(&c.Logging)
+}
+
+// setOtherDefaults fills in the rest of upstream's v1beta1 defaults, so
+// that /configz shows every setting as upstream's kubelet does, with its
+// effective value: tools and upstream's node e2e suite read the node's
+// configuration there, and a field left out reads as false or zero (the
+// suite's PodOverhead spec returned early on a missing cgroupsPerQOS).
+func setOtherDefaults(c *kubeletv1beta1.KubeletConfiguration) {
+	for _, b := range []struct {
+		field **bool
+		def   bool
+	}{
+		{&c.CgroupsPerQOS, true}, {&c.EnableControllerAttachDetach, true}, {&c.EnableDebuggingHandlers, true},
+		{&c.EnableDebugFlagsHandler, true}, {&c.EnableProfilingHandler, true}, {&c.EnableSystemLogHandler, true},
+		{&c.LocalStorageCapacityIsolation, true}, {&c.MakeIPTablesUtilChains, true}, {&c.SeccompDefault, false},
+		{&c.MergeDefaultEvictionSettings, false},
+	} {
+		if *b.field == nil {
+			*b.field = new(b.def)
+		}
+	}
+	if c.CPUCFSQuotaPeriod == nil {
+		c.CPUCFSQuotaPeriod = &metav1.Duration{Duration: 100 * time.Millisecond}
+	}
+	if c.ConfigMapAndSecretChangeDetectionStrategy == "" {
+		c.ConfigMapAndSecretChangeDetectionStrategy = kubeletv1beta1.WatchChangeDetectionStrategy
+	}
+	if c.EnforceNodeAllocatable == nil {
+		c.EnforceNodeAllocatable = []string{"pods"}
+	}
+	if c.HairpinMode == "" {
+		c.HairpinMode = kubeletv1beta1.PromiscuousBridge
+	}
+	if c.IPTablesMasqueradeBit == nil {
+		c.IPTablesMasqueradeBit = new(int32(14))
+	}
+	if c.IPTablesDropBit == nil {
+		c.IPTablesDropBit = new(int32(15))
+	}
+	if c.MaxOpenFiles == 0 {
+		c.MaxOpenFiles = 1000000
+	}
+	if c.MemoryReservationPolicy == "" {
+		c.MemoryReservationPolicy = kubeletv1beta1.NoneMemoryReservationPolicy
+	}
+	if c.NodeStatusMaxImages == nil {
+		c.NodeStatusMaxImages = new(int32(50))
+	}
+	if c.OOMScoreAdj == nil {
+		c.OOMScoreAdj = new(int32(-999))
+	}
+	if c.PodPidsLimit == nil || *c.PodPidsLimit < 0 {
+		c.PodPidsLimit = new(int64(-1))
+	}
+	if c.RegistryPullQPS == nil {
+		c.RegistryPullQPS = new(int32(5))
+	}
+	if c.RegistryBurst == 0 {
+		c.RegistryBurst = 10
+	}
+	if c.VolumePluginDir == "" {
+		c.VolumePluginDir = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
+	}
+	if c.CrashLoopBackOff.MaxContainerRestartPeriod == nil {
+		c.CrashLoopBackOff.MaxContainerRestartPeriod = &metav1.Duration{Duration: 300 * time.Second}
+	}
+	if c.ImagePullCredentialsVerificationPolicy == "" {
+		c.ImagePullCredentialsVerificationPolicy = kubeletv1beta1.NeverVerifyPreloadedImages
+	}
 }
 
 // setResourceManagerDefaults fills in the CPU, memory and topology
