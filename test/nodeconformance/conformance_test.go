@@ -139,6 +139,12 @@ func claimRootDir(t *testing.T) {
 	if err := unix.Mount(fresh, rootDir, "", unix.MS_BIND, ""); err != nil {
 		t.Fatalf("mounting a fresh %s: %v", rootDir, err)
 	}
+	// Shared, as it is on a node whose init is systemd (which makes
+	// every mount shared): on these hosts / is private, and an agent
+	// would stack a shared mount of its own on the test's private one.
+	if err := unix.Mount("", rootDir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatalf("making %s shared: %v", rootDir, err)
+	}
 	t.Cleanup(func() {
 		// Pod volumes (tmpfs, binds) sit below it, and the agent made it a
 		// shared mount by mounting it on itself (both agents do); the
