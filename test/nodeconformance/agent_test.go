@@ -57,11 +57,9 @@ func newAgent(t *testing.T, name, suite string, cd *testbed.Containerd) *agent {
 		t.Fatal(err)
 	}
 	// The node's pods go with the run: stop the agent, then the runtime
-	// removes every sandbox (containerd's Stop), then the pods' cgroups.
-	t.Cleanup(func() {
-		a.stop()
-		testbed.RemoveCgroupRoot("/kubepods")
-	})
+	// removes every sandbox (containerd's Stop), then the pods' cgroups
+	// go (startRuntime's clean-ups, which run after this one).
+	t.Cleanup(a.stop)
 	return a
 }
 
