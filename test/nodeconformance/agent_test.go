@@ -24,7 +24,8 @@ const healthzURL = "http://127.0.0.1:10248/healthz"
 type agent struct {
 	name string
 	// bin is the agent's binary; binDir holds it as "kubelet", where
-	// upstream's launcher looks for the kubelet (--k8s-bin-dir).
+	// upstream's launcher looks for the kubelet (beside the suite's
+	// binary).
 	bin, binDir string
 	suite       string
 	cd          *testbed.Containerd
@@ -86,7 +87,23 @@ func (a *agent) harnessArgs(work string) []string {
 		a.t.Fatal(err)
 	}
 	a.logPath = filepath.Join(work, "report", "kubelet.log")
-	return []string{"--k8s-bin-dir=" + a.binDir, "--kubelet-config-file=" + path}
+	return []string{"--kubelet-config-file=" + path}
+}
+
+// suiteBinary is the suite's test binary as the run starts it: in harness
+// mode from the agent's directory, where the suite's launcher looks for
+// "kubelet" beside it (its --k8s-bin-dir belongs to upstream's runner,
+// not to the test binary).
+func (a *agent) suiteBinary() string {
+	bin := filepath.Join(a.suite, "e2e_node.test")
+	if *modeFlag != "harness" {
+		return bin
+	}
+	link := filepath.Join(a.binDir, "e2e_node.test")
+	if err := os.Symlink(bin, link); err != nil && !os.IsExist(err) {
+		a.t.Fatal(err)
+	}
+	return link
 }
 
 // start runs the agent against the suite's API server with the settings

@@ -257,7 +257,8 @@ func (r *suiteRun) run() []specResult {
 		}
 	}
 	if len(specs) != len(r.names) {
-		t.Errorf("the suite reported %d of the %d specs selected", len(specs), len(r.names))
+		testbed.KeepLogs(t, logPath)
+		t.Errorf("the suite reported %d of the %d specs selected; its log's end:\n%s", len(specs), len(r.names), tail(logPath, 40))
 	}
 	return specs
 }
@@ -281,7 +282,7 @@ func (r *suiteRun) command() *exec.Cmd {
 		"--container-runtime-endpoint=" + r.cd.Endpoint, "--image-service-endpoint=" + r.cd.Endpoint,
 		"--prepull-images=false", "--v=4",
 	}
-	args := append(append(append(ginkgoArgs, filepath.Join(r.suite, "e2e_node.test"), "--"), suiteArgs...), r.agent.harnessArgs(r.work)...)
+	args := append(append(append(ginkgoArgs, r.agent.suiteBinary(), "--"), suiteArgs...), r.agent.harnessArgs(r.work)...)
 	ginkgo := filepath.Join(r.suite, "ginkgo")
 	if *modeFlag == "harness" {
 		cmd := exec.Command(ginkgo, args...)
