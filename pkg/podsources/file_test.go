@@ -82,7 +82,9 @@ func names(pods []*v1.Pod) string {
 // that delivered it to end, failing after 5 s.
 func (f *fileFixture) waitFor(want string) []*v1.Pod {
 	f.t.Helper()
-	deadline := time.After(5 * time.Second)
+	// Generous: under -race beside the integration suites on 2 cores, the
+	// first read (a manifest past the size limit among them) took over 5 s.
+	deadline := time.After(30 * time.Second)
 	last := "<none>"
 	for {
 		select {
