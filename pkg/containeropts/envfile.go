@@ -3,7 +3,6 @@ package containeropts
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -123,7 +122,7 @@ func quoted(rest string, start int, next func() (string, bool)) (string, error) 
 		b.WriteByte('\n')
 		var ok bool
 		if rest, ok = next(); !ok {
-			return "", errors.New("unclosed single quote from line " + fmt.Sprint(start))
+			return "", fmt.Errorf("unclosed single quote from line %d", start)
 		}
 	}
 }

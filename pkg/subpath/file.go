@@ -14,12 +14,9 @@ import (
 // is refused without blocking: a FIFO would hold the reader forever, and
 // a device is no file of the pod's.
 func OpenFile(root, sub string) (*os.File, error) {
-	if sub == "" || filepath.IsAbs(sub) {
-		return nil, fmt.Errorf("%w: %q is not a relative path", ErrEscape, sub)
-	}
-	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	rootFD, err := openRoot(root, sub)
 	if err != nil {
-		return nil, fmt.Errorf("opening the volume %s: %w", root, err)
+		return nil, err
 	}
 	defer unix.Close(rootFD)
 	fd, err := openat2(rootFD, sub, &unix.OpenHow{

@@ -39,12 +39,9 @@ const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
 // volume's own permissions, as upstream makes them, each beneath the
 // volume, so a link planted between two steps cannot redirect a mkdir.
 func Open(root, sub string) (*os.File, error) {
-	if sub == "" || filepath.IsAbs(sub) {
-		return nil, fmt.Errorf("%w: %q is not a relative path", ErrEscape, sub)
-	}
-	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	rootFD, err := openRoot(root, sub)
 	if err != nil {
-		return nil, fmt.Errorf("opening the volume %s: %w", root, err)
+		return nil, err
 	}
 	defer unix.Close(rootFD)
 	var st unix.Stat_t
@@ -64,6 +61,19 @@ func Open(root, sub string) (*os.File, error) {
 		return nil, classify(sub, err)
 	}
 	return os.NewFile(uintptr(fd), filepath.Join(root, sub)), nil
+}
+
+// openRoot checks that sub is relative and opens the volume directory
+// root, which the caller closes.
+func openRoot(root, sub string) (int, error) {
+	if sub == "" || filepath.IsAbs(sub) {
+		return -1, fmt.Errorf("%w: %q is not a relative path", ErrEscape, sub)
+	}
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening the volume %s: %w", root, err)
+	}
+	return fd, nil
 }
 
 func openBeneath(dirFD int, path string) (int, error) {
