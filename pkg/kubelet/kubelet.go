@@ -28,7 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/pkg/allocation"
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
@@ -105,17 +105,6 @@ type MirrorPods interface {
 type Config struct {
 	NodeName string
 	RootDir  string
-	// Node describes the node pods are admitted against: its labels and
-	// allocatable resources (including the pod count).
-	Node func() *v1.Node
-	// AllowedUnsafeSysctls are allowed besides the safe set.
-	AllowedUnsafeSysctls []string
-	// AppArmor says the host enforces AppArmor: otherwise a pod asking
-	// for a confined profile is refused.
-	AppArmor bool
-	// Pressure returns the node's pressure conditions, which refuse pods
-	// at admission; nil for none.
-	Pressure func() map[v1.NodeConditionType]string
 	// HostIPs are the node's addresses, primary first.
 	HostIPs []string
 	// DeadContainersKept is how many dead instances of each container a
@@ -124,45 +113,16 @@ type Config struct {
 	// Cgroups is the container manager; nil (cm.Disabled) when
 	// cgroupsPerQOS is off.
 	Cgroups Cgroups
-	// Admit are further admission checks, asked first (the node shutting
-	// down refuses every pod).
-	Admit []AdmitFunc
-	// Allocations keep what each admitted pod's containers were granted,
-	// for in-place resize; nil keeps nothing (no resize is granted or
-	// seen).
-	Allocations *allocation.Store
-	// Decisions remember admission decisions across restarts; nil
-	// remembers none.
-	Decisions Decisions
-	// ResizeChecks say why a resize can never be granted (a Guaranteed
-	// pod's CPUs under the static CPU manager, say).
-	ResizeChecks []ResizeCheck
+	// Admitter decides whether a new pod may run.
+	Admitter *admission.Admitter
+	// Resizer grants admitted pods their resources and decides their
+	// in-place resizes.
+	Resizer *admission.Resizer
 	// Release are told, at every housekeeping, which pods are active:
 	// what the resource managers hold for any other pod (CPUs, memory,
 	// devices, prepared claims) goes back.
 	Release []func(active []*v1.Pod)
 }
-
-// ResizeCheck says why a resize of the pod from allocated to desired can
-// never be granted, or "".
-type ResizeCheck func(desired, allocated *v1.Pod) string
-
-// Decisions remember each pod's admission decision, so a pod is admitted
-// or rejected once in its life, not again after every restart with the
-// node's state of the moment. Their methods must not block.
-type Decisions interface {
-	Decision(uid types.UID) (admitted bool, reason, message string, ok bool)
-	Decide(pod *v1.Pod, admitted bool, reason, message string)
-}
-
-type noDecisions struct{}
-
-func (noDecisions) Decision(types.UID) (bool, string, string, bool) { return false, "", "", false }
-func (noDecisions) Decide(*v1.Pod, bool, string, string)            {}
-
-// AdmitFunc says whether a new pod may run, and if not why: upstream's
-// reason and a message.
-type AdmitFunc func(pod *v1.Pod) (ok bool, reason, message string)
 
 // Health is where the sync loop learns whether it may sync pods, and
 // reports that it is alive.
@@ -243,14 +203,14 @@ type Kubelet struct {
 	updates   <-chan podsources.PodUpdate
 
 	// cleaner does housekeeping's slow work off the sync loop.
-	cleaner   *cleaner
-	admission admission
+	cleaner  *cleaner
+	admitter *admission.Admitter
+	resizer  *admission.Resizer
 }
 
 // New builds the core.
 func New(cfg Config, d Deps) *Kubelet {
 	cfg.Cgroups = orNone[Cgroups](cfg.Cgroups, cm.Disabled{})
-	cfg.Decisions = orNone[Decisions](cfg.Decisions, noDecisions{})
 	d.Probes = orNone[Probes](d.Probes, noProbes{})
 	d.Mirrors = orNone[MirrorPods](d.Mirrors, apiclient.None{})
 	d.Volumes = orNone[VolumeTearDown](d.Volumes, noVolumes{})
@@ -263,9 +223,8 @@ func New(cfg Config, d Deps) *Kubelet {
 		cfg: cfg, pods: pods, workers: d.Workers, workQueue: d.WorkQueue,
 		runtime: d.Runtime, pleg: d.PLEG, status: d.Status, sources: d.Sources,
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
-		cleaner: cleaner,
-		admission: admission{node: cfg.Node, allowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, pressure: cfg.Pressure, hooks: cfg.Admit,
-			alloc: cfg.Allocations, decisions: cfg.Decisions, resizeChecks: cfg.ResizeChecks, appArmor: cfg.AppArmor},
+		cleaner:  cleaner,
+		admitter: cfg.Admitter, resizer: cfg.Resizer,
 	}
 }
 
@@ -465,7 +424,7 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 		if !listed || known {
 			active, listed = kl.activePods(kl.pods.pods()), true
 		}
-		pod = kl.admission.resize(func() []*v1.Pod { return active }, pod)
+		pod = kl.resizer.Resize(func() []*v1.Pod { return active }, pod)
 		kl.pods.addOrUpdate(pod)
 		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
 		if wasMirror {
@@ -502,11 +461,11 @@ func (kl *Kubelet) admitAddition(pod *v1.Pod, active []*v1.Pod, restored bool) b
 	if kl.workers.IsPodTerminationRequested(pod.UID) || kl.terminalInStatus(pod) {
 		return true
 	}
-	if ok, reason, message := kl.canAdmitPod(active, pod, restored); !ok {
-		kl.rejectPod(pod, reason, message)
+	if v := kl.admitter.Admit(active, pod, restored); !v.Admitted() {
+		kl.rejectPod(pod, v.Reason, v.Message)
 		return false
 	}
-	kl.admission.allocate(pod)
+	kl.resizer.Allocate(pod)
 	return true
 }
 
@@ -514,7 +473,7 @@ func (kl *Kubelet) admitAddition(pod *v1.Pod, active []*v1.Pod, restored bool) b
 func (kl *Kubelet) HandlePodUpdates(pods []*v1.Pod) {
 	start := kl.clock.Now()
 	for _, pod := range pods {
-		pod = kl.admission.resize(kl.ActivePods, pod)
+		pod = kl.resizer.Resize(kl.ActivePods, pod)
 		kl.pods.addOrUpdate(pod)
 		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
 		if wasMirror && pod == nil {
@@ -557,7 +516,7 @@ func (kl *Kubelet) HandlePodRemoves(pods []*v1.Pod) {
 func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
 	start := kl.clock.Now()
 	for _, pod := range pods {
-		kl.pods.addOrUpdate(kl.admission.asRun(pod))
+		kl.pods.addOrUpdate(kl.resizer.AsRun(pod))
 		pod, mirror, _ := kl.pods.podAndMirror(pod)
 		if pod == nil {
 			continue
@@ -647,25 +606,6 @@ func (kl *Kubelet) kill(pod *v1.Pod, gracePeriod int64, status func(*v1.PodStatu
 	return done
 }
 
-// canAdmitPod decides whether a new pod fits on the node. A pod restored
-// from the journal (its source silent since a restart) keeps the decision
-// it had: it is neither re-admitted nor re-rejected on the journal's
-// word. A pod its source delivers is decided against the node as it is
-// now, as upstream: a node restarted smaller honours its new size.
-func (kl *Kubelet) canAdmitPod(active []*v1.Pod, pod *v1.Pod, restored bool) (bool, string, string) {
-	d := kl.admission.decisions
-	if admitted, reason, message, ok := d.Decision(pod.UID); ok && restored {
-		klog.V(2).InfoS("Admission was decided before a restart", "pod", klog.KObj(pod), "podUID", pod.UID, "admitted", admitted, "reason", reason)
-		return admitted, reason, message
-	}
-	if r := kl.admission.admit(active, pod); r != nil {
-		d.Decide(pod, false, r.Reason, r.Message)
-		return false, r.Reason, r.Message
-	}
-	d.Decide(pod, true, "", "")
-	return true, "", ""
-}
-
 // rejectPod fails a pod that was not admitted: it never starts.
 func (kl *Kubelet) rejectPod(pod *v1.Pod, reason, message string) {
 	klog.InfoS("Pod was rejected", "pod", klog.KObj(pod), "podUID", pod.UID, "reason", reason, "message", message)
@@ -703,7 +643,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	kl.status.RemoveOrphanedStatuses(keep)
 	kl.probes.CleanupPods(keep)
 	kl.retryDeferredResizes(all)
-	kl.admission.forget(keep)
+	kl.resizer.Forget(keep)
 
 	running, err := kl.pleg.RuntimePods(ctx)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/health"
@@ -131,6 +132,7 @@ type coreFixture struct {
 	clock    *testingclock.FakeClock
 	updates  chan podsources.PodUpdate
 	health   *countingHealth
+	node     func() *v1.Node
 }
 
 // countingHealth counts the sync loop's questions, so a test can prove
@@ -167,12 +169,21 @@ func newCoreReading(t *testing.T, maxPods int, fromSources bool) *coreFixture {
 	f.health.SetRuntime(nil, nil)
 	node := nodestatus.Node(nodestatus.Config{NodeName: "n", MaxPods: maxPods},
 		nodestatus.Machine{CPUs: 4, MemoryBytes: 8 << 30, EphemeralStorage: 100 << 30})
-	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), Node: func() *v1.Node { return node }, DeadContainersKept: 1}, Deps{
+	f.node = func() *v1.Node { return node }
+	f.kl = New(Config{NodeName: "n", RootDir: t.TempDir(), DeadContainersKept: 1,
+		Admitter: admission.New(admission.Options{Node: f.node, Handlers: f.admitHandlers()}),
+		Resizer:  admission.NewResizer(admission.ResizerOptions{Node: f.node}),
+	}, Deps{
 		Workers: f.workers, WorkQueue: podworkers.NewWorkQueue(clk), Runtime: f.runtime, GC: f.runtime, PLEG: fakePLEG{make(chan *pleg.Event, 10), f.runtime},
 		Status: f.status, Sources: podsources.NewSourcesReady(f.sources.Sources), Recorder: f.recorder, Clock: clk,
 		Updates: updates, Health: f.health,
 	})
 	return f
+}
+
+// admitHandlers are the node's checks a pod meets in these tests.
+func (f *coreFixture) admitHandlers() []admission.Handler {
+	return []admission.Handler{admission.Fields, admission.NodeName, admission.Resources}
 }
 
 var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -566,7 +577,7 @@ func TestResizeDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.kl.admission.alloc = store
+	f.kl.resizer = admission.NewResizer(admission.ResizerOptions{Node: f.node, Allocations: store})
 	withCPU := func(p *v1.Pod, cpu string) *v1.Pod {
 		p = p.DeepCopy()
 		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}
@@ -630,7 +641,7 @@ func (d decisionLog) Decide(pod *v1.Pod, admitted bool, reason, _ string) {
 func TestAdmissionDecisionsStand(t *testing.T) {
 	f := newCore(t, 1)
 	d := decisionLog{"old-admitted": "admitted", "old-rejected": "OutOfcpu", "live": "admitted"}
-	f.kl.admission.decisions = d
+	f.kl.admitter = admission.New(admission.Options{Node: f.node, Handlers: f.admitHandlers(), Decisions: d})
 	restore := func(p *v1.Pod) {
 		f.kl.dispatch(podsources.PodUpdate{Op: podsources.ADD, Pods: []*v1.Pod{p}, Source: "api", Restored: true})
 	}

@@ -38,6 +38,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -171,11 +172,11 @@ func (s *State) Err() error {
 }
 
 // Admit refuses every pod while the node shuts down.
-func (s *State) Admit(*v1.Pod) (ok bool, reason, message string) {
+func (s *State) Admit(admission.Attributes) admission.Verdict {
 	if s.shuttingDown.Load() {
-		return false, NotAdmittedReason, NotAdmittedMessage
+		return admission.Reject(NotAdmittedReason, NotAdmittedMessage)
 	}
-	return true, "", ""
+	return admission.Verdict{}
 }
 
 // Manager waits for logind to announce a shutdown, then shuts the node

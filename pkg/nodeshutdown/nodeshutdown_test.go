@@ -19,6 +19,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
@@ -205,7 +206,7 @@ func TestShutdownStopsGroupsInOrder(t *testing.T) {
 	if f.state.Err() != nil {
 		t.Fatal("shutting down before the signal")
 	}
-	if ok, _, _ := f.state.Admit(pod("new", 0, 1)); !ok {
+	if v := f.state.Admit(admission.Attributes{Pod: pod("new", 0, 1)}); !v.Admitted() {
 		t.Fatal("refused a pod before the signal")
 	}
 	f.session.shutdowns <- true
@@ -215,8 +216,8 @@ func TestShutdownStopsGroupsInOrder(t *testing.T) {
 	if f.state.Err() != ErrShuttingDown {
 		t.Fatalf("Err %v", f.state.Err())
 	}
-	if ok, reason, msg := f.state.Admit(pod("new", 0, 1)); ok || reason != NotAdmittedReason || msg != NotAdmittedMessage {
-		t.Fatalf("admitted during shutdown: %v %s %s", ok, reason, msg)
+	if v := f.state.Admit(admission.Attributes{Pod: pod("new", 0, 1)}); v != admission.Reject(NotAdmittedReason, NotAdmittedMessage) {
+		t.Fatalf("admitted during shutdown: %+v", v)
 	}
 	if e := <-f.recorder.Events; e != "Normal NodeShutdown Shutdown manager detected shutdown event" {
 		t.Fatalf("event %q", e)

@@ -27,6 +27,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/numa"
 )
 
@@ -145,7 +146,8 @@ func (m *Manager) applyOptions(o Options) (int, error) {
 // Admit places a new pod's containers, and has every provider allocate
 // them, init containers first. It returns upstream's reason and message
 // when the pod cannot run here.
-func (m *Manager) Admit(pod *v1.Pod) (ok bool, reason, message string) {
+func (m *Manager) Admit(a admission.Attributes) admission.Verdict {
+	pod := a.Pod
 	containers := append(append([]v1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
 	podHint := Hint{}
 	if m.policy.name != PolicyNone && m.scope == ScopePod {
@@ -166,17 +168,16 @@ func (m *Manager) Admit(pod *v1.Pod) (ok bool, reason, message string) {
 		klog.V(3).InfoS("Topology affinity", "pod", klog.KObj(pod), "podUID", pod.UID, "container", c.Name, "hint", hint)
 		for _, p := range m.providers {
 			if err := p.Allocate(pod, c, hint); err != nil {
-				reason, message := admissionError(err)
-				return false, reason, message
+				return admission.Reject(admissionError(err))
 			}
 		}
 	}
-	return true, "", ""
+	return admission.Verdict{}
 }
 
-func refuse(pod *v1.Pod, container string, hint Hint) (bool, string, string) {
+func refuse(pod *v1.Pod, container string, hint Hint) admission.Verdict {
 	klog.InfoS("No placement satisfies the topology manager policy", "pod", klog.KObj(pod), "podUID", pod.UID, "container", container, "bestHint", hint)
-	return false, ReasonTopologyAffinity, "Resources cannot be allocated with Topology locality"
+	return admission.Reject(ReasonTopologyAffinity, "Resources cannot be allocated with Topology locality")
 }
 
 // admissionError is upstream's reason and message for a failed

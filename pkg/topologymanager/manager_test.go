@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/numatest"
+	"github.com/nodelet/nodelet/pkg/admission"
 )
 
 func h(pref bool, ids ...int) Hint { return Hint{NUMANodes: NewMask(ids...), Preferred: pref} }
@@ -169,8 +170,8 @@ func TestAdmitAsksAndAllocatesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, reason, msg := mgr.Admit(testPod()); !ok {
-		t.Fatalf("refused: %s %s", reason, msg)
+	if v := mgr.Admit(admission.Attributes{Pod: testPod()}); !v.Admitted() {
+		t.Fatalf("refused: %+v", v)
 	}
 	want := "cpu hints init|devices hints init|cpu allocate init {1} preferred=true|devices allocate init {1} preferred=true|" +
 		"cpu hints app|devices hints app|cpu allocate app {1} preferred=true|devices allocate app {1} preferred=true"
@@ -182,7 +183,7 @@ func TestAdmitAsksAndAllocatesInOrder(t *testing.T) {
 	log = nil
 	cpus.hints[""] = map[string][]Hint{"cpu": {h(true, 0)}}
 	mgr.scope = ScopePod
-	if ok, _, _ := mgr.Admit(testPod()); !ok {
+	if v := mgr.Admit(admission.Attributes{Pod: testPod()}); !v.Admitted() {
 		t.Fatal("refused at pod scope")
 	}
 	want = "cpu pod hints|devices pod hints|cpu allocate init {0} preferred=true|devices allocate init {0} preferred=true|" +
@@ -202,7 +203,8 @@ func TestAdmitRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, reason, msg := mgr.Admit(testPod())
+	v := mgr.Admit(admission.Attributes{Pod: testPod()})
+	ok, reason, msg := v.Admitted(), v.Reason, v.Message
 	if ok || reason != "TopologyAffinityError" || msg != "Resources cannot be allocated with Topology locality" {
 		t.Fatalf("unalignable: %v %s %q", ok, reason, msg)
 	}
@@ -212,13 +214,15 @@ func TestAdmitRefusals(t *testing.T) {
 
 	mgr.policy.name = PolicyNone
 	devices.fail = map[string]error{"app": errors.New("requested number of devices unavailable for example.com/gpu. Requested: 3, Available: 2")}
-	ok, reason, msg = mgr.Admit(testPod())
+	v = mgr.Admit(admission.Attributes{Pod: testPod()})
+	ok, reason, msg = v.Admitted(), v.Reason, v.Message
 	if ok || reason != "UnexpectedAdmissionError" ||
 		msg != "Allocate failed due to requested number of devices unavailable for example.com/gpu. Requested: 3, Available: 2, which is unexpected" {
 		t.Fatalf("device shortage: %v %s %q", ok, reason, msg)
 	}
 	cpus.fail = map[string]error{"init": smtError{}}
-	ok, reason, msg = mgr.Admit(testPod())
+	v = mgr.Admit(admission.Attributes{Pod: testPod()})
+	ok, reason, msg = v.Admitted(), v.Reason, v.Message
 	if ok || reason != "SMTAlignmentError" || !strings.HasPrefix(msg, "SMT Alignment Error") {
 		t.Fatalf("a provider's own reason: %v %s %q", ok, reason, msg)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/numatest"
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/cpumanager"
 	"github.com/nodelet/nodelet/pkg/memorymanager"
 	"github.com/nodelet/nodelet/pkg/numa"
@@ -185,9 +186,8 @@ func runPlacements(t *testing.T, tc placementCase, out *strings.Builder) {
 			continue
 		}
 		pod := placementPodSpec(pp)
-		ok, reason, msg := mgr.Admit(pod)
-		if !ok {
-			fmt.Fprintf(out, "%-16s %s refused: %s: %s\n", pp.name, strings.Join(pp.containers, " "), reason, msg)
+		if v := mgr.Admit(admission.Attributes{Pod: pod}); !v.Admitted() {
+			fmt.Fprintf(out, "%-16s %s refused: %s: %s\n", pp.name, strings.Join(pp.containers, " "), v.Reason, v.Message)
 			// A refused pod is not active: what it was given goes back.
 			cpus.RetainActive(active)
 			memory.RetainActive(active)

@@ -6,8 +6,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/health"
 	"github.com/nodelet/nodelet/pkg/kubelet"
+	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podstatus"
@@ -59,13 +61,10 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	sources := podSources(b, podConfig, res)
 	ready := podsources.NewSourcesReady(podConfig.Sources)
 	core := kubelet.New(kubelet.Config{
-		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, Node: reporter.node,
-		AllowedUnsafeSysctls: b.cfg.AllowedUnsafeSysctls, AppArmor: kubelet.AppArmorEnabled(), DeadContainersKept: b.opts.DeadContainersKept,
-		Pressure: node.pressure.Pressure, Cgroups: node.cgroups,
-		// The resource managers allocate after the other checks that run
-		// first here, and before the node's capacity is checked, as upstream.
-		Admit:       []kubelet.AdmitFunc{b.shutdown.Admit, kubelet.RuntimeFeatureCheck(runtime.manager.Features), res.admit},
-		Allocations: b.allocations, Decisions: b.journal, ResizeChecks: res.resizeChecks, Release: res.release,
+		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, DeadContainersKept: b.opts.DeadContainersKept,
+		Cgroups: node.cgroups, Release: res.release,
+		Admitter: admission.New(admission.Options{Node: reporter.node, Decisions: b.journal, Handlers: admissionHandlers(b, runtime, node, res)}),
+		Resizer:  admission.NewResizer(admission.ResizerOptions{Node: reporter.node, Allocations: b.allocations, Checks: res.resizeChecks}),
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
 		Sources: ready, Updates: podConfig.Updates(), Health: health,
@@ -81,6 +80,30 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		parts.components = append(parts.components, runs("pod status syncer", parts.statusSyncer.Run))
 	}
 	return parts
+}
+
+// admissionHandlers are the questions a new pod must pass, in the order
+// they are asked; the first refusal is the pod's. The resource managers
+// place and allocate after the checks before them, and before the node's
+// capacity is checked; a pod refused after its first containers were
+// allocated gives them back at the next housekeeping (refused, it is not
+// active).
+func admissionHandlers(b *base, runtime *runtimeParts, node *nodeParts, res *resourceParts) []admission.Handler {
+	return []admission.Handler{
+		b.shutdown,
+		kuberuntime.FeatureAdmission(runtime.manager.Features),
+		res.topology,
+		admission.Fields,
+		admission.Pressure(node.pressure.Pressure),
+		admission.Sysctls(b.cfg.AllowedUnsafeSysctls),
+		admission.OS,
+		admission.NodeName,
+		admission.Affinity,
+		admission.Taints,
+		admission.HostPorts,
+		admission.Resources,
+		admission.AppArmor(admission.AppArmorEnabled()),
+	}
 }
 
 // podSources registers the configured pod sources with the merge: a

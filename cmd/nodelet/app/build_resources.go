@@ -13,10 +13,10 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/cpumanager"
 	"github.com/nodelet/nodelet/pkg/devicemanager"
 	"github.com/nodelet/nodelet/pkg/dra"
-	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/memorymanager"
 	"github.com/nodelet/nodelet/pkg/pluginwatcher"
@@ -31,12 +31,12 @@ type resourceParts struct {
 	memory  *memorymanager.Manager
 	devices *devicemanager.Manager
 	claims  *dra.Manager
-	// admit places and allocates a new pod's resources.
-	admit kubelet.AdmitFunc
+	// topology places and allocates a new pod's resources at admission.
+	topology *topologymanager.Manager
 	// hooks give each container what it was given.
 	hooks        []kuberuntime.ContainerHook
 	release      []func(active []*v1.Pod)
-	resizeChecks []kubelet.ResizeCheck
+	resizeChecks []admission.ResizeCheck
 	// runningPods are the pods whose containers ran when nodelet started.
 	runningPods map[types.UID]bool
 	components  []component
@@ -91,12 +91,10 @@ func buildResources(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClient
 	watcher := pluginwatcher.New(pluginwatcher.Options{RootDir: b.opts.RootDir, Clock: b.clock, Handlers: handlers, Timeout: c.RuntimeRequestTimeout.Duration})
 	return &resourceParts{
 		cpus: cpus, memory: memory, devices: devices, claims: claims,
-		// A pod refused after its first containers were allocated gives
-		// them back at the next housekeeping: refused, it is not active.
-		admit:        topology.Admit,
+		topology:     topology,
 		hooks:        []kuberuntime.ContainerHook{node.limits, cpus, memory, devices, claims},
 		release:      release,
-		resizeChecks: []kubelet.ResizeCheck{cpus.ResizeInfeasible, memory.ResizeInfeasible},
+		resizeChecks: []admission.ResizeCheck{cpus.ResizeInfeasible, memory.ResizeInfeasible},
 		runningPods:  podsOf(running),
 		components: []component{
 			{"device plugin registration", devices.Run}, {"CPU manager", cpus.Run}, {"DRA manager", claims.Run}, {"plugin watcher", watcher.Run},

@@ -1,4 +1,4 @@
-package kubelet
+package admission
 
 import (
 	"fmt"
@@ -13,44 +13,22 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/podfields"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
-// admission decides whether a new pod may run on the node, with upstream's
-// reasons: a rejected pod is Failed with the reason and never started.
-type admission struct {
-	node func() *v1.Node
-	// allowedUnsafeSysctls are sysctls (or prefixes ending in *) allowed
-	// besides the safe set.
-	allowedUnsafeSysctls []string
-	// pressure returns the node's pressure conditions; nil for none.
-	pressure func() map[v1.NodeConditionType]string
-	// hooks are asked first.
-	hooks []AdmitFunc
-	// alloc keeps what admitted pods were granted; nil for none.
-	alloc *allocation.Store
-	// decisions remember every decision across restarts.
-	decisions Decisions
-	// resizeChecks say why a resize can never be granted ("" if it can).
-	resizeChecks []ResizeCheck
-	// appArmor: the host enforces AppArmor profiles.
-	appArmor bool
-}
-
-// checkPressure refuses pods the way upstream's eviction manager admits
+// Pressure refuses pods the way upstream's eviction manager admits
 // them: under memory pressure alone only BestEffort pods that do not
 // tolerate it are refused; under disk or PID pressure every pod is. Static
 // and critical pods are always admitted.
-func (a *admission) checkPressure(pod *v1.Pod) *Rejection {
-	if a.pressure == nil {
-		return nil
-	}
-	pressure := a.pressure()
+func Pressure(conditions func() map[v1.NodeConditionType]string) Handler {
+	return HandlerFunc(func(a Attributes) Verdict { return checkPressure(a.Pod, conditions()) })
+}
+
+func checkPressure(pod *v1.Pod, pressure map[v1.NodeConditionType]string) Verdict {
 	if len(pressure) == 0 || podutil.IsCritical(pod) {
-		return nil
+		return Verdict{}
 	}
 	var conds []string
 	for c := range pressure {
@@ -60,10 +38,10 @@ func (a *admission) checkPressure(pod *v1.Pod) *Rejection {
 	if _, memory := pressure[v1.NodeMemoryPressure]; memory && len(pressure) == 1 {
 		taint := &v1.Taint{Key: v1.TaintNodeMemoryPressure, Effect: v1.TaintEffectNoSchedule}
 		if podutil.QOSClass(pod) != v1.PodQOSBestEffort || tolerates(pod.Spec.Tolerations, taint) {
-			return nil
+			return Verdict{}
 		}
 	}
-	return &Rejection{Reason: "Evicted", Message: fmt.Sprintf("The node had condition: [%s]. ", strings.Join(conds, ", "))}
+	return Verdict{Reason: "Evicted", Message: fmt.Sprintf("The node had condition: [%s]. ", strings.Join(conds, ", "))}
 }
 
 func tolerates(tolerations []v1.Toleration, taint *v1.Taint) bool {
@@ -75,91 +53,73 @@ func tolerates(tolerations []v1.Toleration, taint *v1.Taint) bool {
 	return false
 }
 
-// Rejection says why a pod may not run: its reason (upstream's, e.g. OutOfcpu)
-// and a message.
-type Rejection struct {
-	Reason, Message string
-}
-
-// admit checks a pod against the node and the pods already admitted.
-func (a *admission) admit(active []*v1.Pod, pod *v1.Pod) *Rejection {
-	for _, hook := range a.hooks {
-		if ok, reason, message := hook(pod); !ok {
-			return &Rejection{Reason: reason, Message: message}
-		}
-	}
-	node := a.node()
-	for _, check := range []func() *Rejection{
-		func() *Rejection { return checkFields(pod) },
-		func() *Rejection { return a.checkPressure(pod) },
-		func() *Rejection { return a.checkSysctls(pod) },
-		func() *Rejection { return checkOS(pod, node) },
-		func() *Rejection { return checkNodeName(pod, node) },
-		func() *Rejection { return checkAffinity(pod, node) },
-		func() *Rejection { return checkTaints(pod, node) },
-		func() *Rejection { return checkHostPorts(active, pod) },
-		func() *Rejection { return checkResources(active, pod, node) },
-		func() *Rejection { return checkAppArmor(pod, a.appArmor) },
-	} {
-		if r := check(); r != nil {
-			return r
-		}
-	}
-	return nil
-}
-
-// checkFields refuses a pod that sets a field nodelet cannot honour
+// Fields refuses a pod that sets a field nodelet cannot honour
 // (docs/pod-fields.md), naming it, rather than run the pod without it.
-func checkFields(pod *v1.Pod) *Rejection {
+var Fields Handler = HandlerFunc(func(a Attributes) Verdict { return checkFields(a.Pod) })
+
+func checkFields(pod *v1.Pod) Verdict {
 	path, why := podfields.Unsupported(pod)
 	if path == "" {
-		return nil
+		return Verdict{}
 	}
-	return &Rejection{"UnsupportedPodField", fmt.Sprintf("nodelet does not support pod field %s: %s", path, why)}
+	return Verdict{"UnsupportedPodField", fmt.Sprintf("nodelet does not support pod field %s: %s", path, why)}
 }
 
-func checkOS(pod *v1.Pod, node *v1.Node) *Rejection {
+// OS refuses a pod for another operating system, by its os field or its
+// kubernetes.io/os node selector.
+var OS Handler = HandlerFunc(func(a Attributes) Verdict { return checkOS(a.Pod, a.Node) })
+
+func checkOS(pod *v1.Pod, node *v1.Node) Verdict {
 	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != goruntime.GOOS {
-		return &Rejection{"PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS"}
+		return Verdict{"PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS"}
 	}
 	if os, ok := pod.Spec.NodeSelector[nodestatus.LabelOS]; ok && os != node.Labels[nodestatus.LabelOS] {
-		return &Rejection{"PodOSSelectorNodeLabelDoesNotMatch", "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}
+		return Verdict{"PodOSSelectorNodeLabelDoesNotMatch", "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}
 	}
-	return nil
+	return Verdict{}
 }
 
-func checkNodeName(pod *v1.Pod, node *v1.Node) *Rejection {
+// NodeName refuses a pod bound to another node.
+var NodeName Handler = HandlerFunc(func(a Attributes) Verdict { return checkNodeName(a.Pod, a.Node) })
+
+func checkNodeName(pod *v1.Pod, node *v1.Node) Verdict {
 	if pod.Spec.NodeName != "" && pod.Spec.NodeName != node.Name {
-		return &Rejection{"NodeName", fmt.Sprintf("Predicate NodeName failed: the pod is bound to node %q, not this node (%q)", pod.Spec.NodeName, node.Name)}
+		return Verdict{"NodeName", fmt.Sprintf("Predicate NodeName failed: the pod is bound to node %q, not this node (%q)", pod.Spec.NodeName, node.Name)}
 	}
-	return nil
+	return Verdict{}
 }
 
-func checkAffinity(pod *v1.Pod, node *v1.Node) *Rejection {
+// Affinity refuses a pod whose node selector or required node affinity
+// the node does not match.
+var Affinity Handler = HandlerFunc(func(a Attributes) Verdict { return checkAffinity(a.Pod, a.Node) })
+
+func checkAffinity(pod *v1.Pod, node *v1.Node) Verdict {
 	ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
 	if err != nil {
-		return &Rejection{"NodeAffinity", fmt.Sprintf("Predicate NodeAffinity failed: %v", err)}
+		return Verdict{"NodeAffinity", fmt.Sprintf("Predicate NodeAffinity failed: %v", err)}
 	}
 	if !ok {
-		return &Rejection{"NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
+		return Verdict{"NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
 	}
-	return nil
+	return Verdict{}
 }
 
-// checkTaints refuses a pod that does not tolerate one of the node's
+// Taints refuses a pod that does not tolerate one of the node's
 // NoExecute taints (the others are the scheduler's), as upstream does;
 // static pods are the node's own and always run.
-func checkTaints(pod *v1.Pod, node *v1.Node) *Rejection {
+var Taints Handler = HandlerFunc(func(a Attributes) Verdict { return checkTaints(a.Pod, a.Node) })
+
+func checkTaints(pod *v1.Pod, node *v1.Node) Verdict {
 	if podutil.IsStatic(pod) {
-		return nil
+		return Verdict{}
 	}
 	taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
 		func(t *v1.Taint) bool { return t.Effect == v1.TaintEffectNoExecute }, false)
 	if !untolerated {
-		return nil
+		return Verdict{}
 	}
 	klog.V(2).InfoS("Pod does not tolerate a NoExecute taint", "pod", klog.KObj(pod), "podUID", pod.UID, "taint", taint.ToString())
-	return &Rejection{"TaintToleration", "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"}
+	return Verdict{"TaintToleration", "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"}
 }
 
 // hostPort is one host port a pod claims.
@@ -196,29 +156,34 @@ func hostPorts(pod *v1.Pod) []hostPort {
 	return out
 }
 
-func checkHostPorts(active []*v1.Pod, pod *v1.Pod) *Rejection {
+// HostPorts refuses a pod claiming a host port an active pod holds.
+var HostPorts Handler = HandlerFunc(func(a Attributes) Verdict { return checkHostPorts(a.Active, a.Pod) })
+
+func checkHostPorts(active []*v1.Pod, pod *v1.Pod) Verdict {
 	want := hostPorts(pod)
 	if len(want) == 0 {
-		return nil
+		return Verdict{}
 	}
 	for _, other := range active {
 		for _, used := range hostPorts(other) {
 			for _, w := range want {
 				if w.conflicts(used) {
-					return &Rejection{"NodePorts", fmt.Sprintf("Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports (%s %d is used by pod %s)", w.protocol, w.port, other.Name)}
+					return Verdict{"NodePorts", fmt.Sprintf("Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports (%s %d is used by pod %s)", w.protocol, w.port, other.Name)}
 				}
 			}
 		}
 	}
-	return nil
+	return Verdict{}
 }
 
-// checkResources checks the pod count and the pod's requests against
+// Resources checks the pod count and the pod's requests against
 // what the node can still allocate.
-func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
+var Resources Handler = HandlerFunc(func(a Attributes) Verdict { return checkResources(a.Active, a.Pod, a.Node) })
+
+func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) Verdict {
 	alloc := node.Status.Allocatable
 	if maxPods, ok := alloc[v1.ResourcePods]; ok && int64(len(active))+1 > maxPods.Value() {
-		return &Rejection{"OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(active), maxPods.Value())}
+		return Verdict{"OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(active), maxPods.Value())}
 	}
 	req := resourcehelper.PodRequests(withoutUncountedRequests(pod, alloc), resourcehelper.PodResourcesOptions{})
 	names := make([]string, 0, len(req))
@@ -230,7 +195,7 @@ func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
 	if len(names) == 0 {
 		// Asks for nothing but a place: the other pods' requests do not
 		// matter (summing them for every pod made a batch of n cost n²).
-		return nil
+		return Verdict{}
 	}
 	used := v1.ResourceList{}
 	for _, p := range active {
@@ -255,11 +220,11 @@ func checkResources(active []*v1.Pod, pod *v1.Pod, node *v1.Node) *Rejection {
 		total := u.DeepCopy()
 		total.Add(want)
 		if total.Cmp(capacity) > 0 {
-			return &Rejection{"OutOf" + n, fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
+			return Verdict{"OutOf" + n, fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
 				n, amount(name, want), amount(name, u), amount(name, capacity))}
 		}
 	}
-	return nil
+	return Verdict{}
 }
 
 // withoutUncountedRequests is the pod without the requests the node does
@@ -346,28 +311,35 @@ var safeSysctls = map[string]bool{
 	"net.ipv4.tcp_wmem":                   true,
 }
 
-func (a *admission) checkSysctls(pod *v1.Pod) *Rejection {
+// Sysctls refuses a pod setting a sysctl that is neither safe nor in
+// allowedUnsafe (names, or prefixes ending in *), or one that would change
+// a namespace it shares with the host.
+func Sysctls(allowedUnsafe []string) Handler {
+	return HandlerFunc(func(a Attributes) Verdict { return checkSysctls(a.Pod, allowedUnsafe) })
+}
+
+func checkSysctls(pod *v1.Pod, allowedUnsafe []string) Verdict {
 	if pod.Spec.SecurityContext == nil {
-		return nil
+		return Verdict{}
 	}
 	for _, s := range pod.Spec.SecurityContext.Sysctls {
 		name := strings.ReplaceAll(s.Name, "/", ".")
-		if !safeSysctls[name] && !a.unsafeAllowed(name) {
-			return &Rejection{"SysctlForbidden", fmt.Sprintf("forbidden sysctl: %q not allowlisted", s.Name)}
+		if !safeSysctls[name] && !unsafeAllowed(allowedUnsafe, name) {
+			return Verdict{"SysctlForbidden", fmt.Sprintf("forbidden sysctl: %q not allowlisted", s.Name)}
 		}
 		// A pod sharing the node's namespace must not change it.
 		if pod.Spec.HostNetwork && strings.HasPrefix(name, "net.") {
-			return &Rejection{"SysctlForbidden", fmt.Sprintf("forbidden sysctl: %q cannot be set in a pod using the host network", s.Name)}
+			return Verdict{"SysctlForbidden", fmt.Sprintf("forbidden sysctl: %q cannot be set in a pod using the host network", s.Name)}
 		}
 		if pod.Spec.HostIPC && (strings.HasPrefix(name, "kernel.shm") || strings.HasPrefix(name, "kernel.msg") || strings.HasPrefix(name, "kernel.sem") || strings.HasPrefix(name, "fs.mqueue.")) {
-			return &Rejection{"SysctlForbidden", fmt.Sprintf("forbidden sysctl: %q cannot be set in a pod using the host IPC namespace", s.Name)}
+			return Verdict{"SysctlForbidden", fmt.Sprintf("forbidden sysctl: %q cannot be set in a pod using the host IPC namespace", s.Name)}
 		}
 	}
-	return nil
+	return Verdict{}
 }
 
-func (a *admission) unsafeAllowed(name string) bool {
-	for _, allowed := range a.allowedUnsafeSysctls {
+func unsafeAllowed(allowedUnsafe []string, name string) bool {
+	for _, allowed := range allowedUnsafe {
 		allowed = strings.ReplaceAll(allowed, "/", ".")
 		if allowed == name || (strings.HasSuffix(allowed, "*") && strings.HasPrefix(name, strings.TrimSuffix(allowed, "*"))) {
 			return true

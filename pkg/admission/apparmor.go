@@ -1,4 +1,4 @@
-package kubelet
+package admission
 
 import (
 	"os"
@@ -17,15 +17,19 @@ func AppArmorEnabled() bool {
 	return err == nil && strings.TrimSpace(string(b)) == "Y"
 }
 
-// checkAppArmor refuses a pending pod that asks for a confined AppArmor
+// AppArmor refuses a pending pod that asks for a confined AppArmor
 // profile on a host that cannot enforce one, as upstream's admission does
 // (reason AppArmor; the pod fails, it does not wait). A pod already
 // running or finished is not checked again.
-func checkAppArmor(pod *v1.Pod, enabled bool) *Rejection {
+func AppArmor(enabled bool) Handler {
+	return HandlerFunc(func(a Attributes) Verdict { return checkAppArmor(a.Pod, enabled) })
+}
+
+func checkAppArmor(pod *v1.Pod, enabled bool) Verdict {
 	if enabled || (pod.Status.Phase != v1.PodPending && pod.Status.Phase != "") || !wantsAppArmor(pod) {
-		return nil
+		return Verdict{}
 	}
-	return &Rejection{Reason: "AppArmor", Message: "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
+	return Verdict{Reason: "AppArmor", Message: "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
 }
 
 func wantsAppArmor(pod *v1.Pod) bool {

@@ -1,4 +1,4 @@
-package kubelet
+package admission
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -21,7 +22,9 @@ func admissionNode(maxPods int) *v1.Node {
 type podOpt func(*v1.Pod)
 
 func mk(name string, opts ...podOpt) *v1.Pod {
-	p := apiPod(name, name, now)
+	p := &v1.Pod{}
+	p.UID, p.Name, p.Namespace = types.UID(name), name, "ns"
+	p.Spec.Containers = []v1.Container{{Name: "c", Image: "img"}}
 	for _, o := range opts {
 		o(p)
 	}
@@ -53,8 +56,20 @@ func hostPortOpt(port int32, ip string, proto v1.Protocol) podOpt {
 	}
 }
 
+// nodeChecks are the node's own checks, in the order the composition root
+// lists them.
+func nodeChecks(allowedUnsafeSysctls []string, pressure func() map[v1.NodeConditionType]string, appArmor bool) []Handler {
+	return []Handler{Fields, Pressure(pressure), Sysctls(allowedUnsafeSysctls), OS, NodeName, Affinity, Taints, HostPorts, Resources, AppArmor(appArmor)}
+}
+
+func noPressure() map[v1.NodeConditionType]string { return nil }
+
+func admitter(node *v1.Node, handlers ...Handler) *Admitter {
+	return New(Options{Node: func() *v1.Node { return node }, Handlers: handlers})
+}
+
 func TestAdmission(t *testing.T) {
-	a := &admission{node: func() *v1.Node { return admissionNode(3) }, allowedUnsafeSysctls: []string{"kernel.msg*", "net.core.somaxconn"}}
+	a := admitter(admissionNode(3), nodeChecks([]string{"kernel.msg*", "net.core.somaxconn"}, noPressure, false)...)
 	big := mk("big", requests("cpu", "1500m", "memory", "1Gi"))
 	tests := []struct {
 		name   string
@@ -110,13 +125,13 @@ func TestAdmission(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := a.admit(tc.active, tc.pod)
+			r := a.Admit(tc.active, tc.pod, false)
 			switch {
-			case tc.reason == "" && r != nil:
+			case tc.reason == "" && !r.Admitted():
 				t.Fatalf("rejected: %s: %s", r.Reason, r.Message)
-			case tc.reason != "" && r == nil:
+			case tc.reason != "" && r.Admitted():
 				t.Fatalf("admitted, want %s", tc.reason)
-			case r != nil && (r.Reason != tc.reason || !strings.Contains(r.Message, tc.msg)):
+			case !r.Admitted() && (r.Reason != tc.reason || !strings.Contains(r.Message, tc.msg)):
 				t.Fatalf("got %s: %q, want %s: ...%q...", r.Reason, r.Message, tc.reason, tc.msg)
 			}
 		})
@@ -135,7 +150,7 @@ func sysctl(name string) podOpt {
 // pods always run.
 func TestAdmissionUnderPressure(t *testing.T) {
 	var pressure map[v1.NodeConditionType]string
-	a := admission{node: func() *v1.Node { return admissionNode(10) }, pressure: func() map[v1.NodeConditionType]string { return pressure }}
+	a := admitter(admissionNode(10), nodeChecks(nil, func() map[v1.NodeConditionType]string { return pressure }, false)...)
 	bestEffort := mk("be")
 	burstable := mk("burst", requests("memory", "10Mi"))
 	tolerant := mk("tolerant")
@@ -164,34 +179,37 @@ func TestAdmissionUnderPressure(t *testing.T) {
 			for _, r := range tc.refused {
 				want = want || r == pod
 			}
-			r := a.admit(nil, pod)
-			if got := r != nil; got != want {
+			r := a.Admit(nil, pod, false)
+			if got := !r.Admitted(); got != want {
 				t.Errorf("%v: %s refused=%v, want %v (%+v)", tc.pressure, pod.Name, got, want, r)
 				continue
 			}
-			if r != nil && (r.Reason != "Evicted" || r.Message != tc.message) {
+			if !r.Admitted() && (r.Reason != "Evicted" || r.Message != tc.message) {
 				t.Errorf("%v: %s: %+v", tc.pressure, pod.Name, r)
 			}
 		}
 	}
 }
 
-// Admission hooks (the node shutting down) are asked before the node's own
-// checks, and their refusal is the pod's.
-func TestAdmissionHooksComeFirst(t *testing.T) {
+// Handlers are asked in order, and the first refusal is the pod's: one
+// listed before the node's checks (the node shutting down) is asked first.
+func TestHandlersAreAskedInOrder(t *testing.T) {
 	var asked []string
-	a := admission{node: func() *v1.Node { return admissionNode(0) }, hooks: []AdmitFunc{
-		func(p *v1.Pod) (bool, string, string) { asked = append(asked, "first "+p.Name); return true, "", "" },
-		func(p *v1.Pod) (bool, string, string) {
-			asked = append(asked, "second "+p.Name)
-			return p.Name != "refused", "NodeShutdown", "Pod was rejected as the node is shutting down."
-		},
-	}}
-	if r := a.admit(nil, mk("refused")); r == nil || r.Reason != "NodeShutdown" || r.Message != "Pod was rejected as the node is shutting down." {
+	a := admitter(admissionNode(0), append([]Handler{
+		HandlerFunc(func(a Attributes) Verdict { asked = append(asked, "first "+a.Pod.Name); return Verdict{} }),
+		HandlerFunc(func(a Attributes) Verdict {
+			asked = append(asked, "second "+a.Pod.Name)
+			if a.Pod.Name != "refused" {
+				return Verdict{}
+			}
+			return Reject("NodeShutdown", "Pod was rejected as the node is shutting down.")
+		}),
+	}, nodeChecks(nil, noPressure, false)...)...)
+	if r := a.Admit(nil, mk("refused"), false); r.Admitted() || r.Reason != "NodeShutdown" || r.Message != "Pod was rejected as the node is shutting down." {
 		t.Fatalf("rejection %+v", r)
 	}
 	// Passing every hook, the pod meets the node's checks: no room at all.
-	if r := a.admit(nil, mk("other")); r == nil || r.Reason != "OutOfpods" {
+	if r := a.Admit(nil, mk("other"), false); r.Admitted() || r.Reason != "OutOfpods" {
 		t.Fatalf("rejection %+v", r)
 	}
 	if got := strings.Join(asked, ";"); got != "first refused;second refused;first other;second other" {
@@ -208,34 +226,34 @@ func TestTaintAdmission(t *testing.T) {
 		{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoExecute},
 		{Key: "spot", Effect: v1.TaintEffectNoSchedule},
 	}
-	a := admission{node: func() *v1.Node { return node }}
+	a := admitter(node, nodeChecks(nil, noPressure, false)...)
 	tolerating := mk("tolerating", func(p *v1.Pod) {
 		p.Spec.Tolerations = []v1.Toleration{{Key: "dedicated", Operator: v1.TolerationOpEqual, Value: "db", Effect: v1.TaintEffectNoExecute}}
 	})
-	if r := a.admit(nil, tolerating); r != nil {
+	if r := a.Admit(nil, tolerating, false); !r.Admitted() {
 		t.Errorf("a pod tolerating the NoExecute taint: %+v", r)
 	}
-	r := a.admit(nil, mk("plain"))
-	if r == nil || r.Reason != "TaintToleration" || !strings.Contains(r.Message, "didn't tolerate") {
+	r := a.Admit(nil, mk("plain"), false)
+	if r.Admitted() || r.Reason != "TaintToleration" || !strings.Contains(r.Message, "didn't tolerate") {
 		t.Errorf("a pod not tolerating it: %+v, want TaintToleration", r)
 	}
 	static := mk("static", func(p *v1.Pod) { p.Annotations = map[string]string{"kubernetes.io/config.source": "file"} })
-	if r := a.admit(nil, static); r != nil {
+	if r := a.Admit(nil, static, false); !r.Admitted() {
 		t.Errorf("a static pod: %+v", r)
 	}
 }
 
 // A pod setting a field nodelet cannot honour is refused naming it.
 func TestUnsupportedFieldAdmission(t *testing.T) {
-	a := admission{node: func() *v1.Node { return admissionNode(110) }}
+	a := admitter(admissionNode(110), nodeChecks(nil, noPressure, false)...)
 	p := mk("nfs", func(p *v1.Pod) {
 		p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}}}
 	})
-	r := a.admit(nil, p)
-	if r == nil || r.Reason != "UnsupportedPodField" || !strings.Contains(r.Message, "spec.volumes[].nfs") {
+	r := a.Admit(nil, p, false)
+	if r.Admitted() || r.Reason != "UnsupportedPodField" || !strings.Contains(r.Message, "spec.volumes[].nfs") {
 		t.Fatalf("rejection %+v, want UnsupportedPodField naming spec.volumes[].nfs", r)
 	}
-	if r := a.admit(nil, mk("plain")); r != nil {
+	if r := a.Admit(nil, mk("plain"), false); !r.Admitted() {
 		t.Errorf("a plain pod: %+v", r)
 	}
 }
@@ -247,7 +265,7 @@ func TestUnsupportedFieldAdmission(t *testing.T) {
 // is in the annotation or the securityContext field; unconfined pods,
 // hosts with AppArmor and pods already running are let through.
 func TestAppArmorAdmission(t *testing.T) {
-	a := &admission{node: func() *v1.Node { return admissionNode(3) }}
+	a := admitter(admissionNode(3), nodeChecks(nil, noPressure, false)...)
 	annotated := mk("annotated")
 	annotated.Annotations = map[string]string{appArmorAnnotationPrefix + "test": "runtime/default"}
 	field := mk("field")
@@ -255,21 +273,21 @@ func TestAppArmorAdmission(t *testing.T) {
 	unconfined := mk("unconfined")
 	unconfined.Annotations = map[string]string{appArmorAnnotationPrefix + "test": "unconfined"}
 	for _, p := range []*v1.Pod{annotated, field} {
-		r := a.admit(nil, p)
-		if r == nil || r.Reason != "AppArmor" || r.Message != "Cannot enforce AppArmor: AppArmor is not enabled on the host" {
+		r := a.Admit(nil, p, false)
+		if r.Admitted() || r.Reason != "AppArmor" || r.Message != "Cannot enforce AppArmor: AppArmor is not enabled on the host" {
 			t.Errorf("%s: %+v, want an AppArmor rejection", p.Name, r)
 		}
 	}
-	if r := a.admit(nil, unconfined); r != nil {
+	if r := a.Admit(nil, unconfined, false); !r.Admitted() {
 		t.Errorf("unconfined pod refused: %+v", r)
 	}
 	running := field.DeepCopy()
 	running.Status.Phase = v1.PodRunning
-	if r := a.admit(nil, running); r != nil {
+	if r := a.Admit(nil, running, false); !r.Admitted() {
 		t.Errorf("a running pod checked again: %+v", r)
 	}
-	a.appArmor = true
-	if r := a.admit(nil, field); r != nil {
+	a = admitter(admissionNode(3), nodeChecks(nil, noPressure, true)...)
+	if r := a.Admit(nil, field, false); !r.Admitted() {
 		t.Errorf("refused on a host with AppArmor: %+v", r)
 	}
 }

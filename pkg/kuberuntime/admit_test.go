@@ -1,4 +1,4 @@
-package kubelet
+package kuberuntime
 
 import (
 	"testing"
@@ -6,24 +6,24 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/admission"
 )
 
 // A pod asking for a user namespace or strict supplemental groups is
 // refused, naming what it asked for, unless the runtime (the pod's
 // handler) said it can; never run without.
-func TestRuntimeFeatureCheck(t *testing.T) {
+func TestFeatureAdmission(t *testing.T) {
 	strict := v1.SupplementalGroupsPolicyStrict
 	userns := &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(false)}}
 	usernsKata := &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(false), RuntimeClassName: ptr.To("kata")}}
 	groups := &v1.Pod{Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{SupplementalGroupsPolicy: &strict}}}
 	plain := &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(true)}}
-	old := kuberuntime.Features{Known: true, Handlers: map[string]kuberuntime.HandlerFeatures{"": {}}}
-	modern := kuberuntime.Features{Known: true, SupplementalGroupsPolicy: true,
-		Handlers: map[string]kuberuntime.HandlerFeatures{"": {UserNamespaces: true, RecursiveReadOnly: true}, "kata": {}}}
+	old := Features{Known: true, Handlers: map[string]HandlerFeatures{"": {}}}
+	modern := Features{Known: true, SupplementalGroupsPolicy: true,
+		Handlers: map[string]HandlerFeatures{"": {UserNamespaces: true, RecursiveReadOnly: true}, "kata": {}}}
 	for _, tc := range []struct {
 		name     string
-		features kuberuntime.Features
+		features Features
 		pod      *v1.Pod
 		reason   string
 	}{
@@ -34,9 +34,9 @@ func TestRuntimeFeatureCheck(t *testing.T) {
 		{"strict groups on a modern runtime", modern, groups, ""},
 		{"hostUsers: true anywhere", old, plain, ""},
 	} {
-		ok, reason, msg := RuntimeFeatureCheck(func() kuberuntime.Features { return tc.features })(tc.pod)
-		if reason != tc.reason || ok != (tc.reason == "") {
-			t.Errorf("%s: %v %q %q, want reason %q", tc.name, ok, reason, msg, tc.reason)
+		v := FeatureAdmission(func() Features { return tc.features }).Admit(admission.Attributes{Pod: tc.pod})
+		if v.Reason != tc.reason || v.Admitted() != (tc.reason == "") {
+			t.Errorf("%s: %+v, want reason %q", tc.name, v, tc.reason)
 		}
 	}
 }
