@@ -36,7 +36,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podsources"
-	"github.com/nodelet/nodelet/pkg/podsync"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
@@ -87,7 +87,7 @@ func (noProbes) CleanupPods(map[types.UID]bool) {}
 
 // StatusStore is the status manager as the core uses it.
 type StatusStore interface {
-	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+	podstatus.Reader
 	Phase(uid types.UID) (v1.PodPhase, bool)
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
 	RemoveOrphanedStatuses(keep map[types.UID]bool)
@@ -395,7 +395,7 @@ func (kl *Kubelet) deadlinePassed(p *v1.Pod, now time.Time) bool {
 	if p.Spec.ActiveDeadlineSeconds == nil {
 		return false
 	}
-	return podsync.DeadlinePassed(p, podsync.LastStatus(kl.status, p), now)
+	return podstatus.DeadlinePassed(p, podstatus.LastStatus(kl.status, p), now)
 }
 
 // HandlePodAdditions admits new pods, oldest first, and starts them.
@@ -521,7 +521,7 @@ func (kl *Kubelet) HandlePodReconcile(pods []*v1.Pod) {
 		if pod == nil {
 			continue
 		}
-		if podutil.IsTerminal(pod.Status.Phase) || podsync.ReadinessNeedsReconcile(pod) {
+		if podutil.IsTerminal(pod.Status.Phase) || podstatus.ReadinessNeedsReconcile(pod) {
 			kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateSync, StartTime: start})
 		}
 		if isEvicted(pod.Status) {

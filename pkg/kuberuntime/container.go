@@ -310,7 +310,7 @@ func targetPIDNamespace(pod *v1.Pod, name string, podStatus *container.PodStatus
 func (m *Manager) recursiveReadOnly(pod *v1.Pod, c *v1.Container, mounts []*runtimeapi.Mount) error {
 	supported := m.features.get().Handler(RuntimeHandler(pod)).RecursiveReadOnly
 	for _, vm := range c.VolumeMounts {
-		rro, err := ResolveRecursiveReadOnly(vm, supported)
+		rro, err := podutil.ResolveRecursiveReadOnly(vm, supported)
 		if err != nil {
 			return fmt.Errorf("failed to resolve recursive read-only mode: %w", err)
 		}
@@ -324,30 +324,6 @@ func (m *Manager) recursiveReadOnly(pod *v1.Pod, c *v1.Container, mounts []*runt
 		}
 	}
 	return nil
-}
-
-// ResolveRecursiveReadOnly says whether a mount is made recursively
-// read-only, given whether the runtime handler can.
-func ResolveRecursiveReadOnly(vm v1.VolumeMount, supported bool) (bool, error) {
-	if vm.RecursiveReadOnly == nil || *vm.RecursiveReadOnly == v1.RecursiveReadOnlyDisabled {
-		return false, nil
-	}
-	if !vm.ReadOnly {
-		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not read-only", vm.Name)
-	}
-	if vm.MountPropagation != nil && *vm.MountPropagation != v1.MountPropagationNone {
-		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not compatible with propagation %q", vm.Name, *vm.MountPropagation)
-	}
-	switch *vm.RecursiveReadOnly {
-	case v1.RecursiveReadOnlyIfPossible:
-		return supported, nil
-	case v1.RecursiveReadOnlyEnabled:
-		if !supported {
-			return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not supported by the runtime", vm.Name)
-		}
-		return true, nil
-	}
-	return false, fmt.Errorf("unknown recursive read-only mode %q", *vm.RecursiveReadOnly)
 }
 
 // terminationMessageFile creates the host file a container's termination
@@ -379,7 +355,7 @@ func (m *Manager) terminationMessageFile(pod *v1.Pod, c *v1.Container) (string, 
 // be a placeholder without a spec (an orphan): the grace period and hook
 // are then read from the container's annotations.
 func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.ContainerID, name, message, reason string, gracePeriodOverride *int64, order *turns) (err error) {
-	spec := findContainerSpec(pod, name)
+	spec := podutil.FindContainer(pod, name)
 	grace := int64(v1.DefaultTerminationGracePeriodSeconds)
 	var preStop *v1.LifecycleHandler
 	if spec != nil {
@@ -475,29 +451,6 @@ func (m *Manager) containerInfo(ctx context.Context, id container.ContainerID) (
 		return containerInfo{}, err
 	}
 	return containerInfoFromAnnotations(resp.GetStatus().GetAnnotations()), nil
-}
-
-func findContainerSpec(pod *v1.Pod, name string) *v1.Container {
-	if pod == nil {
-		return nil
-	}
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
-		}
-	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			return &pod.Spec.InitContainers[i]
-		}
-	}
-	for i := range pod.Spec.EphemeralContainers {
-		if pod.Spec.EphemeralContainers[i].Name == name {
-			c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
-			return &c
-		}
-	}
-	return nil
 }
 
 // KillPod stops the pod's containers and then its sandboxes. pod may be a

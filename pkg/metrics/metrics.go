@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
@@ -251,21 +252,16 @@ func (c *runningCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// StatusGetter reads a pod's API status.
-type StatusGetter interface {
-	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
-}
-
 // InstrumentSyncer times the pod workers' calls into s and records each
 // pod's start duration the first time it is seen running.
-func (m *Metrics) InstrumentSyncer(s podworkers.Syncer, status StatusGetter, clk clock.PassiveClock) podworkers.Syncer {
+func (m *Metrics) InstrumentSyncer(s podworkers.Syncer, status podstatus.Reader, clk clock.PassiveClock) podworkers.Syncer {
 	return &syncer{Syncer: s, m: m, status: status, clock: clk, started: map[types.UID]bool{}}
 }
 
 type syncer struct {
 	podworkers.Syncer
 	m      *Metrics
-	status StatusGetter
+	status podstatus.Reader
 	clock  clock.PassiveClock
 
 	mu      sync.Mutex

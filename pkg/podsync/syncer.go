@@ -20,12 +20,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/poddirs"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
@@ -55,7 +55,7 @@ func (r runtimeReads) Refresh(ctx context.Context, uid types.UID, name, namespac
 
 // statusStore is the status manager as the sync scripts use it.
 type statusStore interface {
-	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+	podstatus.Reader
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
 	TerminatePod(pod *v1.Pod)
 }
@@ -144,7 +144,7 @@ type SyncerOptions struct {
 	Clock    clock.Clock
 	// Resources says what each container was granted and runs with, and
 	// which resizes wait, for the status; nil reports no resources.
-	Resources resizeState
+	Resources podstatus.ResizeState
 	// Features is what the runtime supports; nil supports nothing.
 	Features func() kuberuntime.Features
 	// Claims prepares pods' resource claims before their sandbox and
@@ -164,13 +164,6 @@ type grantWriter interface {
 type noGrants struct{}
 
 func (noGrants) Commit() error { return nil }
-
-// resizeState is what the status reports of resources and resizes
-// (allocation.Store).
-type resizeState interface {
-	Actuated(uid types.UID, name string) (v1.ResourceRequirements, bool)
-	PendingResize(uid types.UID) (allocation.Pending, bool)
-}
 
 // noProbes is the prober when nothing is probed.
 type noProbes struct{}
@@ -231,7 +224,7 @@ type PodSyncer struct {
 	clock    clock.Clock
 	reasons  *reasonCache
 	// resources is nil when nodelet keeps no allocations.
-	resources resizeState
+	resources podstatus.ResizeState
 	features  func() kuberuntime.Features
 	claims    podClaims
 	grants    grantWriter
@@ -255,23 +248,21 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 	if rs == nil {
 		rs = &container.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
-	old := LastStatus(s.status, pod)
-	in := statusInput{
-		pod: pod, runtime: rs, old: old, reasons: s.reasons.get(pod.UID),
-		podIsTerminal: podIsTerminal, hostIPs: s.hostIPs, resources: s.resources,
-		rro: s.features().Handler(kuberuntime.RuntimeHandler(pod)).RecursiveReadOnly,
+	in := podstatus.Input{
+		Pod: pod, Runtime: rs, Old: podstatus.LastStatus(s.status, pod), StartFailures: s.reasons.get(pod.UID),
+		PodIsTerminal: podIsTerminal, HostIPs: s.hostIPs, Resources: s.resources,
+		RecursiveReadOnly: s.features().Handler(kuberuntime.RuntimeHandler(pod)).RecursiveReadOnly,
+		Now:               s.clock.Now(),
 	}
-	in.ready = func(name string, st *container.Status) bool {
-		c := specContainer(pod, name)
+	in.Ready = func(name string, st *container.Status) bool {
+		c := podutil.FindContainer(pod, name)
 		return c == nil || s.probes.Ready(c, st.ID.ID)
 	}
-	in.started = func(name string, st *container.Status) bool {
-		c := specContainer(pod, name)
+	in.Started = func(name string, st *container.Status) bool {
+		c := podutil.FindContainer(pod, name)
 		return c == nil || s.probes.Started(c, st.ID.ID)
 	}
-	status := generateAPIPodStatus(in)
-	failPastDeadline(pod, &status, s.clock.Now())
-	return status
+	return podstatus.Generate(in)
 }
 
 // SyncPod sets a pod up, in seed 002's order: compute the API status and
@@ -289,8 +280,8 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 
 	status := s.apiStatus(pod, rs, false)
 	if podutil.IsTerminal(status.Phase) {
-		if status.Reason == deadlineReason {
-			s.recorder.Event(pod, v1.EventTypeNormal, deadlineReason, deadlineMessage)
+		if status.Reason == podstatus.DeadlineReason {
+			s.recorder.Event(pod, v1.EventTypeNormal, podstatus.DeadlineReason, podstatus.DeadlineMessage)
 		}
 		s.status.SetPodStatus(pod, status)
 		return true, nil
@@ -642,10 +633,12 @@ func (s *PodSyncer) makePodDirs(uid types.UID) error {
 // API status can say so while the container waits to be retried.
 type reasonCache struct {
 	mu sync.RWMutex
-	m  map[types.UID]map[string]reason
+	m  map[types.UID]map[string]podstatus.StartFailure
 }
 
-func newReasonCache() *reasonCache { return &reasonCache{m: map[types.UID]map[string]reason{}} }
+func newReasonCache() *reasonCache {
+	return &reasonCache{m: map[types.UID]map[string]podstatus.StartFailure{}}
+}
 
 func (c *reasonCache) update(uid types.UID, result container.PodSyncResult) {
 	c.mu.Lock()
@@ -659,16 +652,16 @@ func (c *reasonCache) update(uid types.UID, result container.PodSyncResult) {
 			continue
 		}
 		if c.m[uid] == nil {
-			c.m[uid] = map[string]reason{}
+			c.m[uid] = map[string]podstatus.StartFailure{}
 		}
-		c.m[uid][r.Target] = reason{err: r.Err, message: r.Message}
+		c.m[uid][r.Target] = podstatus.StartFailure{Err: r.Err, Message: r.Message}
 	}
 }
 
-func (c *reasonCache) get(uid types.UID) map[string]reason {
+func (c *reasonCache) get(uid types.UID) map[string]podstatus.StartFailure {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make(map[string]reason, len(c.m[uid]))
+	out := make(map[string]podstatus.StartFailure, len(c.m[uid]))
 	for k, v := range c.m[uid] {
 		out[k] = v
 	}
@@ -679,18 +672,6 @@ func (c *reasonCache) remove(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, uid)
-}
-
-// specContainer finds a container of the pod's spec by name.
-func specContainer(pod *v1.Pod, name string) *v1.Container {
-	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range cs {
-			if cs[i].Name == name {
-				return &cs[i]
-			}
-		}
-	}
-	return nil
 }
 
 // orNone is v, or the null object when v is nil: optional dependencies

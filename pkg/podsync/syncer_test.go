@@ -55,7 +55,7 @@ func TestSyncPodReportsTerminal(t *testing.T) {
 	s, st, _ := newSyncer(t, nil)
 	p := apiPod("a", "a", now)
 	p.Spec.RestartPolicy = v1.RestartPolicyNever
-	exited := rs(false, nil, ctrStatus("c", container.StateExited, 0, now))
+	exited := runtimeStatus(false, container.StateExited)
 	terminal, err := s.SyncPod(context.Background(), podworkers.UpdateSync, p, nil, exited)
 	if err != nil || !terminal {
 		t.Fatalf("terminal=%v err=%v", terminal, err)
@@ -96,7 +96,7 @@ type stubbornRuntime struct{ syncRuntime }
 
 func (stubbornRuntime) KillPod(context.Context, *v1.Pod, container.Pod, *int64) error { return nil }
 func (stubbornRuntime) GetPodStatus(ctx context.Context, uid types.UID, name, ns string) (*container.PodStatus, error) {
-	return rs(true, nil, ctrStatus("c", container.StateRunning, 0, now)), nil
+	return runtimeStatus(true, container.StateRunning), nil
 }
 
 func TestSyncTerminatingPodVerifiesNothingRuns(t *testing.T) {
@@ -156,8 +156,8 @@ func TestSyncPodWaitingForABackOffAsksToRetryWhenItEnds(t *testing.T) {
 		}
 	}
 	// The container shows why it waits.
-	if r := s.reasons.get("a")["c"]; !errors.Is(r.err, container.ErrCrashLoopBackOff) {
-		t.Fatalf("reason %v", r.err)
+	if r := s.reasons.get("a")["c"]; !errors.Is(r.Err, container.ErrCrashLoopBackOff) {
+		t.Fatalf("reason %v", r.Err)
 	}
 }
 
@@ -294,19 +294,15 @@ func TestTerminalStatusKeepsThePodIPs(t *testing.T) {
 	}
 }
 
-// Once the API shows a pod terminal, its phase stays: a deadline passed
-// afterwards changes the reason only, as upstream's status generation
-// forces the API's terminal phase back.
-func TestActiveDeadlineKeepsTheAPIsTerminalPhase(t *testing.T) {
-	p := apiPod("p", "done", now)
-	five := int64(5)
-	p.Spec.ActiveDeadlineSeconds = &five
-	started := metav1.NewTime(now.Add(-time.Minute))
-	p.Status = v1.PodStatus{Phase: v1.PodSucceeded, StartTime: &started}
-	s := v1.PodStatus{Phase: v1.PodSucceeded, StartTime: &started}
-	if !failPastDeadline(p, &s, now) || s.Phase != v1.PodSucceeded || s.Reason != "DeadlineExceeded" {
-		t.Fatalf("status %s/%s, want the API's Succeeded kept", s.Phase, s.Reason)
-	}
+var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// runtimeStatus is what the runtime reports of a pod whose one container
+// "c" is in state.
+func runtimeStatus(sandboxReady bool, state container.State) *container.PodStatus {
+	c := &container.Status{ID: container.ContainerID{Type: "fake", ID: "c1"}, Name: "c", State: state,
+		CreatedAt: now, StartedAt: now, FinishedAt: now.Add(time.Second)}
+	return &container.PodStatus{ID: "uid", ContainerStatuses: []*container.Status{c},
+		SandboxStatuses: []*container.SandboxStatus{{ID: "sb", Ready: sandboxReady}}}
 }
 
 func apiPod(uid, name string, created time.Time) *v1.Pod {

@@ -318,3 +318,28 @@ func RequestChanged(a, b *v1.Pod, name v1.ResourceName) bool {
 	}
 	return false
 }
+
+// FindContainer is the pod's container (init, regular or ephemeral: the
+// names are unique across the three) named name, or nil.
+func FindContainer(pod *v1.Pod, name string) *v1.Container {
+	if pod == nil {
+		return nil
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+			return &c
+		}
+	}
+	return nil
+}

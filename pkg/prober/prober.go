@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/periodic"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -59,16 +60,10 @@ type Update struct {
 	Result      Result
 }
 
-// StatusSource gives the workers the pod's current API status: which
-// container instance runs, since when, and the pod's IP.
-type StatusSource interface {
-	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
-}
-
 // Options configure the prober manager.
 type Options struct {
 	Exec     Executor
-	Status   StatusSource
+	Status   podstatus.Reader
 	Recorder record.EventRecorder
 	Clock    clock.WithTicker
 	// Jitter returns the random part of a worker's first wait; nil means
@@ -136,7 +131,7 @@ type StepRecorder interface {
 // Manager runs the probe workers and keeps their results.
 type Manager struct {
 	exec     Executor
-	status   StatusSource
+	status   podstatus.Reader
 	recorder record.EventRecorder
 	clock    clock.WithTicker
 	jitter   func(time.Duration) time.Duration

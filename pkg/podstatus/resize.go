@@ -1,9 +1,10 @@
-package podsync
+package podstatus
 
 import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/allocation"
+	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
 // resizeConditions fills in each container's resources (what it runs
@@ -12,15 +13,15 @@ import (
 // returns the resize conditions: PodResizePending while a resize waits
 // (Deferred or Infeasible), PodResizeInProgress while a running container
 // does not run with what it was granted yet.
-func resizeConditions(in statusInput, s *v1.PodStatus) []v1.PodCondition {
-	if in.resources == nil {
+func resizeConditions(in Input, s *v1.PodStatus) []v1.PodCondition {
+	if in.Resources == nil {
 		return nil
 	}
 	inProgress := false
 	for _, statuses := range [][]v1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
 		for i := range statuses {
 			cs := &statuses[i]
-			spec := specContainer(in.pod, cs.Name)
+			spec := podutil.FindContainer(in.Pod, cs.Name)
 			if spec == nil {
 				continue
 			}
@@ -28,7 +29,7 @@ func resizeConditions(in statusInput, s *v1.PodStatus) []v1.PodCondition {
 			if cs.State.Running == nil {
 				continue
 			}
-			applied, ok := in.resources.Actuated(in.pod.UID, cs.Name)
+			applied, ok := in.Resources.Actuated(in.Pod.UID, cs.Name)
 			if !ok {
 				applied = spec.Resources
 			}
@@ -39,7 +40,7 @@ func resizeConditions(in statusInput, s *v1.PodStatus) []v1.PodCondition {
 		}
 	}
 	var out []v1.PodCondition
-	if p, ok := in.resources.PendingResize(in.pod.UID); ok {
+	if p, ok := in.Resources.PendingResize(in.Pod.UID); ok {
 		out = append(out, v1.PodCondition{Type: v1.PodResizePending, Status: v1.ConditionTrue, Reason: p.Reason, Message: p.Message})
 	}
 	if inProgress {

@@ -1,54 +1,74 @@
-package podsync
+package podstatus
 
 import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
-// statusInput is everything the API status of a pod is computed from.
-type statusInput struct {
-	pod *v1.Pod
-	// runtime is what the runtime reports (never nil).
-	runtime *container.PodStatus
-	// old is the status the status manager last recorded (zero if none).
-	old v1.PodStatus
-	// reasons are the latest start failures per container.
-	reasons map[string]reason
-	// ready says whether a running container passes its readiness checks.
-	ready func(name string, s *container.Status) bool
-	// started says whether a running container passed its startup checks.
-	started func(name string, s *container.Status) bool
-	// podIsTerminal is set when the pod will run no more containers.
-	podIsTerminal bool
-	hostIPs       []string
-	// resources, when set, gives each container's applied resources and
+// Input is everything the API status of a pod is computed from.
+type Input struct {
+	Pod *v1.Pod
+	// Runtime is what the runtime reports (never nil).
+	Runtime *container.PodStatus
+	// Old is the status the status manager last recorded (zero if none):
+	// LastStatus.
+	Old v1.PodStatus
+	// StartFailures are the latest start failures per container.
+	StartFailures map[string]StartFailure
+	// Ready says whether a running container passes its readiness checks.
+	Ready func(name string, s *container.Status) bool
+	// Started says whether a running container passed its startup checks.
+	Started func(name string, s *container.Status) bool
+	// PodIsTerminal is set when the pod will run no more containers.
+	PodIsTerminal bool
+	HostIPs       []string
+	// Resources, when set, gives each container's applied resources and
 	// the pod's pending resize.
-	resources resizeState
-	// rro: the pod's runtime handler makes mounts recursively read-only.
-	rro bool
+	Resources ResizeState
+	// RecursiveReadOnly: the pod's runtime handler makes mounts
+	// recursively read-only.
+	RecursiveReadOnly bool
+	// Now is when the status is computed, for the active deadline.
+	Now time.Time
 }
 
-// reason is why a container last failed to start.
-type reason struct {
-	err     error
-	message string
+// StartFailure is why a container last failed to start.
+type StartFailure struct {
+	Err     error
+	Message string
 }
 
-// generateAPIPodStatus computes the API status of a pod from the runtime's
-// view: container states, the phase, and the conditions the kubelet owns.
-func generateAPIPodStatus(in statusInput) v1.PodStatus {
-	pod := in.pod
+// ResizeState is what the status reports of resources and resizes
+// (allocation.Store).
+type ResizeState interface {
+	Actuated(uid types.UID, name string) (v1.ResourceRequirements, bool)
+	PendingResize(uid types.UID) (allocation.Pending, bool)
+}
+
+// Generate computes the API status of a pod from the runtime's view:
+// container states, the phase, the conditions the kubelet owns, the
+// resize conditions, and the active deadline.
+func Generate(in Input) v1.PodStatus {
+	s := generate(in)
+	failPastDeadline(in.Pod, &s, in.Now)
+	return s
+}
+
+func generate(in Input) v1.PodStatus {
+	pod := in.Pod
 	s := v1.PodStatus{QOSClass: podutil.QOSClass(pod)}
 
-	initialized := regularContainerCreated(pod, in.runtime)
+	initialized := regularContainerCreated(pod, in.Runtime)
 	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, "PodInitializing", true)
 	regularWaiting := "ContainerCreating"
 	if len(pod.Spec.InitContainers) > 0 && !initialized {
@@ -73,19 +93,19 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 		s.EphemeralContainerStatuses = containerStatuses(in, eph, "ContainerCreating", false)
 	}
 
-	s.Phase = podPhase(pod, s.InitContainerStatuses, s.ContainerStatuses, in.podIsTerminal)
+	s.Phase = podPhase(pod, s.InitContainerStatuses, s.ContainerStatuses, in.PodIsTerminal)
 	// A terminal phase, once reached (by us or reported by the source),
 	// never changes.
 	if !podutil.IsTerminal(s.Phase) {
 		switch {
-		case podutil.IsTerminal(in.old.Phase):
-			s.Phase = in.old.Phase
+		case podutil.IsTerminal(in.Old.Phase):
+			s.Phase = in.Old.Phase
 		case podutil.IsTerminal(pod.Status.Phase):
 			s.Phase = pod.Status.Phase
 		}
 	}
-	if s.Phase == in.old.Phase {
-		s.Reason, s.Message = in.old.Reason, in.old.Message
+	if s.Phase == in.Old.Phase {
+		s.Reason, s.Message = in.Old.Reason, in.Old.Message
 		if s.Reason == "" {
 			s.Reason = pod.Status.Reason
 		}
@@ -103,7 +123,7 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 	all := allContainerStatuses(&s)
 	s.Conditions = append(s.Conditions, resizeConditions(in, &s)...)
 	s.Conditions = append(s.Conditions,
-		readyToStartContainersCondition(pod, in.runtime),
+		readyToStartContainersCondition(pod, in.Runtime),
 		initializedCondition(pod, all, s.Phase),
 		readyCondition(pod, s.Conditions, all, s.Phase),
 		containersReadyCondition(pod, all, s.Phase),
@@ -118,26 +138,26 @@ func generateAPIPodStatus(in statusInput) v1.PodStatus {
 		}
 	}
 
-	for _, ip := range in.hostIPs {
+	for _, ip := range in.HostIPs {
 		s.HostIPs = append(s.HostIPs, v1.HostIP{IP: ip})
 	}
-	if len(in.hostIPs) > 0 {
-		s.HostIP = in.hostIPs[0]
+	if len(in.HostIPs) > 0 {
+		s.HostIP = in.HostIPs[0]
 	}
-	ips := in.runtime.IPs
+	ips := in.Runtime.IPs
 	if pod.Spec.HostNetwork {
-		ips = in.hostIPs
+		ips = in.HostIPs
 	}
 	for _, ip := range ips {
 		s.PodIPs = append(s.PodIPs, v1.PodIP{IP: ip})
 	}
 	if len(ips) > 0 {
 		s.PodIP = ips[0]
-	} else if len(in.old.PodIPs) > 0 && !in.podIsTerminal {
+	} else if len(in.Old.PodIPs) > 0 && !in.PodIsTerminal {
 		// Keep reporting the last IP while the sandbox is briefly gone.
-		s.PodIP, s.PodIPs = in.old.PodIP, in.old.PodIPs
+		s.PodIP, s.PodIPs = in.Old.PodIP, in.Old.PodIPs
 	}
-	s.StartTime = in.old.StartTime
+	s.StartTime = in.Old.StartTime
 	return s
 }
 
@@ -160,7 +180,7 @@ func volumeMountStatuses(c *v1.Container, rro bool) []v1.VolumeMountStatus {
 		st := v1.VolumeMountStatus{Name: vm.Name, MountPath: vm.MountPath, ReadOnly: vm.ReadOnly}
 		if vm.ReadOnly {
 			mode := v1.RecursiveReadOnlyDisabled
-			if on, err := kuberuntime.ResolveRecursiveReadOnly(vm, rro); err == nil && on {
+			if on, err := podutil.ResolveRecursiveReadOnly(vm, rro); err == nil && on {
 				mode = v1.RecursiveReadOnlyEnabled
 			}
 			st.RecursiveReadOnly = &mode
@@ -171,18 +191,18 @@ func volumeMountStatuses(c *v1.Container, rro bool) []v1.VolumeMountStatus {
 }
 
 // containerStatuses builds the API statuses of a list of containers.
-func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting string, init bool) []v1.ContainerStatus {
+func containerStatuses(in Input, specs []v1.Container, defaultWaiting string, init bool) []v1.ContainerStatus {
 	if len(specs) == 0 {
 		return nil
 	}
 	out := make([]v1.ContainerStatus, 0, len(specs))
 	for i := range specs {
 		c := &specs[i]
-		cs := v1.ContainerStatus{Name: c.Name, Image: c.Image, VolumeMounts: volumeMountStatuses(c, in.rro)}
-		history := in.runtime.StatusesByName(c.Name)
+		cs := v1.ContainerStatus{Name: c.Name, Image: c.Image, VolumeMounts: volumeMountStatuses(c, in.RecursiveReadOnly)}
+		history := in.Runtime.StatusesByName(c.Name)
 		if len(history) == 0 {
 			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: defaultWaiting}
-			if prev, ok := findStatus(oldStatuses(in.old, init), c.Name); ok {
+			if prev, ok := findStatus(oldStatuses(in.Old, init), c.Name); ok {
 				// The runtime lost the container (garbage collection,
 				// a runtime reset): fall back on what was recorded.
 				switch {
@@ -197,7 +217,7 @@ func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting stri
 							Reason: "ContainerStatusUnknown", ExitCode: 137,
 							Message: "The container could not be located when the pod was deleted.  The container used to be Running",
 						}
-						if in.pod.DeletionTimestamp == nil {
+						if in.Pod.DeletionTimestamp == nil {
 							cs.RestartCount++
 						}
 					}
@@ -219,9 +239,9 @@ func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting stri
 				}
 			}
 			if cur.State == container.StateRunning {
-				started := in.started == nil || in.started(c.Name, cur)
+				started := in.Started == nil || in.Started(c.Name, cur)
 				cs.Started = &started
-				cs.Ready = started && (in.ready == nil || in.ready(c.Name, cur))
+				cs.Ready = started && (in.Ready == nil || in.Ready(c.Name, cur))
 			} else {
 				f := false
 				cs.Started = &f
@@ -235,11 +255,11 @@ func containerStatuses(in statusInput, specs []v1.Container, defaultWaiting stri
 		}
 		// A container that will be started again shows why it is waiting:
 		// its last start failed, or it is backing off.
-		if r, ok := in.reasons[c.Name]; ok && !in.podIsTerminal && cs.State.Running == nil && willRestart(in.pod, c, init, history) {
+		if r, ok := in.StartFailures[c.Name]; ok && !in.PodIsTerminal && cs.State.Running == nil && willRestart(in.Pod, c, init, history) {
 			if cs.State.Terminated != nil {
 				cs.LastTerminationState = cs.State
 			}
-			cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: r.err.Error(), Message: r.message}}
+			cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: r.Err.Error(), Message: r.Message}}
 		}
 		out = append(out, cs)
 	}

@@ -1,4 +1,4 @@
-package podsync
+package podstatus
 
 import (
 	"time"
@@ -13,8 +13,8 @@ import (
 // The active deadline (spec.activeDeadlineSeconds) fails a pod that has
 // been active on the node for longer, with upstream's reason and message.
 const (
-	deadlineReason  = "DeadlineExceeded"
-	deadlineMessage = "Pod was active on the node longer than the specified deadline"
+	DeadlineReason  = "DeadlineExceeded"
+	DeadlineMessage = "Pod was active on the node longer than the specified deadline"
 )
 
 // pastDeadline reports whether a pod that started at start has run past
@@ -33,15 +33,15 @@ func DeadlinePassed(pod *v1.Pod, s v1.PodStatus, now time.Time) bool {
 	return !podutil.IsTerminal(s.Phase) && pastDeadline(pod, s.StartTime, now)
 }
 
-// StatusReader reads the status manager's last status of a pod.
-type StatusReader interface {
+// Reader reads the last status the status manager recorded for a pod.
+type Reader interface {
 	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
 }
 
 // LastStatus is the status a pod's new one is computed from: nodelet's
 // own, or after a restart the API's, so that what the API recorded (the
 // start time above all, which the active deadline counts from) survives.
-func LastStatus(store StatusReader, pod *v1.Pod) v1.PodStatus {
+func LastStatus(store Reader, pod *v1.Pod) v1.PodStatus {
 	if s, ok := store.GetPodStatus(pod.UID); ok {
 		return s
 	}
@@ -59,7 +59,7 @@ func failPastDeadline(pod *v1.Pod, s *v1.PodStatus, now time.Time) bool {
 	if !pastDeadline(pod, s.StartTime, now) {
 		return false
 	}
-	s.Phase, s.Reason, s.Message = v1.PodFailed, deadlineReason, deadlineMessage
+	s.Phase, s.Reason, s.Message = v1.PodFailed, DeadlineReason, DeadlineMessage
 	if podutil.IsTerminal(pod.Status.Phase) {
 		s.Phase = pod.Status.Phase
 	}

@@ -1,4 +1,4 @@
-package podsync
+package podstatus
 
 import (
 	"testing"
@@ -174,7 +174,7 @@ func TestGenerateAPIPodStatus(t *testing.T) {
 	pod.UID = "uid"
 
 	// Nothing yet: Pending, init waiting, app waiting on initialisation.
-	s := generateAPIPodStatus(statusInput{pod: pod, runtime: rs(false, nil), hostIPs: []string{"192.0.2.1"}})
+	s := generate(Input{Pod: pod, Runtime: rs(false, nil), HostIPs: []string{"192.0.2.1"}})
 	if s.Phase != v1.PodPending || s.InitContainerStatuses[0].State.Waiting.Reason != "PodInitializing" ||
 		s.ContainerStatuses[0].State.Waiting.Reason != "PodInitializing" {
 		t.Fatalf("initial status %+v", s)
@@ -199,7 +199,7 @@ func TestGenerateAPIPodStatus(t *testing.T) {
 
 	// Running.
 	run := rs(true, []string{"10.0.0.5"}, ctrStatus("init", container.StateExited, 0, now), ctrStatus("app", container.StateRunning, 0, now.Add(time.Second)))
-	s = generateAPIPodStatus(statusInput{pod: pod, runtime: run})
+	s = generate(Input{Pod: pod, Runtime: run})
 	if s.Phase != v1.PodRunning || s.PodIP != "10.0.0.5" || !s.ContainerStatuses[0].Ready {
 		t.Fatalf("running status %+v", s)
 	}
@@ -215,8 +215,8 @@ func TestGenerateAPIPodStatus(t *testing.T) {
 	// Crash looping: waiting with the back-off reason, last state kept.
 	crash := rs(true, []string{"10.0.0.5"}, ctrStatus("init", container.StateExited, 0, now),
 		ctrStatus("app", container.StateExited, 2, now.Add(time.Minute)), ctrStatus("app", container.StateExited, 1, now.Add(time.Second)))
-	s = generateAPIPodStatus(statusInput{pod: pod, runtime: crash, reasons: map[string]reason{
-		"app": {err: container.ErrCrashLoopBackOff, message: "back-off 10s restarting failed container"}}})
+	s = generate(Input{Pod: pod, Runtime: crash, StartFailures: map[string]StartFailure{
+		"app": {Err: container.ErrCrashLoopBackOff, Message: "back-off 10s restarting failed container"}}})
 	app := s.ContainerStatuses[0]
 	if app.State.Waiting == nil || app.State.Waiting.Reason != "CrashLoopBackOff" || app.LastTerminationState.Terminated == nil ||
 		app.LastTerminationState.Terminated.ExitCode != 2 || app.RestartCount != 1 || app.Ready {
@@ -234,14 +234,14 @@ func TestGeneratedStatusKeepsWhatTheRuntimeLost(t *testing.T) {
 	pod := phasePod(v1.RestartPolicyNever, nil, nil, "app")
 	old := v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "app",
 		State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}}
-	s := generateAPIPodStatus(statusInput{pod: pod, runtime: rs(false, nil), old: old})
+	s := generate(Input{Pod: pod, Runtime: rs(false, nil), Old: old})
 	if s.ContainerStatuses[0].State.Terminated == nil || s.Phase != v1.PodSucceeded {
 		t.Fatalf("garbage-collected container lost its exit status: %+v", s)
 	}
 
 	// A container that was running and vanished must have stopped.
 	old.ContainerStatuses[0].State = v1.ContainerState{Running: &v1.ContainerStateRunning{}}
-	s = generateAPIPodStatus(statusInput{pod: phasePod(v1.RestartPolicyAlways, nil, nil, "app"), runtime: rs(true, []string{"10.0.0.1"}), old: old})
+	s = generate(Input{Pod: phasePod(v1.RestartPolicyAlways, nil, nil, "app"), Runtime: rs(true, []string{"10.0.0.1"}), Old: old})
 	c := s.ContainerStatuses[0]
 	if c.LastTerminationState.Terminated == nil || c.LastTerminationState.Terminated.ExitCode != 137 || c.RestartCount != 1 {
 		t.Fatalf("vanished running container %+v", c)
@@ -250,13 +250,13 @@ func TestGeneratedStatusKeepsWhatTheRuntimeLost(t *testing.T) {
 
 func TestTerminalPhaseIsKept(t *testing.T) {
 	pod := phasePod(v1.RestartPolicyAlways, nil, nil, "app")
-	s := generateAPIPodStatus(statusInput{pod: pod, runtime: rs(true, []string{"10.0.0.1"}, ctrStatus("app", container.StateRunning, 0, now)),
-		old: v1.PodStatus{Phase: v1.PodFailed, Reason: "Evicted"}})
+	s := generate(Input{Pod: pod, Runtime: rs(true, []string{"10.0.0.1"}, ctrStatus("app", container.StateRunning, 0, now)),
+		Old: v1.PodStatus{Phase: v1.PodFailed, Reason: "Evicted"}})
 	if s.Phase != v1.PodFailed || s.Reason != "Evicted" {
 		t.Fatalf("phase %s reason %q", s.Phase, s.Reason)
 	}
 	pod.Status.Phase = v1.PodSucceeded
-	if s := generateAPIPodStatus(statusInput{pod: pod, runtime: rs(false, nil)}); s.Phase != v1.PodSucceeded {
+	if s := generate(Input{Pod: pod, Runtime: rs(false, nil)}); s.Phase != v1.PodSucceeded {
 		t.Fatalf("source's terminal phase overridden: %s", s.Phase)
 	}
 }
@@ -265,12 +265,12 @@ func TestReadinessGates(t *testing.T) {
 	pod := phasePod(v1.RestartPolicyAlways, nil, nil, "app")
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/ready"}}
 	run := rs(true, []string{"10.0.0.1"}, ctrStatus("app", container.StateRunning, 0, now))
-	s := generateAPIPodStatus(statusInput{pod: pod, runtime: run})
+	s := generate(Input{Pod: pod, Runtime: run})
 	if c := condition(s, v1.PodReady); c.Status != v1.ConditionFalse || c.Reason != "ReadinessGatesNotReady" {
 		t.Fatalf("ready without its gate: %+v", c)
 	}
 	pod.Status.Conditions = []v1.PodCondition{{Type: "example.com/ready", Status: v1.ConditionTrue}}
-	s = generateAPIPodStatus(statusInput{pod: pod, runtime: run})
+	s = generate(Input{Pod: pod, Runtime: run})
 	if c := condition(s, v1.PodReady); c.Status != v1.ConditionTrue {
 		t.Fatalf("gate true, pod not ready: %+v", c)
 	}
@@ -323,7 +323,7 @@ func TestInitContainerStatusFields(t *testing.T) {
 	pod.UID = "uid"
 	run := rs(true, []string{"10.0.0.5"}, ctrStatus("proxy", container.StateRunning, 0, now),
 		ctrStatus("setup", container.StateExited, 0, now), ctrStatus("migrate", container.StateRunning, 0, now.Add(time.Second)))
-	s := generateAPIPodStatus(statusInput{pod: pod, runtime: run})
+	s := generate(Input{Pod: pod, Runtime: run})
 	want := map[string][2]bool{ // started, ready
 		"proxy": {true, true}, "setup": {false, true}, "migrate": {true, false},
 	}
@@ -335,7 +335,7 @@ func TestInitContainerStatusFields(t *testing.T) {
 	}
 	// A failed init container is not ready.
 	failedRun := rs(true, []string{"10.0.0.5"}, ctrStatus("proxy", container.StateRunning, 0, now), ctrStatus("setup", container.StateExited, 1, now))
-	s = generateAPIPodStatus(statusInput{pod: pod, runtime: failedRun})
+	s = generate(Input{Pod: pod, Runtime: failedRun})
 	if c, _ := findStatus(s.InitContainerStatuses, "setup"); c.Ready {
 		t.Errorf("failed init container reported ready")
 	}
@@ -355,7 +355,7 @@ func TestObservedGeneration(t *testing.T) {
 	pod.UID, pod.Generation = "uid", 3
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/lb"}}
 	pod.Status.Conditions = []v1.PodCondition{{Type: "example.com/lb", Status: v1.ConditionTrue, ObservedGeneration: 1}}
-	s := generateAPIPodStatus(statusInput{pod: pod, runtime: rs(true, []string{"10.0.0.1"}, ctrStatus("app", container.StateRunning, 0, now))})
+	s := generate(Input{Pod: pod, Runtime: rs(true, []string{"10.0.0.1"}, ctrStatus("app", container.StateRunning, 0, now))})
 	if s.ObservedGeneration != 3 {
 		t.Errorf("status observedGeneration %d, want 3", s.ObservedGeneration)
 	}
