@@ -115,6 +115,15 @@ type pull struct {
 
 // NewPuller returns an image puller.
 func NewPuller(o PullerOptions) *Puller {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Recorder == nil {
+		o.Recorder = &record.FakeRecorder{}
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Minute
+	}
 	b := flowcontrol.NewBackOffWithJitter(imageBackOffInitial, imageBackOffMax, 0)
 	b.Clock = o.Clock
 	p := &Puller{images: o.Images, recorder: o.Recorder, clock: o.Clock, timeout: o.Timeout, backOff: b,

@@ -126,7 +126,7 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 
 // imageDetail says what a step making sure of an image found: the image's
 // size once present, or why not.
-func imageDetail(ctx context.Context, images imagePuller, ref, msg string) string {
+func imageDetail(ctx context.Context, images ImagePuller, ref, msg string) string {
 	if ref == "" {
 		return msg
 	}

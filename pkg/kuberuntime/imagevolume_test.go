@@ -14,6 +14,7 @@ import (
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/images"
 )
 
 // imageMountHelper mounts the image volume "data" at /data, as
@@ -37,7 +38,7 @@ func TestImageVolumeIsPulledAndMounted(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
 	rt := fakecri.New(clk, "img")
 	rec := record.NewFakeRecorder(100)
-	m := New(Options{Runtime: rt, Images: rt, Helper: imageMountHelper{testHelper{t.TempDir()}}, Recorder: rec, Clock: clk, PodLogsDir: t.TempDir()})
+	m := New(Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: rt, Recorder: rec, Clock: clk}), Helper: imageMountHelper{testHelper{t.TempDir()}}, Recorder: rec, Clock: clk, PodLogsDir: t.TempDir()})
 	f := &fixture{m: m, rt: rt, clock: clk, recorder: rec}
 
 	// Never, and absent: the container waits as for its own image.

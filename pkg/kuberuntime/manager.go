@@ -28,7 +28,6 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/crierr"
-	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/startlimit"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
@@ -65,8 +64,11 @@ type PodState interface {
 
 // Options configure a Manager.
 type Options struct {
-	Runtime     RuntimeService
-	Images      images.ImageService
+	Runtime RuntimeService
+	// Images makes sure each container's image is present: the root
+	// builds the puller (images.NewPuller) with its credentials, records
+	// and limits.
+	Images      ImagePuller
 	Helper      Helper
 	Recorder    record.EventRecorder
 	Clock       clock.WithTicker
@@ -81,21 +83,11 @@ type Options struct {
 	CgroupParent func(pod *v1.Pod) string
 	// Health is what the probes say; nil when nothing is probed.
 	Health ContainerHealth
-	// KeyringDir holds the node's own registry credentials (config.json
-	// or .dockercfg), as the kubelet's root directory does.
-	KeyringDir string
-	// CredentialPlugins, if set, are the image credential provider
-	// plugins.
-	CredentialPlugins images.CredentialPlugins
 	// NoCPUQuota (cpuCFSQuota: false) leaves containers' CPU limits
 	// unenforced: no CFS quota.
 	NoCPUQuota bool
-	// MaxParallelPulls caps concurrent image pulls; 0 means no cap.
-	MaxParallelPulls int
 	// MemoryCapacity is the node's memory, for OOM score adjustments.
 	MemoryCapacity int64
-	// Pulls, when set, learns of every image pull a pod waited for.
-	Pulls images.PullObserver
 	// Steps records each step of a pod's start and stop (its timeline);
 	// nil records nothing.
 	Steps StepRecorder
@@ -110,11 +102,6 @@ type Options struct {
 	// UserNamespaces gives pods with hostUsers: false their user
 	// namespace; nil refuses such pods.
 	UserNamespaces UserNamespaces
-	// ImageRecords keep which credentials pulled each image, and
-	// ImageVerify says which present images a pod must prove access to;
-	// nil records nothing and verifies nothing.
-	ImageRecords *images.PullRecords
-	ImageVerify  images.VerifyPolicy
 	// ContainerHooks take part in every container's start, in order:
 	// the resource managers give it its cpusets and NUMA memory, its
 	// devices and CDI devices.
@@ -161,8 +148,8 @@ type StepRecorder interface {
 	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
 }
 
-// imagePuller makes sure a container's image is present (images.Puller).
-type imagePuller interface {
+// ImagePuller makes sure a container's image is present (images.Puller).
+type ImagePuller interface {
 	EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig) (ref, msg string, err error)
 	BackOffLeft(uid types.UID, image string) time.Duration
 	Image(ctx context.Context, ref string) *runtimeapi.Image
@@ -187,7 +174,7 @@ type Manager struct {
 	features       featureState
 	userns         UserNamespaces
 
-	images         imagePuller
+	images         ImagePuller
 	hooks          *hookRunner
 	containerHooks []ContainerHook
 	steps          StepRecorder
@@ -269,14 +256,10 @@ func New(o Options) *Manager {
 		resources:      o.Resources,
 		podCgroup:      o.PodCgroup,
 		containerHooks: o.ContainerHooks,
+		images:         o.Images,
 	}
 	m.crashBackOff.Clock = o.Clock
 	m.hooks = &hookRunner{runtime: o.Runtime, clock: o.Clock, recorder: o.Recorder}
-	m.images = images.NewPuller(images.PullerOptions{
-		Images: o.Images, Recorder: o.Recorder, Clock: o.Clock, Timeout: o.RequestTimeout,
-		MaxParallel: o.MaxParallelPulls, KeyringDir: o.KeyringDir, Observer: o.Pulls, Plugins: o.CredentialPlugins,
-		Records: o.ImageRecords, Verify: o.ImageVerify,
-	})
 	return m
 }
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -53,11 +54,11 @@ type fixture struct {
 	recorder *record.FakeRecorder
 }
 
-func newFixture(t *testing.T, images ...string) *fixture {
+func newFixture(t *testing.T, imgs ...string) *fixture {
 	clk := testingclock.NewFakeClock(t0)
-	rt := fakecri.New(clk, append(images, "img")...)
+	rt := fakecri.New(clk, append(imgs, "img")...)
 	rec := record.NewFakeRecorder(1000)
-	m := New(Options{Runtime: rt, Images: rt, Helper: testHelper{t.TempDir()}, Recorder: rec, Clock: clk, RuntimeName: "fake", PodLogsDir: t.TempDir()})
+	m := New(Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: rt, Recorder: rec, Clock: clk}), Helper: testHelper{t.TempDir()}, Recorder: rec, Clock: clk, RuntimeName: "fake", PodLogsDir: t.TempDir()})
 	return &fixture{m: m, rt: rt, clock: clk, recorder: rec}
 }
 
@@ -612,7 +613,7 @@ func TestNoCPUQuotaLeavesLimitsUnenforced(t *testing.T) {
 	for _, noQuota := range []bool{false, true} {
 		clk := testingclock.NewFakeClock(t0)
 		rt := fakecri.New(clk, "img")
-		m := New(Options{Runtime: rt, Images: rt, Helper: testHelper{t.TempDir()}, Clock: clk, PodLogsDir: t.TempDir(), NoCPUQuota: noQuota})
+		m := New(Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: rt, Clock: clk}), Helper: testHelper{t.TempDir()}, Clock: clk, PodLogsDir: t.TempDir(), NoCPUQuota: noQuota})
 		f := &fixture{m: m, rt: rt, clock: clk}
 		pod := newPod(v1.RestartPolicyAlways, "a").pod
 		pod.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m")}
@@ -740,7 +741,7 @@ func TestGetPodStatusReadsSandboxesAndContainersSideBySide(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := &rendezvous{Runtime: f.rt, sandboxes: make(chan struct{}), containers: make(chan struct{})}
-	m := New(Options{Runtime: rt, Images: f.rt, Helper: testHelper{t.TempDir()}, Recorder: f.recorder, Clock: f.clock, RuntimeName: "fake", PodLogsDir: t.TempDir()})
+	m := New(Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: f.rt, Recorder: f.recorder, Clock: f.clock}), Helper: testHelper{t.TempDir()}, Recorder: f.recorder, Clock: f.clock, RuntimeName: "fake", PodLogsDir: t.TempDir()})
 	s, err := m.GetPodStatus(context.Background(), pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
 		t.Fatal(err)

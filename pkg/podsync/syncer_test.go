@@ -17,6 +17,7 @@ import (
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -29,7 +30,7 @@ func newSyncer(t *testing.T, network func() error) (*PodSyncer, *podstatus.Manag
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
 	st := podstatus.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: rt}), Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	return NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, Network: network, RootDir: t.TempDir(),
 		Recorder: record.NewFakeRecorder(100), Clock: clk}), st, rt
@@ -169,7 +170,7 @@ func TestActiveDeadline(t *testing.T) {
 	rt := fakecri.New(clk, "img")
 	st := podstatus.New(clk)
 	rec := record.NewFakeRecorder(100)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: rt}), Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: rec, Clock: clk})
 
@@ -213,7 +214,7 @@ func TestActiveDeadlineSetByUpdateFailsAPodWhoseContainerExitsZero(t *testing.T)
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
 	st := podstatus.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: rt}), Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	rec := record.NewFakeRecorder(100)
 	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: rec, Clock: clk})
@@ -263,7 +264,7 @@ func TestTerminalStatusKeepsThePodIPs(t *testing.T) {
 	clk := testingclock.NewFakeClock(now)
 	rt := fakecri.New(clk, "img")
 	st := podstatus.New(clk)
-	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: rt, Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
+	rm := kuberuntime.New(kuberuntime.Options{Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: rt}), Helper: containeropts.New(containeropts.Options{RootDir: t.TempDir(), NodeName: "n"}),
 		Recorder: record.NewFakeRecorder(100), Clock: clk, PodLogsDir: t.TempDir()})
 	s := NewPodSyncer(SyncerOptions{Runtime: rm, Status: st, RootDir: t.TempDir(), Recorder: record.NewFakeRecorder(100), Clock: clk})
 	ctx := context.Background()

@@ -130,16 +130,19 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 	starts := startlimit.New(startlimit.Options{Name: "start", Clock: b.clock})
 	stops := startlimit.New(startlimit.Options{Name: "stop", Clock: b.clock})
 	b.metrics.Register(starts.Collector(), stops.Collector())
-	manager := kuberuntime.New(kuberuntime.Options{
-		Runtime: rt.runtime, Images: rt.images, Helper: options, Recorder: b.recorder, Clock: b.clock,
-		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, LegacyLogsDir: kuberuntime.LegacyContainerLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
-		CgroupParent: node.cgroups.PodCgroup, Health: probes, KeyringDir: b.opts.RootDir, MemoryCapacity: node.memoryCapacity(),
+	puller := images.NewPuller(images.PullerOptions{
+		Images: rt.images, Recorder: b.recorder, Clock: b.clock, Timeout: c.RuntimeRequestTimeout.Duration,
 		// Pulls are serialised unless told otherwise, as upstream does.
-		MaxParallelPulls: maxParallelPulls(c), Pulls: rt.metrics, NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines,
-		Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists, CredentialPlugins: plugins,
+		MaxParallel: maxParallelPulls(c), KeyringDir: b.opts.RootDir, Observer: rt.metrics, Plugins: plugins,
+		Records: images.NewPullRecords(b.opts.RootDir, b.clock.Now), Verify: verify,
+	})
+	manager := kuberuntime.New(kuberuntime.Options{
+		Runtime: rt.runtime, Images: puller, Helper: options, Recorder: b.recorder, Clock: b.clock,
+		RuntimeName: rt.version.RuntimeName, PodLogsDir: c.PodLogsDir, LegacyLogsDir: kuberuntime.LegacyContainerLogsDir, RequestTimeout: c.RuntimeRequestTimeout.Duration,
+		CgroupParent: node.cgroups.PodCgroup, Health: probes, MemoryCapacity: node.memoryCapacity(),
+		NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines, Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists,
 		Security:       kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.opts.RootDir, "seccomp")},
 		UserNamespaces: usernsAllocator,
-		ImageRecords:   images.NewPullRecords(b.opts.RootDir, b.clock.Now), ImageVerify: verify,
 		ContainerHooks: res.hooks, Starts: starts, Stops: stops,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.opts.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podstatus"
@@ -34,7 +35,7 @@ func TestNoProbeWorkerLeftBehind(t *testing.T) {
 	statusManager := podstatus.New(clk)
 	probes := prober.New(prober.Options{Exec: cd.Runtime, Status: statusManager, Recorder: record.NewFakeRecorder(1000), Clock: clk})
 	manager := kuberuntime.New(kuberuntime.Options{
-		Runtime: cd.Runtime, Images: cd.Images, Helper: containeropts.New(containeropts.Options{RootDir: root, NodeName: "probes"}),
+		Runtime: cd.Runtime, Images: images.NewPuller(images.PullerOptions{Images: cd.Images}), Helper: containeropts.New(containeropts.Options{RootDir: root, NodeName: "probes"}),
 		Recorder: record.NewFakeRecorder(1000), Clock: clk, PodLogsDir: t.TempDir(), Health: probes,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: time.Second, Clock: clk})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 )
 
@@ -36,7 +37,7 @@ func (allGone) ShouldPodContentBeRemoved(types.UID) bool { return true }
 
 func newManager(t testing.TB) *kuberuntime.Manager {
 	return kuberuntime.New(kuberuntime.Options{
-		Runtime: cd.Runtime, Images: cd.Images, Helper: helper{t.TempDir()},
+		Runtime: cd.Runtime, Images: images.NewPuller(images.PullerOptions{Images: cd.Images}), Helper: helper{t.TempDir()},
 		PodLogsDir: t.TempDir(), RequestTimeout: time.Minute,
 	})
 }

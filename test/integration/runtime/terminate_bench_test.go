@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/containeropts"
+	"github.com/nodelet/nodelet/pkg/images"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/podstatus"
@@ -86,7 +87,7 @@ func BenchmarkDeleteToTerminated(b *testing.B) {
 	rt := &timedRuntime{RuntimeService: cd.Runtime}
 	root := b.TempDir()
 	manager := kuberuntime.New(kuberuntime.Options{
-		Runtime: rt, Images: cd.Images, Helper: containeropts.New(containeropts.Options{RootDir: root, NodeName: "bench"}),
+		Runtime: rt, Images: images.NewPuller(images.PullerOptions{Images: cd.Images}), Helper: containeropts.New(containeropts.Options{RootDir: root, NodeName: "bench"}),
 		Recorder: record.NewFakeRecorder(10000), Clock: clk, PodLogsDir: b.TempDir(),
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: time.Second, Clock: clk})
