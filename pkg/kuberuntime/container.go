@@ -241,7 +241,7 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	if m.noCPUQuota {
 		linux.Resources.CpuQuota, linux.Resources.CpuPeriod = 0, 0
 	}
-	if linux.SecurityContext.NamespaceOptions, err = m.namespaceOptions(pod); err != nil {
+	if linux.SecurityContext.NamespaceOptions, err = m.sandboxes.namespaceOptions(pod); err != nil {
 		return nil, err
 	}
 	if err := verifyRunAsNonRoot(pod, c, linux.SecurityContext, m.images.Image(ctx, imageRef)); err != nil {
@@ -482,7 +482,7 @@ func (m *Manager) killPodWithResult(ctx context.Context, pod *v1.Pod, running co
 	}
 	for _, sb := range running.Sandboxes {
 		r := result.Add(container.KillPodSandbox, sb.ID)
-		if err := m.stopSandbox(ctx, pod, sb.ID); err != nil {
+		if err := m.sandboxes.stop(ctx, pod, sb.ID); err != nil {
 			r.Fail(container.ErrKillPodSandbox, err.Error())
 		}
 	}

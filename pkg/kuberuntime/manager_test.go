@@ -648,7 +648,7 @@ func (l *stepLog) Begin(pod *v1.Pod, kind timeline.Kind, name string) func(error
 func TestStepsAreReported(t *testing.T) {
 	f := newFixture(t)
 	steps := &stepLog{}
-	f.m.steps = steps
+	f.m.steps, f.m.resizer.steps = steps, steps
 	pod := newPod(v1.RestartPolicyAlways, "a").pod
 	pod.Spec.TerminationGracePeriodSeconds = new(int64(7))
 	f.sync(t, pod)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,11 +39,21 @@ type resize struct {
 	from  v1.ResourceRequirements
 }
 
-// resizeActions finds the running regular containers whose resources
+// resizer resizes running containers in place.
+type resizer struct {
+	runtime        RuntimeService
+	resources      ResourceState
+	podCgroup      func(*v1.Pod) error
+	steps          StepRecorder
+	noCPUQuota     bool
+	requestTimeout time.Duration
+}
+
+// actions finds the running regular containers whose resources
 // changed (the pod passed to SyncPod carries what nodelet granted). A
 // change to a resource whose resizePolicy is RestartContainer restarts
 // the container (added to a); the others are resized in place.
-func (m *Manager) resizeActions(pod *v1.Pod, status *container.PodStatus, a *podActions) []resize {
+func (m *resizer) actions(pod *v1.Pod, status *container.PodStatus, a *podActions) []resize {
 	if a.KillPod {
 		return nil
 	}
@@ -95,10 +106,10 @@ func quantityEqual(a, b v1.ResourceList, name v1.ResourceName) bool {
 	return oka == okb && qa.Cmp(qb) == 0
 }
 
-// applyResizes resizes containers in place: the pod cgroup grows before
+// apply resizes containers in place: the pod cgroup grows before
 // the containers, and shrinks after them, so no container is ever allowed
 // more than its pod.
-func (m *Manager) applyResizes(ctx context.Context, pod *v1.Pod, resizes []resize, result *container.PodSyncResult) {
+func (m *resizer) apply(ctx context.Context, pod *v1.Pod, resizes []resize, result *container.PodSyncResult) {
 	if len(resizes) == 0 {
 		return
 	}
@@ -134,12 +145,12 @@ func (m *Manager) applyResizes(ctx context.Context, pod *v1.Pod, resizes []resiz
 
 // updateResources applies a container's granted resources to it and
 // records them as applied.
-func (m *Manager) updateResources(ctx context.Context, pod *v1.Pod, c *v1.Container, id container.ContainerID) error {
+func (m *resizer) updateResources(ctx context.Context, pod *v1.Pod, c *v1.Container, id container.ContainerID) error {
 	res := linuxResources(pod, c)
 	if m.noCPUQuota {
 		res.CpuQuota, res.CpuPeriod = 0, 0
 	}
-	cctx, cancel := m.call(ctx)
+	cctx, cancel := context.WithTimeout(ctx, m.requestTimeout)
 	defer cancel()
 	if _, err := m.runtime.UpdateContainerResources(cctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id.ID, Linux: res}); err != nil {
 		return err

@@ -29,7 +29,7 @@ func TestResizeInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	cgroups := 0
-	f.m.resources, f.m.podCgroup = store, func(*v1.Pod) error { cgroups++; return nil }
+	f.m.resources, f.m.resizer.resources, f.m.resizer.podCgroup = store, store, func(*v1.Pod) error { cgroups++; return nil }
 	pod := newPod(v1.RestartPolicyAlways, "a").pod
 	pod.Spec.Containers[0].Resources = resources("100m", "200m", "64Mi")
 	pod.Spec.Containers[0].ResizePolicy = []v1.ContainerResizePolicy{{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer}}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -16,10 +17,24 @@ import (
 	"github.com/nodelet/nodelet/pkg/startlimit"
 )
 
-// createPodSandbox runs a new sandbox for the pod and returns its ID, or a
-// message for the status and an error.
-func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uint32) (string, string, error) {
-	cfg, err := m.sandboxConfig(pod, attempt)
+// sandboxes is the sandbox work: describing a pod's sandbox to the
+// runtime, running it and stopping it.
+type sandboxes struct {
+	runtime        RuntimeService
+	helper         Helper
+	podLogsDir     string
+	cgroupParent   func(*v1.Pod) string
+	security       Security
+	userns         UserNamespaces
+	starts, stops  *startlimit.Gate
+	stopping       *stopping
+	requestTimeout time.Duration
+}
+
+// create runs a new sandbox for the pod and returns its ID, or a message
+// for the status and an error.
+func (m *sandboxes) create(ctx context.Context, pod *v1.Pod, attempt uint32) (string, string, error) {
+	cfg, err := m.config(pod, attempt)
 	if err != nil {
 		msg := fmt.Sprintf("Failed to generate sandbox config for pod %q: %v", podutil.Ref(pod), err)
 		return "", msg, err
@@ -33,7 +48,7 @@ func (m *Manager) createPodSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 	if err != nil {
 		return "", fmt.Sprintf("Failed to create pod sandbox: %v", err), err
 	}
-	ctx, cancel := m.call(ctx)
+	ctx, cancel := context.WithTimeout(ctx, m.requestTimeout)
 	defer cancel()
 	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
 		Config: cfg, RuntimeHandler: RuntimeHandler(pod),
@@ -56,8 +71,8 @@ func RuntimeHandler(pod *v1.Pod) string {
 	return ""
 }
 
-// sandboxConfig describes the pod's sandbox to the runtime.
-func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
+// config describes the pod's sandbox to the runtime.
+func (m *sandboxes) config(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
 	namespaces, err := m.namespaceOptions(pod)
 	if err != nil {
 		return nil, err
@@ -130,7 +145,7 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 }
 
 // namespaceOptions are the pod's namespaces, its user namespace included.
-func (m *Manager) namespaceOptions(pod *v1.Pod) (*runtimeapi.NamespaceOption, error) {
+func (m *sandboxes) namespaceOptions(pod *v1.Pod) (*runtimeapi.NamespaceOption, error) {
 	o := namespaceOptions(pod)
 	userns, err := m.userns.Namespace(pod)
 	if err != nil {
@@ -172,14 +187,14 @@ func protocolToCRI(p v1.Protocol) runtimeapi.Protocol {
 	}
 }
 
-// stopSandbox stops a sandbox; a sandbox already gone is not an error.
-func (m *Manager) stopSandbox(ctx context.Context, pod *v1.Pod, id string) error {
+// stop stops a sandbox; a sandbox already gone is not an error.
+func (m *sandboxes) stop(ctx context.Context, pod *v1.Pod, id string) error {
 	slot, err := m.stops.Acquire(ctx, waiter(pod))
 	if err != nil {
 		return err
 	}
 	defer m.stopping.begin(id)()
-	ctx, cancel := m.call(ctx)
+	ctx, cancel := context.WithTimeout(ctx, m.requestTimeout)
 	defer cancel()
 	_, err = m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
 	slot.End(startlimit.SandboxStop, err)

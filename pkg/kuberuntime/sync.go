@@ -40,7 +40,7 @@ import (
 // any container is created.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.PodStatus, pullSecrets []v1.Secret, beforeContainers func(context.Context) error) (result container.PodSyncResult) {
 	actions := computePodActions(pod, status, m.health)
-	resizes := m.resizeActions(pod, status, &actions)
+	resizes := m.resizer.actions(pod, status, &actions)
 	klog.V(3).InfoS("computePodActions", "pod", klog.KObj(pod), "podUID", pod.UID, "actions", actions.String())
 
 	if actions.CreateSandbox && actions.SandboxID != "" {
@@ -78,7 +78,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 	if actions.CreateSandbox {
 		r := result.Add(container.CreatePodSandbox, podutil.Ref(pod))
 		endSandbox := m.steps.Begin(pod, timeline.KindSandbox, fmt.Sprintf("attempt %d", actions.Attempt))
-		id, msg, err := m.createPodSandbox(ctx, pod, actions.Attempt)
+		id, msg, err := m.sandboxes.create(ctx, pod, actions.Attempt)
 		endSandbox(err, shortID(id))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -113,7 +113,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 	}
 
 	cfgResult := result.Add(container.ConfigPodSandbox, sandboxID)
-	sandboxCfg, err := m.sandboxConfig(pod, actions.Attempt)
+	sandboxCfg, err := m.sandboxes.config(pod, actions.Attempt)
 	if err != nil {
 		cfgResult.Fail(container.ErrConfigPodSandbox, err.Error())
 		return result
@@ -173,7 +173,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 		}
 	}
 	// Step 7: containers resized in place.
-	m.applyResizes(ctx, pod, resizes, &result)
+	m.resizer.apply(ctx, pod, resizes, &result)
 	// Step 8.
 	for _, i := range actions.ContainersToStart {
 		start(kindRegular, &pod.Spec.Containers[i])
