@@ -24,7 +24,7 @@ import (
 func (m *Manager) requests(c *v1.Container) map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	held := m.allocatedLocked()
+	held := m.pods.allocated()
 	out := map[string]int{}
 	for name, q := range c.Resources.Limits {
 		if _, ok := m.resources[string(name)]; (ok || held[string(name)] != nil) && q.Value() > 0 {
@@ -64,7 +64,7 @@ func (m *Manager) Allocate(pod *v1.Pod, c *v1.Container, affinity topologymanage
 	if !changed {
 		return nil
 	}
-	if err := m.saveLocked(); err != nil {
+	if err := saveCheckpoint(m.path, m.pods, m.resources); err != nil {
 		return fmt.Errorf("writing the device manager checkpoint: %w", err)
 	}
 	m.o.Changed()
@@ -104,7 +104,7 @@ func (m *Manager) allocateResource(ctx context.Context, pod *v1.Pod, c *v1.Conta
 			byNUMA[node] = append(byNUMA[node], id)
 		}
 	}
-	m.set(string(pod.UID), c.Name, name, allocation{ids: byNUMA, resp: resp})
+	m.pods.set(string(pod.UID), c.Name, name, allocation{ids: byNUMA, resp: resp})
 	return true, nil
 }
 
@@ -165,7 +165,7 @@ func (m *Manager) devicesToAllocate(ctx context.Context, pod *v1.Pod, c *v1.Cont
 	if take(sets.List(m.reuse[uid][name])) {
 		return picked, e, nil
 	}
-	available := r.healthy().Difference(m.allocatedLocked()[name]).Difference(picked)
+	available := r.healthy().Difference(m.pods.allocated()[name]).Difference(picked)
 	if available.Len() < need {
 		return nil, nil, fmt.Errorf("requested number of devices unavailable for %s. Requested: %d, Available: %d", name, need, available.Len())
 	}
@@ -293,20 +293,20 @@ func (m *Manager) hintsLocked(pod, container, name string, n int) []topologymana
 		if a.devices().Len() != n {
 			return []topologymanager.Hint{}
 		}
-		return m.deviceHints(r, a.devices(), sets.New[string](), n)
+		return r.hints(a.devices(), sets.New[string](), n)
 	}
-	available := r.healthy().Difference(m.allocatedLocked()[name])
+	available := r.healthy().Difference(m.pods.allocated()[name])
 	reusable := m.reuse[pod][name]
 	if available.Union(reusable).Len() < n {
 		return []topologymanager.Hint{}
 	}
-	return m.deviceHints(r, available, reusable, n)
+	return r.hints(available, reusable, n)
 }
 
-// deviceHints lists the NUMA node sets that hold the reusable devices
+// hints lists the NUMA node sets that hold the reusable devices
 // and enough available ones; the narrowest that could hold n are
 // preferred.
-func (m *Manager) deviceHints(r *resourceState, available, reusable sets.Set[string], n int) []topologymanager.Hint {
+func (r *resourceState) hints(available, reusable sets.Set[string], n int) []topologymanager.Hint {
 	var ids []int
 	seen := map[int]bool{}
 	for _, d := range r.devices {
@@ -394,15 +394,15 @@ func (m *Manager) PodTopologyHints(pod *v1.Pod) map[string][]topologymanager.Hin
 			}
 		}
 		if held.Len() == n {
-			out[name] = m.deviceHints(r, held, sets.New[string](), n)
+			out[name] = r.hints(held, sets.New[string](), n)
 			continue
 		}
-		available := r.healthy().Difference(m.allocatedLocked()[name])
+		available := r.healthy().Difference(m.pods.allocated()[name])
 		if available.Len() < n {
 			out[name] = []topologymanager.Hint{}
 			continue
 		}
-		out[name] = m.deviceHints(r, available, held, n)
+		out[name] = r.hints(available, held, n)
 	}
 	return out
 }

@@ -123,8 +123,7 @@ type Manager struct {
 	// removed are resources once registered whose plugin went for good:
 	// reported with capacity 0, as upstream.
 	removed sets.Set[string]
-	// pods: pod UID → container → resource → allocation.
-	pods map[string]map[string]map[string]allocation
+	pods    podDevices
 	// reuse: devices the pod being admitted may give its next containers.
 	reuse map[string]map[string]sets.Set[string]
 }
@@ -135,7 +134,7 @@ type Manager struct {
 func New(o Options) (*Manager, error) {
 	dir := filepath.Join(o.RootDir, "device-plugins")
 	m := &Manager{o: o, dir: dir, path: filepath.Join(dir, checkpoint.File), resources: map[string]*resourceState{},
-		removed: sets.New[string](), pods: map[string]map[string]map[string]allocation{}, reuse: map[string]map[string]sets.Set[string]{}}
+		removed: sets.New[string](), pods: podDevices{}, reuse: map[string]map[string]sets.Set[string]{}}
 	if o.Changed == nil {
 		m.o.Changed = func() {}
 	}
@@ -149,7 +148,7 @@ func New(o Options) (*Manager, error) {
 			klog.ErrorS(err, "Skipping a device checkpoint entry that does not decode", "podUID", e.PodUID, "container", e.ContainerName, "resource", e.ResourceName)
 			continue
 		}
-		m.set(e.PodUID, e.ContainerName, e.ResourceName, allocation{ids: e.DeviceIDs, resp: resp})
+		m.pods.set(e.PodUID, e.ContainerName, e.ResourceName, allocation{ids: e.DeviceIDs, resp: resp})
 	}
 	now := o.Clock.Now()
 	for name := range cp.Registered() {
@@ -159,14 +158,18 @@ func New(o Options) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) set(pod, container, resource string, a allocation) {
-	if m.pods[pod] == nil {
-		m.pods[pod] = map[string]map[string]allocation{}
+// podDevices are what containers hold: pod UID → container → resource →
+// allocation.
+type podDevices map[string]map[string]map[string]allocation
+
+func (p podDevices) set(pod, container, resource string, a allocation) {
+	if p[pod] == nil {
+		p[pod] = map[string]map[string]allocation{}
 	}
-	if m.pods[pod][container] == nil {
-		m.pods[pod][container] = map[string]allocation{}
+	if p[pod][container] == nil {
+		p[pod][container] = map[string]allocation{}
 	}
-	m.pods[pod][container][resource] = a
+	p[pod][container][resource] = a
 }
 
 // SocketPath is where plugins register.
@@ -181,7 +184,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.dir, 0o750); err != nil {
 		return err
 	}
-	m.removeSockets()
+	removeSockets(m.dir)
 	ln, err := net.Listen("unix", m.SocketPath())
 	if err != nil {
 		return fmt.Errorf("device plugin registration socket: %w", err)
@@ -208,8 +211,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	return err
 }
 
-func (m *Manager) removeSockets() {
-	entries, err := os.ReadDir(m.dir)
+// removeSockets removes the sockets plugins left in dir: a plugin sees
+// its socket gone and registers again, as with upstream's kubelet.
+func removeSockets(dir string) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
@@ -217,7 +222,7 @@ func (m *Manager) removeSockets() {
 		if e.Type()&os.ModeSocket == 0 {
 			continue
 		}
-		if err := os.Remove(filepath.Join(m.dir, e.Name())); err != nil {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
 			klog.ErrorS(err, "Failed to remove a socket from the device plugin directory", "socket", e.Name())
 		}
 	}
@@ -315,7 +320,7 @@ func (m *Manager) devicesChanged(resource string, gen int, devices []*pluginapi.
 		r.devices[d.ID] = d
 	}
 	healthy := r.healthy().Len()
-	err := m.saveLocked()
+	err := saveCheckpoint(m.path, m.pods, m.resources)
 	m.mu.Unlock()
 	if err != nil {
 		klog.ErrorS(err, "Failed to write the device manager checkpoint")
@@ -366,7 +371,7 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList) {
 		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(0, resource.DecimalSI)
 	}
 	if removed {
-		if err := m.saveLocked(); err != nil {
+		if err := saveCheckpoint(m.path, m.pods, m.resources); err != nil {
 			klog.ErrorS(err, "Failed to write the device manager checkpoint")
 		}
 	}
@@ -390,7 +395,7 @@ func (m *Manager) AdmissionAllocatable() v1.ResourceList {
 	_, alloc := m.Capacity()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for name, held := range m.allocatedLocked() {
+	for name, held := range m.pods.allocated() {
 		if q, ok := alloc[v1.ResourceName(name)]; !ok || q.Value() < int64(held.Len()) {
 			alloc[v1.ResourceName(name)] = *resource.NewQuantity(int64(held.Len()), resource.DecimalSI)
 		}
@@ -398,10 +403,10 @@ func (m *Manager) AdmissionAllocatable() v1.ResourceList {
 	return alloc
 }
 
-// allocatedLocked are the devices containers hold, by resource.
-func (m *Manager) allocatedLocked() map[string]sets.Set[string] {
+// allocated are the devices containers hold, by resource.
+func (p podDevices) allocated() map[string]sets.Set[string] {
 	out := map[string]sets.Set[string]{}
-	for _, cs := range m.pods {
+	for _, cs := range p {
 		for _, rs := range cs {
 			for name, a := range rs {
 				if out[name] == nil {
@@ -414,25 +419,19 @@ func (m *Manager) allocatedLocked() map[string]sets.Set[string] {
 	return out
 }
 
-func (m *Manager) saveLocked() error {
-	var entries []checkpoint.PodDevicesEntry
-	for _, pod := range slices.Sorted(maps.Keys(m.pods)) {
-		for _, c := range slices.Sorted(maps.Keys(m.pods[pod])) {
-			for _, res := range slices.Sorted(maps.Keys(m.pods[pod][c])) {
-				a := m.pods[pod][c][res]
-				resp, err := proto.Marshal(a.resp)
-				if err != nil {
-					return err
-				}
-				entries = append(entries, checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: c, ResourceName: res, DeviceIDs: a.ids, AllocResp: resp})
-			}
-		}
+// saveCheckpoint writes what containers hold and the resources
+// registered (with their healthy devices) to path; the caller holds the
+// lock that guards pods and resources.
+func saveCheckpoint(path string, pods podDevices, resources map[string]*resourceState) error {
+	entries, err := pods.entries()
+	if err != nil {
+		return err
 	}
 	registered := map[string][]string{}
-	for name, r := range m.resources {
+	for name, r := range resources {
 		registered[name] = sets.List(r.healthy())
 	}
-	return checkpoint.New(entries, registered).Save(m.path)
+	return checkpoint.New(entries, registered).Save(path)
 }
 
 // RetainActive frees the devices of every pod not active.
@@ -449,7 +448,7 @@ func (m *Manager) RetainActive(active []*v1.Pod) {
 		}
 	}
 	if freed {
-		if err := m.saveLocked(); err != nil {
+		if err := saveCheckpoint(m.path, m.pods, m.resources); err != nil {
 			klog.ErrorS(err, "Failed to write the device manager checkpoint")
 		}
 	}
@@ -488,4 +487,23 @@ func (m *Manager) Deregister(_ context.Context, p pluginwatcher.Plugin) {
 	if gen != 0 {
 		m.stopped(p.Name, gen)
 	}
+}
+
+// entries are the checkpoint's record of what containers hold, in a
+// stable order.
+func (p podDevices) entries() ([]checkpoint.PodDevicesEntry, error) {
+	var entries []checkpoint.PodDevicesEntry
+	for _, pod := range slices.Sorted(maps.Keys(p)) {
+		for _, c := range slices.Sorted(maps.Keys(p[pod])) {
+			for _, res := range slices.Sorted(maps.Keys(p[pod][c])) {
+				a := p[pod][c][res]
+				resp, err := proto.Marshal(a.resp)
+				if err != nil {
+					return nil, err
+				}
+				entries = append(entries, checkpoint.PodDevicesEntry{PodUID: pod, ContainerName: c, ResourceName: res, DeviceIDs: a.ids, AllocResp: resp})
+			}
+		}
+	}
+	return entries, nil
 }
