@@ -206,6 +206,7 @@ type Kubelet struct {
 	cleaner  *cleaner
 	admitter *admission.Admitter
 	resizer  *admission.Resizer
+	view     *PodView
 }
 
 // New builds the core.
@@ -225,8 +226,12 @@ func New(cfg Config, d Deps) *Kubelet {
 		recorder: d.Recorder, clock: d.Clock, probes: d.Probes, health: d.Health, updates: d.Updates,
 		cleaner:  cleaner,
 		admitter: cfg.Admitter, resizer: cfg.Resizer,
+		view: &PodView{pods: pods, status: d.Status, workers: d.Workers, sources: d.Sources},
 	}
 }
+
+// View answers what the node's pods are, for the rest of the node.
+func (kl *Kubelet) View() *PodView { return kl.view }
 
 // Run runs the sync loop, and the cleaner that does housekeeping's slow
 // work, until ctx ends or the updates channel closes. Stopping it leaves
@@ -422,7 +427,7 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 	for _, pod := range pods {
 		_, known := kl.pods.podByUID(pod.UID)
 		if !listed || known {
-			active, listed = kl.activePods(kl.pods.pods()), true
+			active, listed = kl.view.activePods(kl.pods.pods()), true
 		}
 		pod = kl.resizer.Resize(func() []*v1.Pod { return active }, pod)
 		kl.pods.addOrUpdate(pod)
@@ -441,7 +446,7 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 		if known {
 			active = slices.DeleteFunc(active, func(p *v1.Pod) bool { return p.UID == pod.UID })
 		}
-		active = append(active, kl.activePods([]*v1.Pod{pod})...)
+		active = append(active, kl.view.activePods([]*v1.Pod{pod})...)
 		if !admitted {
 			continue
 		}
@@ -458,7 +463,7 @@ func (kl *Kubelet) handlePodAdditions(pods []*v1.Pod, restored bool) {
 // already finished is never admitted again: its status stays what it
 // ended with, and nothing of it starts.
 func (kl *Kubelet) admitAddition(pod *v1.Pod, active []*v1.Pod, restored bool) bool {
-	if kl.workers.IsPodTerminationRequested(pod.UID) || kl.terminalInStatus(pod) {
+	if kl.workers.IsPodTerminationRequested(pod.UID) || kl.view.terminalInStatus(pod) {
 		return true
 	}
 	if v := kl.admitter.Admit(active, pod, restored); !v.Admitted() {
@@ -473,7 +478,7 @@ func (kl *Kubelet) admitAddition(pod *v1.Pod, active []*v1.Pod, restored bool) b
 func (kl *Kubelet) HandlePodUpdates(pods []*v1.Pod) {
 	start := kl.clock.Now()
 	for _, pod := range pods {
-		pod = kl.resizer.Resize(kl.ActivePods, pod)
+		pod = kl.resizer.Resize(kl.view.ActivePods, pod)
 		kl.pods.addOrUpdate(pod)
 		pod, mirror, wasMirror := kl.pods.podAndMirror(pod)
 		if wasMirror && pod == nil {
@@ -545,39 +550,6 @@ func (kl *Kubelet) HandlePodSyncs(pods []*v1.Pod) {
 		kl.workers.UpdatePod(podworkers.UpdatePodOptions{Pod: pod, MirrorPod: mirror, UpdateType: podworkers.UpdateSync, StartTime: start})
 	}
 }
-
-// terminalInStatus reports whether the pod reached a terminal phase, by
-// its source or by our own account.
-func (kl *Kubelet) terminalInStatus(pod *v1.Pod) bool {
-	if podutil.IsTerminal(pod.Status.Phase) {
-		return true
-	}
-	phase, ok := kl.status.Phase(pod.UID)
-	return ok && podutil.IsTerminal(phase)
-}
-
-// activePods are the pods that count against the node's capacity: not
-// known to be finished, and not terminal unless still being torn down.
-func (kl *Kubelet) activePods(pods []*v1.Pod) []*v1.Pod {
-	out := make([]*v1.Pod, 0, len(pods))
-	for _, p := range pods {
-		if kl.workers.IsPodKnownTerminated(p.UID) {
-			continue
-		}
-		if kl.terminalInStatus(p) && !kl.workers.IsPodTerminationRequested(p.UID) {
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// ActivePods are the desired pods that may still run.
-func (kl *Kubelet) ActivePods() []*v1.Pod { return kl.activePods(kl.pods.pods()) }
-
-// PodsKnown is closed once ActivePods is the node's whole set: every pod
-// source delivered, or the node journal stood in for it.
-func (kl *Kubelet) PodsKnown() <-chan struct{} { return kl.sources.Known() }
 
 // KillPod stops a pod that stays desired (the node shutting down, say)
 // within gracePeriod seconds; status amends its final status. The channel
@@ -659,7 +631,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 	for _, rp := range running {
 		keep[rp.ID] = true
 	}
-	active := kl.activePods(all)
+	active := kl.view.activePods(all)
 	// On the loop, not the cleaner: a pod admitted after this list was
 	// made must not lose what it was given.
 	for _, release := range kl.cfg.Release {
@@ -677,7 +649,7 @@ func (kl *Kubelet) HandlePodCleanups(ctx context.Context) error {
 func (kl *Kubelet) restartUnknown(all []*v1.Pod, working map[types.UID]podworkers.PodWorkerSync) {
 	start := kl.clock.Now()
 	for _, p := range all {
-		if _, known := working[p.UID]; known || kl.terminalInStatus(p) {
+		if _, known := working[p.UID]; known || kl.view.terminalInStatus(p) {
 			continue
 		}
 		klog.V(3).InfoS("Pod will be restarted because it is in the desired set and not known to the pod workers", "pod", klog.KObj(p), "podUID", p.UID)
@@ -715,22 +687,6 @@ func (kl *Kubelet) killOrphans(running []*container.Pod, desired map[types.UID]*
 	}
 }
 
-// PodByUID returns a desired pod.
-func (kl *Kubelet) PodByUID(uid types.UID) (*v1.Pod, bool) { return kl.pods.podByUID(uid) }
-
-// APIPod returns a pod's API object as the sources last delivered it:
-// the pod itself, or for a static pod its mirror pod (nil if none).
-func (kl *Kubelet) APIPod(uid types.UID) *v1.Pod {
-	pod, ok := kl.pods.podByUID(uid)
-	if !ok {
-		return nil
-	}
-	if podutil.IsStatic(pod) {
-		return kl.pods.mirrorPodOf(pod)
-	}
-	return pod
-}
-
 func hasRunning(p *container.Pod) bool {
 	for _, c := range p.Containers {
 		// A Created container never started runs nothing, and stopping
@@ -748,24 +704,4 @@ func hasRunning(p *container.Pod) bool {
 		}
 	}
 	return false
-}
-
-// Pods returns every desired pod with its current status.
-func (kl *Kubelet) Pods() []*v1.Pod {
-	pods := kl.pods.pods()
-	out := make([]*v1.Pod, 0, len(pods))
-	for _, p := range pods {
-		c := p.DeepCopy()
-		if s, ok := kl.status.GetPodStatus(p.UID); ok {
-			c.Status = s
-		}
-		out = append(out, c)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
 }

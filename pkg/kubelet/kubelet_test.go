@@ -542,7 +542,7 @@ func TestKillPodKeepsThePodDesired(t *testing.T) {
 	var got podworkers.UpdatePodOptions
 	f.workers.hook = func(o podworkers.UpdatePodOptions) { got = o }
 	f.workers.take()
-	pod := f.kl.ActivePods()[0]
+	pod := f.kl.View().ActivePods()[0]
 	done := f.kl.KillPod(pod, 7, func(s *v1.PodStatus) { s.Reason = "Terminated" })
 	if u := strings.Join(f.workers.take(), ";"); u != "kill first" {
 		t.Fatalf("workers got %q", u)
@@ -558,11 +558,11 @@ func TestKillPodKeepsThePodDesired(t *testing.T) {
 	}
 	close(k.CompletedCh)
 	<-done
-	if len(f.kl.ActivePods()) != 1 {
+	if len(f.kl.View().ActivePods()) != 1 {
 		t.Fatal("a killed pod left the active pods before its worker finished")
 	}
 	f.workers.terminated = map[types.UID]bool{"a": true}
-	if len(f.kl.ActivePods()) != 0 {
+	if len(f.kl.View().ActivePods()) != 0 {
 		t.Fatal("a terminated pod is still active")
 	}
 }
@@ -674,7 +674,7 @@ func TestRestoredUpdatesDoNotMakeTheSourceReady(t *testing.T) {
 	ctx := context.Background()
 	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Pods: []*v1.Pod{apiPod("a", "a", now)}, Source: "api", Restored: true}
 	select {
-	case <-f.kl.PodsKnown():
+	case <-f.kl.View().PodsKnown():
 		t.Fatal("the pods are known before any update was applied")
 	default:
 	}
@@ -686,11 +686,11 @@ func TestRestoredUpdatesDoNotMakeTheSourceReady(t *testing.T) {
 		t.Fatal("restored pods made the source ready")
 	}
 	select {
-	case <-f.kl.PodsKnown():
+	case <-f.kl.View().PodsKnown():
 	default:
 		t.Fatal("the restored pods, applied, did not make the node's pods known")
 	}
-	if n := len(f.kl.ActivePods()); n != 1 {
+	if n := len(f.kl.View().ActivePods()); n != 1 {
 		t.Fatalf("%d active pods once known, want 1", n)
 	}
 	f.updates <- podsources.PodUpdate{Op: podsources.ADD, Source: "api"}
@@ -738,7 +738,7 @@ func TestEvictPodIsAnEviction(t *testing.T) {
 	f.kl.HandlePodAdditions([]*v1.Pod{apiPod("a", "first", now)})
 	var got podworkers.UpdatePodOptions
 	f.workers.hook = func(o podworkers.UpdatePodOptions) { got = o }
-	f.kl.EvictPod(f.kl.ActivePods()[0], 0, func(*v1.PodStatus) {})
+	f.kl.EvictPod(f.kl.View().ActivePods()[0], 0, func(*v1.PodStatus) {})
 	if k := got.KillPodOptions; got.UpdateType != podworkers.UpdateKill || k == nil || !k.Evict || *k.PodTerminationGracePeriodSecondsOverride != 0 {
 		t.Fatalf("eviction's update %v, kill options %+v", got.UpdateType, k)
 	}

@@ -16,7 +16,7 @@ func (kl *Kubelet) retryDeferredResizes(all []*v1.Pod) {
 		}
 		desired := current.DeepCopy()
 		desired.Spec = *p.Desired.Spec.DeepCopy()
-		run := kl.resizer.Resize(func() []*v1.Pod { return kl.activePods(all) }, desired)
+		run := kl.resizer.Resize(func() []*v1.Pod { return kl.view.activePods(all) }, desired)
 		if kl.resizer.Pending(desired.UID) {
 			continue
 		}

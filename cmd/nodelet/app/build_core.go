@@ -75,7 +75,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		components: concat(sources, journalComponents(b, podConfig), []component{{"sync loop", core.Run}, {"pod workers", workers.Run}})}
 	if b.client != nil {
 		parts.statusSyncer = podstatus.NewAPISyncer(podstatus.APISyncerOptions{
-			Client: b.client, Status: b.status, Pods: apiPods{core, workers}, Clock: b.clock, Steps: b.timelines,
+			Client: b.client, Status: b.status, Pods: apiPods{core.View(), workers}, Clock: b.clock, Steps: b.timelines,
 		})
 		parts.components = append(parts.components, runs("pod status syncer", parts.statusSyncer.Run))
 	}
@@ -134,7 +134,7 @@ func podSources(b *base, podConfig *podsources.PodConfig, res *resourceParts) []
 // apiPods is what the status syncer needs to know about pods: the core's
 // desired pods and the workers' knowledge of what may still run.
 type apiPods struct {
-	*kubelet.Kubelet
+	*kubelet.PodView
 	*podworkers.PodWorkers
 }
 
@@ -148,7 +148,7 @@ func buildShutdown(b *base, core *coreParts, reporter *reporterParts) []componen
 		return nil
 	}
 	o := nodeshutdown.Options{
-		Groups: groups, State: b.shutdown, Logind: nodeshutdown.SystemLogind{}, Pods: core.kubelet, Killer: core.kubelet, PodsKnown: core.sourcesReady,
+		Groups: groups, State: b.shutdown, Logind: nodeshutdown.SystemLogind{}, Pods: core.kubelet.View(), Killer: core.kubelet, PodsKnown: core.sourcesReady,
 		NodeName: b.nodeName, Recorder: b.recorder, Clock: b.clock,
 	}
 	if reporter.syncStatus != nil {

@@ -8,6 +8,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/pkg/eviction"
+	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 )
 
@@ -34,7 +35,7 @@ func buildEviction(b *base, runtime *runtimeParts, node *nodeParts, core *corePa
 	}
 	gc := runtime.manager.ContainerGC()
 	m := eviction.New(eviction.Options{
-		Pods: core.kubelet, PodCleanedUp: core.workers.ShouldPodBeFinished, Stats: node.stats, Hard: hard, Soft: soft, SoftGracePeriod: grace, MinReclaim: reclaim,
+		Pods: evictablePods{core.kubelet.View(), core.kubelet}, PodCleanedUp: core.workers.ShouldPodBeFinished, Stats: node.stats, Hard: hard, Soft: soft, SoftGracePeriod: grace, MinReclaim: reclaim,
 		MaxPodGracePeriod: int64(c.EvictionMaxPodGracePeriod),
 		DiskReclaims: []eviction.Reclaim{
 			{Name: "unused images", Func: runtime.imageGC.DeleteUnused},
@@ -57,4 +58,11 @@ func evictionThresholds(c *kubeletv1beta1.KubeletConfiguration) (hard, soft evic
 		return nil, nil, fmt.Errorf("evictionSoft: %w", err)
 	}
 	return hard, soft, nil
+}
+
+// evictablePods are the active pods the eviction manager chooses from,
+// and the core that evicts them.
+type evictablePods struct {
+	*kubelet.PodView
+	*kubelet.Kubelet
 }

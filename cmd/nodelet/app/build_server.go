@@ -30,7 +30,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 	c := b.cfg
 	// The pod-resources API is a local socket, served whatever
 	// enableServer says, as upstream's.
-	podResources := podresources.New(podresources.Options{RootDir: b.opts.RootDir, Pods: core.kubelet,
+	podResources := podresources.New(podresources.Options{RootDir: b.opts.RootDir, Pods: core.kubelet.View(),
 		Devices: res.devices, CPUs: res.cpus, Memory: res.memory, Claims: res.claims, Clock: b.clock})
 	out := []component{{"pod-resources API", podResources.Run}}
 	if p := *c.HealthzPort; p > 0 {
@@ -51,7 +51,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 		MetricsCadvisor: metrics.CadvisorHandler(node.stats.Summary, metrics.RuntimeIdentities(runningPods), stats.NewDetails(rt.runtime), node.machine()),
 	}
 	if c.ReadOnlyPort > 0 {
-		l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core.kubelet, health.Healthz, monitoring), nil)
+		l, err := server.Listen(net.JoinHostPort(c.Address, strconv.Itoa(int(c.ReadOnlyPort))), server.NewReadOnly(core.kubelet.View(), health.Healthz, monitoring), nil)
 		if err != nil {
 			return nil, fmt.Errorf("read-only server: %w", err)
 		}
@@ -60,7 +60,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 	}
 	if c.Port > 0 {
 		components, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
-			Pods: core.kubelet, Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration),
+			Pods: core.kubelet.View(), Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration),
 			Monitoring: monitoring, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines, Configz: c,
 		}), reporter)
 		if err != nil {
