@@ -688,7 +688,7 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 	default:
 		canStart, canEverStart := p.allowPodStart(w.options.Pod, status)
 		switch {
-		case !canEverStart && p.runsInRuntime(uid):
+		case !canEverStart && runsInRuntime(p.status, uid):
 			// Killed before its first sync, but its containers run: a
 			// pod adopted at a restart (a node shutdown announced right
 			// after it). It is stopped as a started pod is, with its
@@ -698,7 +698,7 @@ func (p *PodWorkers) startPodSync(uid types.UID) (ctx context.Context, w work, l
 			klog.V(4).InfoS("Pod cannot start ever", "pod", klog.KObj(w.options.Pod), "podUID", uid, "updateType", w.state)
 			// Terminated before it could start: nothing to tear down.
 			status.advance(finished)
-			p.releaseStaticPod(status.fullname, uid)
+			p.staticPods.release(status.fullname, uid, p.statuses, p.wake)
 			delete(p.active, uid)
 			return nil, w, lastSync, false
 		case !canStart:
@@ -739,15 +739,15 @@ func (p *PodWorkers) recordSyncTime(uid types.UID) {
 	}
 }
 
-// allowPodStart decides whether a pod may start now and whether it ever
-// can. Only static pods wait: two with the same full name never run at once.
 // runsInRuntime reports whether the status cache shows the pod running
 // a container or a ready sandbox.
-func (p *PodWorkers) runsInRuntime(uid types.UID) bool {
-	s, err := p.status.Get(uid)
+func runsInRuntime(cache StatusSource, uid types.UID) bool {
+	s, err := cache.Get(uid)
 	return err == nil && s != nil && (len(s.RunningContainers()) > 0 || s.ReadySandboxes() > 0)
 }
 
+// allowPodStart decides whether a pod may start now and whether it ever
+// can. Only static pods wait: two with the same full name never run at once.
 func (p *PodWorkers) allowPodStart(pod *v1.Pod, status *podSyncStatus) (canStart, canEverStart bool) {
 	if !podutil.IsStatic(pod) {
 		return true, true
@@ -765,20 +765,6 @@ func (p *PodWorkers) allowPodStart(pod *v1.Pod, status *podSyncStatus) (canStart
 		return false, true
 	}
 	return true, true
-}
-
-// releaseStaticPod frees a static pod's full name and wakes the next pod
-// waiting for it. Call with p.mu held.
-func (p *PodWorkers) releaseStaticPod(fullname string, uid types.UID) {
-	if !p.staticPods.release(fullname, uid) {
-		return
-	}
-	for _, w := range p.staticPods.waiting[fullname] {
-		if s, ok := p.statuses[w]; ok && s.pendingUpdate != nil && !s.IsTerminationRequested() {
-			p.wake(w)
-			return
-		}
-	}
 }
 
 // acknowledgeTerminating records that the worker acted on the termination,
@@ -816,7 +802,7 @@ func (p *PodWorkers) complete(uid types.UID, w work, isTerminal bool) (moved, do
 	switch {
 	case w.state == TerminatedPod, w.state == TerminatingPod && w.options.RunningPod != nil:
 		status.advance(finished)
-		p.releaseStaticPod(status.fullname, uid)
+		p.staticPods.release(status.fullname, uid, p.statuses, p.wake)
 		if w.options.RunningPod != nil {
 			// No configuration and no API object to report to: forget it.
 			delete(p.statuses, uid)
@@ -942,7 +928,7 @@ func (p *PodWorkers) removeTerminatedWorker(uid types.UID, status *podSyncStatus
 		klog.V(4).InfoS("Pod has been terminated and is no longer known to the kubelet, remove all history", "podUID", uid)
 	}
 	delete(p.statuses, uid)
-	p.releaseStaticPod(status.fullname, uid)
+	p.staticPods.release(status.fullname, uid, p.statuses, p.wake)
 	return true
 }
 

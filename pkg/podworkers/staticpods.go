@@ -50,11 +50,18 @@ func (q *staticPods) allowStart(fullname string, uid types.UID, blocked func(typ
 	return true
 }
 
-// release frees the full name if uid holds it, and reports whether it did.
-func (q *staticPods) release(fullname string, uid types.UID) bool {
+// release frees the full name if uid holds it, and wakes the first pod
+// waiting for it that has an update to start with. Call with the workers'
+// lock held: statuses are theirs.
+func (q *staticPods) release(fullname string, uid types.UID, statuses map[types.UID]*podSyncStatus, wake func(types.UID)) {
 	if q.started[fullname] != uid {
-		return false
+		return
 	}
 	delete(q.started, fullname)
-	return true
+	for _, w := range q.waiting[fullname] {
+		if s, ok := statuses[w]; ok && s.pendingUpdate != nil && !s.IsTerminationRequested() {
+			wake(w)
+			return
+		}
+	}
 }
