@@ -86,43 +86,14 @@ type probes interface {
 	Started(c *v1.Container, containerID string) bool
 }
 
-// podVolumes is the volume manager as the sync scripts use it.
-type podVolumes interface {
-	WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error
-	WaitForUnmount(ctx context.Context, pod *v1.Pod) error
-	// Unservable says why the pod's volumes can never be set up on this
-	// node, whatever the API server and the drivers do; nil when only a
-	// set-up can tell.
-	Unservable(pod *v1.Pod) error
-}
-
-// podClaims prepares the resource claims of pods (the DRA manager).
-type podClaims interface {
-	Prepare(ctx context.Context, pod *v1.Pod, sandboxReady bool) error
-	Unprepare(ctx context.Context, pod *v1.Pod) error
-}
-
-// noClaims prepares nothing: a node without DRA.
-type noClaims struct{}
-
-func (noClaims) Prepare(context.Context, *v1.Pod, bool) error { return nil }
-func (noClaims) Unprepare(context.Context, *v1.Pod) error     { return nil }
-
-// podObjects watches the API objects pods refer to.
-type podObjects interface {
-	RegisterPod(pod *v1.Pod)
-	UnregisterPod(pod *v1.Pod)
-}
-
 // SyncerOptions configure the PodSyncer. The optional parts have null
 // objects: nil means "none" and the syncer never asks which it has.
 type SyncerOptions struct {
-	// Volumes sets up and tears down the pods' volumes; nil leaves it to
-	// the runtime manager's helper.
-	Volumes podVolumes
-	// Objects watches what pods refer to, and Secrets reads the pods'
-	// image pull secrets; nil without an API server (apiclient.None).
-	Objects podObjects
+	// Hooks take part in each pod's life, in order (see Hook): the
+	// grants, the volumes, the resource claims, the object watches.
+	Hooks []Hook
+	// Secrets reads the pods' image pull secrets; nil without an API
+	// server (apiclient.None).
 	Secrets SecretGetter
 	// Mirrors manages mirror pods; nil without an API server.
 	Mirrors MirrorPods
@@ -147,23 +118,7 @@ type SyncerOptions struct {
 	Resources podstatus.ResizeState
 	// Features is what the runtime supports; nil supports nothing.
 	Features func() kuberuntime.Features
-	// Claims prepares pods' resource claims before their sandbox and
-	// unprepares them once their containers stopped; nil for none.
-	Claims podClaims
-	// Grants writes the resource grants admission staged; a pod's
-	// containers start only once it returned. nil keeps no grants.
-	Grants grantWriter
 }
-
-// grantWriter writes staged grants to disk (allocation.Store).
-type grantWriter interface {
-	Commit() error
-}
-
-// noGrants keeps no grants.
-type noGrants struct{}
-
-func (noGrants) Commit() error { return nil }
 
 // noProbes is the prober when nothing is probed.
 type noProbes struct{}
@@ -174,27 +129,15 @@ func (noProbes) StopLivenessAndStartup(*v1.Pod)     {}
 func (noProbes) Ready(*v1.Container, string) bool   { return true }
 func (noProbes) Started(*v1.Container, string) bool { return true }
 
-// noVolumes is the volume manager when the runtime manager's helper
-// resolves volumes by itself.
-type noVolumes struct{}
-
-func (noVolumes) WaitForAttachAndMount(context.Context, *v1.Pod) error { return nil }
-func (noVolumes) WaitForUnmount(context.Context, *v1.Pod) error        { return nil }
-func (noVolumes) Unservable(*v1.Pod) error                             { return nil }
-
 // withDefaults fills the optional parts with their null objects.
 func (o SyncerOptions) withDefaults() SyncerOptions {
 	if o.Network == nil {
 		o.Network = func() error { return nil }
 	}
-	o.Volumes = orNone[podVolumes](o.Volumes, noVolumes{})
-	o.Objects = orNone[podObjects](o.Objects, apiclient.None{})
 	o.Secrets = orNone[SecretGetter](o.Secrets, apiclient.None{})
 	o.Mirrors = orNone[MirrorPods](o.Mirrors, apiclient.None{})
 	o.Probes = orNone[probes](o.Probes, noProbes{})
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
-	o.Claims = orNone[podClaims](o.Claims, noClaims{})
-	o.Grants = orNone[grantWriter](o.Grants, noGrants{})
 	o.Reads = orNone[podReads](o.Reads, runtimeReads{o.Runtime})
 	if o.Features == nil {
 		o.Features = func() kuberuntime.Features { return kuberuntime.Features{} }
@@ -216,8 +159,7 @@ type PodSyncer struct {
 	probes   probes
 	mirrors  MirrorPods
 	secrets  SecretGetter
-	volumes  podVolumes
-	objects  podObjects
+	hooks    hooks
 	dirs     poddirs.Root
 	hostIPs  []string
 	recorder record.EventRecorder
@@ -226,8 +168,6 @@ type PodSyncer struct {
 	// resources is nil when nodelet keeps no allocations.
 	resources podstatus.ResizeState
 	features  func() kuberuntime.Features
-	claims    podClaims
-	grants    grantWriter
 }
 
 var _ podworkers.Syncer = (*PodSyncer)(nil)
@@ -237,9 +177,8 @@ func NewPodSyncer(o SyncerOptions) *PodSyncer {
 	o = o.withDefaults()
 	return &PodSyncer{
 		runtime: o.Runtime, reads: o.Reads, status: o.Status, network: o.Network, cgroups: o.Cgroups, probes: o.Probes,
-		mirrors: o.Mirrors, secrets: o.Secrets, volumes: o.Volumes, objects: o.Objects, dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
-		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features, claims: o.Claims,
-		grants: o.Grants,
+		mirrors: o.Mirrors, secrets: o.Secrets, hooks: splitHooks(o.Hooks), dirs: poddirs.Root(o.RootDir), hostIPs: o.HostIPs,
+		recorder: o.Recorder, clock: o.Clock, reasons: newReasonCache(), resources: o.Resources, features: o.Features,
 	}
 }
 
@@ -300,17 +239,17 @@ func (s *PodSyncer) SyncPod(ctx context.Context, updateType podworkers.UpdateTyp
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "error making pod data directories: %v", err)
 		return false, err
 	}
-	s.objects.RegisterPod(pod)
-	// The pod's grant is written (admission staged it), and its volumes
-	// set up, or refreshed: configMaps, secrets, tokens and the
-	// downward API follow their sources while the pod runs. A pod
-	// without a running sandbox gets one while its volumes are set up:
-	// the sandbox does not need them, its containers do, and the runtime
-	// waits for them before it creates the first. A pod whose sandbox
-	// runs waits for them first: nothing in it changes on volumes that
-	// fail. Nor does a pod whose volumes can never be set up get a
-	// sandbox.
-	beside := !sandboxReady(rs) && s.volumes.Unservable(pod) == nil
+	for _, r := range s.hooks.registrars {
+		r.Register(pod)
+	}
+	// The preparers ready what the containers need (the pod's grant
+	// written, its volumes set up or refreshed). A pod without a running
+	// sandbox gets one meanwhile: the sandbox does not need them, its
+	// containers do, and the runtime waits for them before it creates
+	// the first. A pod whose sandbox runs waits for them first: nothing
+	// in it changes on volumes that fail. Nor does a pod a preparer can
+	// never serve get a sandbox.
+	beside := !sandboxReady(rs) && s.hooks.unservable(pod) == nil
 	prep := s.prepare(ctx, pod, beside)
 	if !beside {
 		if err := prep.join(); err != nil {
@@ -334,9 +273,10 @@ func (s *PodSyncer) runPod(ctx context.Context, pod *v1.Pod, rs *container.PodSt
 		return err
 	}
 	s.probes.AddPod(pod)
-	if err := s.claims.Prepare(ctx, pod, sandboxReady(rs)); err != nil {
-		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
-		return fmt.Errorf("failed to prepare dynamic resources: %w", err)
+	for _, h := range s.hooks.preRunners {
+		if err := h.PreRun(ctx, pod, sandboxReady(rs)); err != nil {
+			return s.reportHookError(pod, err)
+		}
 	}
 
 	result := s.runtime.SyncPod(ctx, pod, rs, s.pullSecrets(ctx, pod), beforeContainers)
@@ -362,26 +302,23 @@ func (s *PodSyncer) runPod(ctx context.Context, pod *v1.Pod, rs *container.PodSt
 	return nil
 }
 
-// preparation is what a pod's containers wait for, under way: its grant
-// written, its volumes set up.
+// preparation is what a pod's containers wait for, under way: the
+// preparers' work.
 type preparation struct {
 	done chan struct{}
 	err  error
 }
 
-// prepare writes the pod's grant and sets its volumes up, beside the
-// caller or before it returns. A grant that cannot be written is logged
-// and the pod runs with it, as it always did: a restart admits it again.
+// prepare runs the preparers in order, beside the caller or before it
+// returns; the first failure stops them.
 func (s *PodSyncer) prepare(ctx context.Context, pod *v1.Pod, beside bool) *preparation {
 	p := &preparation{done: make(chan struct{})}
 	run := func() {
 		defer close(p.done)
-		if err := s.grants.Commit(); err != nil {
-			klog.ErrorS(err, "Failed to record the pod's resource grant", "pod", klog.KObj(pod), "podUID", pod.UID)
-		}
-		if err := s.volumes.WaitForAttachAndMount(ctx, pod); err != nil {
-			klog.ErrorS(err, "Unable to attach or mount volumes for pod; skipping pod", "pod", klog.KObj(pod), "podUID", pod.UID)
-			p.err = fmt.Errorf("unable to attach or mount volumes: %w", err)
+		for _, h := range s.hooks.preparers {
+			if p.err = h.Prepare(ctx, pod); p.err != nil {
+				return
+			}
 		}
 	}
 	if !beside {
@@ -573,11 +510,10 @@ func (s *PodSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, rs *con
 		}
 		return fmt.Errorf("detected running containers after a successful KillPod, CRI violation: %v", ids)
 	}
-	// Claims are unprepared once nothing runs, before the final status:
-	// the claim's allocation is released when the API sees the pod end.
-	if err := s.claims.Unprepare(ctx, pod); err != nil {
-		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedUnprepareDynamicResources", "Failed to unprepare dynamic resources: %v", err)
-		return fmt.Errorf("failed to unprepare dynamic resources: %w", err)
+	for _, h := range s.hooks.postStoppers {
+		if err := h.PostStop(ctx, pod); err != nil {
+			return s.reportHookError(pod, err)
+		}
 	}
 	status = s.apiStatus(pod, final, true)
 	if statusFn != nil {
@@ -606,12 +542,11 @@ func (s *PodSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, rs *cont
 	klog.V(4).InfoS("SyncTerminatedPod enter", "pod", klog.KObj(pod), "podUID", pod.UID)
 	defer klog.V(4).InfoS("SyncTerminatedPod exit", "pod", klog.KObj(pod), "podUID", pod.UID)
 	s.status.SetPodStatus(pod, s.apiStatus(pod, rs, true))
-	if err := s.volumes.WaitForUnmount(ctx, pod); err != nil {
-		return err
+	for _, h := range s.hooks.cleaners {
+		if err := h.Cleanup(ctx, pod); err != nil {
+			return s.reportHookError(pod, err)
+		}
 	}
-	klog.V(4).InfoS("Pod termination unmounted volumes", "pod", klog.KObj(pod), "podUID", pod.UID)
-	// The volumes are gone: the pod needs its objects no more.
-	s.objects.UnregisterPod(pod)
 	if err := s.cgroups.Destroy(s.cgroups.PodCgroup(pod)); err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func receive[T any](t *testing.T, what string, ch <-chan T) T {
 func TestFirstStartSetsVolumesUpBesideTheSandbox(t *testing.T) {
 	s, st, rt := newSyncer(t, nil)
 	vols := newGatedVolumes()
-	s.volumes = vols
+	s.hooks = splitHooks([]Hook{VolumesHook(vols)})
 	done := syncAsync(context.Background(), s, apiPod("a", "a", now), &container.PodStatus{ID: "a"})
 
 	receive(t, "the volume set-up", vols.started)
@@ -106,7 +106,7 @@ func TestFirstStartSetsVolumesUpBesideTheSandbox(t *testing.T) {
 func TestVolumesThatFailBesideTheSandboxStartNoContainer(t *testing.T) {
 	s, _, rt := newSyncer(t, nil)
 	vols := newGatedVolumes()
-	s.volumes = vols
+	s.hooks = splitHooks([]Hook{VolumesHook(vols)})
 	ctx := context.Background()
 	done := syncAsync(ctx, s, apiPod("a", "a", now), &container.PodStatus{ID: "a"})
 	receive(t, "the volume set-up", vols.started)
@@ -152,7 +152,7 @@ func TestVolumesThatFailBesideTheSandboxStartNoContainer(t *testing.T) {
 func TestCancelledSyncWaitsForTheVolumeSetUp(t *testing.T) {
 	s, _, rt := newSyncer(t, nil)
 	vols := newGatedVolumes()
-	s.volumes = vols
+	s.hooks = splitHooks([]Hook{VolumesHook(vols)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := syncAsync(ctx, s, apiPod("a", "a", now), &container.PodStatus{ID: "a"})
 	receive(t, "the volume set-up", vols.started)
@@ -175,7 +175,7 @@ func TestUnservableVolumesGetNoSandbox(t *testing.T) {
 	s, _, rt := newSyncer(t, nil)
 	vols := newGatedVolumes()
 	vols.unservable = errors.New("static pods may not refer to API objects")
-	s.volumes = vols
+	s.hooks = splitHooks([]Hook{VolumesHook(vols)})
 	done := syncAsync(context.Background(), s, apiPod("a", "a", now), &container.PodStatus{ID: "a"})
 	receive(t, "the volume set-up", vols.started)
 	vols.end <- vols.unservable
@@ -205,7 +205,7 @@ func (g *gatedGrants) Commit() error {
 func TestFirstContainerWaitsForTheGrantWrite(t *testing.T) {
 	s, _, rt := newSyncer(t, nil)
 	grants := &gatedGrants{started: make(chan struct{}, 1), end: make(chan error)}
-	s.grants = grants
+	s.hooks = splitHooks([]Hook{GrantsHook(grants)})
 	done := syncAsync(context.Background(), s, apiPod("a", "a", now), &container.PodStatus{ID: "a"})
 	receive(t, "the grant write", grants.started)
 	waitFor(t, "the sandbox, with the grant being written", func() bool { n, _ := rt.Counts(); return n == 1 })

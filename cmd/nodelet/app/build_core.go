@@ -49,9 +49,9 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	syncer := podsync.NewPodSyncer(podsync.SyncerOptions{
 		Runtime: runtime.manager, Reads: runtime.pleg, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes,
-		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects, Objects: cl.objects,
-		Volumes: runtime.volumes, Cgroups: node.cgroups, Resources: b.allocations, Grants: b.allocations, Features: runtime.manager.Features,
-		Claims: res.claims,
+		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects,
+		Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
+		Hooks: syncHooks(b, runtime, cl, res),
 	})
 	workers := podworkers.New(podworkers.Options{
 		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(b.tracer.InstrumentSyncer(syncer), b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
@@ -80,6 +80,17 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		parts.components = append(parts.components, runs("pod status syncer", parts.statusSyncer.Run))
 	}
 	return parts
+}
+
+// syncHooks take part in each pod's life, in this order (podsync.Hook):
+// the grant is written before the volumes are set up; the volumes are
+// unmounted before the objects they were made from stop being watched.
+func syncHooks(b *base, runtime *runtimeParts, cl *clusterClients, res *resourceParts) []podsync.Hook {
+	hooks := []podsync.Hook{podsync.GrantsHook(b.allocations), podsync.VolumesHook(runtime.volumes), podsync.ClaimsHook(res.claims)}
+	if b.client != nil {
+		hooks = append(hooks, podsync.ObjectsHook(cl.objects))
+	}
+	return hooks
 }
 
 // admissionHandlers are the questions a new pod must pass, in the order
