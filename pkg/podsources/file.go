@@ -56,6 +56,11 @@ type FileSource struct {
 		end  time.Time
 		took time.Duration
 	}
+	// removed are the manifests removed (or renamed away) since the last
+	// re-read. One put back meanwhile is delivered gone, then back, as
+	// upstream's source delivers each file event: its pod is stopped and
+	// started again, not left running as if nothing happened.
+	removed map[string]bool
 }
 
 type decodedFile struct {
@@ -73,6 +78,7 @@ func NewFileSource(path string, static Static, period time.Duration, out Setter,
 		recorder: recorder, clock: clk,
 		nodeRef:   &v1.ObjectReference{Kind: "Node", Name: static.NodeName, UID: "", APIVersion: "v1"},
 		firstSeen: map[string]uint64{}, reported: map[string]string{}, decoded: map[string]decodedFile{},
+		removed: map[string]bool{},
 	}
 }
 
@@ -111,7 +117,12 @@ func (s *FileSource) Run(ctx context.Context) {
 			// Editors touch a file several times in a row; one re-read
 			// after the burst sees the final content.
 			klog.V(5).InfoS("Static pod manifests changed", "path", s.path, "event", ev.String())
-			w.drain()
+			s.noteRemoval(ev)
+			w.drain(func(ev fsnotify.Event) {
+				if w.relevant(ev) {
+					s.noteRemoval(ev)
+				}
+			})
 			if paced != nil {
 				continue // a re-read is already due
 			}
@@ -144,6 +155,15 @@ func (s *FileSource) pace() time.Duration {
 	return s.lastRelist.end.Add(paceFactor * s.lastRelist.took).Sub(s.clock.Now())
 }
 
+// noteRemoval remembers a manifest removed or renamed away.
+func (s *FileSource) noteRemoval(ev fsnotify.Event) {
+	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+		// By name in the directory: the watch sees the directory a
+		// symlinked path resolves to.
+		s.removed[filepath.Base(ev.Name)] = true
+	}
+}
+
 // relist reads every manifest and delivers the set.
 func (s *FileSource) relist(ctx context.Context) {
 	start := s.clock.Now()
@@ -154,33 +174,51 @@ func (s *FileSource) relist(ctx context.Context) {
 			s.relisted()
 		}
 	}()
-	pods, err := s.read()
+	pods, from, err := s.read()
+	removed := s.removed
+	s.removed = map[string]bool{}
 	if err != nil {
 		// The path itself is unreadable: keep what was delivered last.
 		s.report(s.path, err)
 		return
 	}
 	s.report(s.path, nil)
+	if len(removed) > 0 {
+		var without []*v1.Pod
+		for i, p := range pods {
+			if !removed[filepath.Base(from[i])] {
+				without = append(without, p)
+			}
+		}
+		if len(without) < len(pods) {
+			klog.V(2).InfoS("Static pod manifests were removed and put back; their pods go, then come back", "path", s.path)
+			s.out.Set(ctx, podutil.FileSource, without)
+			// The merge owns what it was given: the full set is copied.
+			for i, p := range pods {
+				pods[i] = p.DeepCopy()
+			}
+		}
+	}
 	s.out.Set(ctx, podutil.FileSource, pods)
 }
 
 // read returns the pods of every manifest under the path, in the order
-// their files first appeared.
-func (s *FileSource) read() ([]*v1.Pod, error) {
+// their files first appeared, and the file each came from.
+func (s *FileSource) read() (pods []*v1.Pod, from []string, err error) {
 	fi, err := os.Stat(s.path)
 	if os.IsNotExist(err) {
 		// No manifests yet is a valid, empty set.
 		klog.V(2).InfoS("Static pod path does not exist; no static pods", "path", s.path)
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var files []string
 	if fi.IsDir() {
 		entries, err := os.ReadDir(s.path)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), ".") {
@@ -194,7 +232,6 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 
 	present := map[string]bool{}
 	stats := map[string]os.FileInfo{}
-	var pods []*v1.Pod
 	var usable []string
 	for _, f := range files {
 		fi, err := os.Stat(f) // follows symlinks: a link to a manifest counts
@@ -242,9 +279,10 @@ func (s *FileSource) read() ([]*v1.Pod, error) {
 		// The merge takes ownership of what it is given: hand out copies.
 		for _, p := range d.pods {
 			pods = append(pods, p.DeepCopy())
+			from = append(from, f)
 		}
 	}
-	return pods, nil
+	return pods, from, nil
 }
 
 func (s *FileSource) readFile(path string) ([]*v1.Pod, error) {
@@ -365,14 +403,16 @@ func (w *watch) relevant(ev fsnotify.Event) bool {
 	}
 }
 
-// drain discards events already queued: one re-read covers them all.
-func (w *watch) drain() {
+// drain takes the events already queued, handing each to seen: one
+// re-read covers them all.
+func (w *watch) drain(seen func(fsnotify.Event)) {
 	for {
 		select {
-		case _, ok := <-w.events():
+		case ev, ok := <-w.events():
 			if !ok {
 				return
 			}
+			seen(ev)
 		default:
 			return
 		}

@@ -142,6 +142,60 @@ func TestFileSourcePacesRereadsInABurst(t *testing.T) {
 	f.waitFor("a-node1@img:1,b-node1@img:1,d-node1@img:1")
 }
 
+// A manifest removed and put back before the source re-reads is
+// delivered gone, then back, as upstream's source delivers each file
+// event: its pod is stopped and started again (node e2e: "MirrorPod when
+// create a mirror pod without changes should successfully recreate when
+// file is removed and recreated"), under the same UID.
+func TestFileSourceRemovedAndPutBackIsGoneThenBack(t *testing.T) {
+	dir := t.TempDir()
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte(manifest("b", "img:1")), 0o644))
+	// Every re-read takes 100 ms of the fake clock, so a file event right
+	// after one is held back: the removal and the write back are read
+	// together.
+	f := startFileSourceWith(t, dir, func(clk *testingclock.FakeClock) { clk.Step(100 * time.Millisecond) })
+	first := f.waitFor("a-node1@img:1,b-node1@img:1")
+	testutil.Must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+	f.write("a.yaml", manifest("a", "img:1"))
+	testutil.WaitFor(t, "the held-back re-read's timer", func() bool { return f.clock.Waiters() == 2 })
+	f.clock.Step(400 * time.Millisecond)
+	var got []string
+	var back []*v1.Pod
+	for len(got) < 2 {
+		select {
+		case pods := <-f.rec.sets:
+			got = append(got, names(pods))
+			back = pods
+		case <-time.After(30 * time.Second):
+			t.Fatalf("sets delivered %q, want two", got)
+		}
+	}
+	if strings.Join(got, " then ") != "b-node1@img:1 then a-node1@img:1,b-node1@img:1" {
+		t.Fatalf("sets %q, want a gone then back", got)
+	}
+	for _, p := range back {
+		if p.Name == "a-node1" && string(p.UID) != podUID(first, "a-node1") {
+			t.Errorf("the same manifest put back got another UID")
+		}
+	}
+	// A removal alone is one set without it; nothing comes back.
+	f.clock.Step(time.Second)
+	testutil.Must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+	f.waitFor("b-node1@img:1")
+	f.clock.Step(20 * time.Second)
+	f.waitFor("b-node1@img:1")
+}
+
+func podUID(pods []*v1.Pod, name string) string {
+	for _, p := range pods {
+		if p.Name == name {
+			return string(p.UID)
+		}
+	}
+	return ""
+}
+
 func TestFileSourceFollowsTheDirectory(t *testing.T) {
 	dir := t.TempDir()
 	testutil.Must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifest("a", "img:1")), 0o644))
