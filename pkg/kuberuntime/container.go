@@ -20,9 +20,9 @@ import (
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/failpoint"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/startlimit"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // containerKind says where in the spec a container comes from; it decides
@@ -67,7 +67,7 @@ func (m *Manager) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Con
 // Waiting reason, and the details as the message.
 func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig, c *v1.Container, pod *v1.Pod, podStatus *container.PodStatus, pullSecrets []v1.Secret, podIPs []string) (string, error) {
 	ref := podutil.ContainerRef(pod, c)
-	endImage := m.steps.Begin(pod, timeline.KindImage, c.Image)
+	endImage := m.steps.Begin(pod, instrument.KindImage, c.Image)
 	imageRef, msg, err := m.images.EnsureImage(ctx, pod, c, pullSecrets, sandboxCfg)
 	endImage(err, imageDetail(ctx, m.images, imageRef, msg))
 	if err != nil {
@@ -101,7 +101,7 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 		}
 	}
 
-	endStart := m.steps.Begin(pod, timeline.KindContainer, c.Name)
+	endStart := m.steps.Begin(pod, instrument.KindContainer, c.Name)
 	id, msg, err := m.createAndStart(ctx, pod, c, sandboxID, cfg, sandboxCfg)
 	endStart(err, "created and started "+shortID(id))
 	if err != nil {
@@ -110,7 +110,7 @@ func (m *Manager) startContainer(ctx context.Context, sandboxID string, sandboxC
 
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		cid := container.ContainerID{Type: m.runtimeName, ID: id}
-		endHook := m.steps.Begin(pod, timeline.KindHook, "postStart "+c.Name)
+		endHook := m.steps.Begin(pod, instrument.KindHook, "postStart "+c.Name)
 		msg, err := m.hooks.runHook(ctx, pod, c, cid, c.Lifecycle.PostStart, podIPs, 0)
 		endHook(err, msg)
 		if err != nil {
@@ -382,7 +382,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 		message = fmt.Sprintf("Stopping container %s", name)
 	}
 	m.recorder.Event(ref, v1.EventTypeNormal, "Killing", message)
-	end := m.steps.Begin(pod, timeline.KindKill, name)
+	end := m.steps.Begin(pod, instrument.KindKill, name)
 	detail := fmt.Sprintf("grace period %ds", grace)
 	defer func() { end(err, detail) }()
 

@@ -24,8 +24,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/startlimit"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // ErrMountVolume classifies a RunContainerOptions failure to set up a
@@ -86,7 +86,7 @@ type Options struct {
 	MemoryCapacity int64
 	// Steps records each step of a pod's start and stop (its timeline);
 	// nil records nothing.
-	Steps StepRecorder
+	Steps instrument.StepRecorder
 	// Resources remembers what each running container was given, so a
 	// pod resized in place is seen and applied; nil sees no resize.
 	Resources ResourceState
@@ -138,12 +138,6 @@ func (hostUsersOnly) Namespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error) {
 	return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}, nil
 }
 
-// StepRecorder records a step of a pod's life: Begin starts it, and the
-// function it returns ends it with its error and a detail.
-type StepRecorder interface {
-	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
-}
-
 // ImagePuller makes sure a container's image is present (images.Puller).
 type ImagePuller interface {
 	EnsureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig) (ref, msg string, err error)
@@ -171,7 +165,7 @@ type Manager struct {
 	images         ImagePuller
 	hooks          *hookRunner
 	containerHooks []ContainerHook
-	steps          StepRecorder
+	steps          instrument.StepRecorder
 	resources      ResourceState
 	// starts admits the runtime calls that start sandboxes and
 	// containers, and stops those that stop them, each as many at once as
@@ -215,7 +209,7 @@ func New(o Options) *Manager {
 		o.UserNamespaces = hostUsersOnly{}
 	}
 	if o.Steps == nil {
-		o.Steps = timeline.NoSteps{}
+		o.Steps = instrument.NoSteps{}
 	}
 	if o.Resources == nil {
 		o.Resources = noResourceState{}

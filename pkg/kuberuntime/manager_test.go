@@ -27,7 +27,7 @@ import (
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/images"
-	"github.com/nodelet/nodelet/pkg/timeline"
+	"github.com/nodelet/nodelet/pkg/instrument"
 )
 
 type testHelper struct{ dir string }
@@ -634,7 +634,7 @@ type stepLog struct {
 	steps []string
 }
 
-func (l *stepLog) Begin(pod *v1.Pod, kind timeline.Kind, name string) func(error, string) {
+func (l *stepLog) Begin(pod *v1.Pod, kind instrument.Kind, name string) func(error, string) {
 	return func(err error, detail string) {
 		l.mu.Lock()
 		defer l.mu.Unlock()

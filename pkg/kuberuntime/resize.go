@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/timeline"
+	"github.com/nodelet/nodelet/pkg/instrument"
 )
 
 // ResourceState is what was last applied to each running container
@@ -44,7 +44,7 @@ type resizer struct {
 	runtime        RuntimeService
 	resources      ResourceState
 	podCgroup      func(*v1.Pod) error
-	steps          StepRecorder
+	steps          instrument.StepRecorder
 	noCPUQuota     bool
 	requestTimeout time.Duration
 }
@@ -128,7 +128,7 @@ func (m *resizer) apply(ctx context.Context, pod *v1.Pod, resizes []resize, resu
 	}
 	for _, r := range resizes {
 		c := &pod.Spec.Containers[r.index]
-		end := m.steps.Begin(pod, timeline.KindResize, c.Name)
+		end := m.steps.Begin(pod, instrument.KindResize, c.Name)
 		err := m.updateResources(ctx, pod, c, r.id)
 		end(err, fmt.Sprintf("%v -> %v", describe(r.from), describe(c.Resources)))
 		if err != nil {

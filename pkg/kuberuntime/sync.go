@@ -12,8 +12,8 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/crierr"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // SyncPod brings the runtime in line with the pod spec, in seed 000's
@@ -77,7 +77,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *container.Po
 	// Step 4.
 	if actions.CreateSandbox {
 		r := result.Add(container.CreatePodSandbox, podutil.Ref(pod))
-		endSandbox := m.steps.Begin(pod, timeline.KindSandbox, fmt.Sprintf("attempt %d", actions.Attempt))
+		endSandbox := m.steps.Begin(pod, instrument.KindSandbox, fmt.Sprintf("attempt %d", actions.Attempt))
 		id, msg, err := m.sandboxes.create(ctx, pod, actions.Attempt)
 		endSandbox(err, shortID(id))
 		if err != nil {

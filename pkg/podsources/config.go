@@ -20,8 +20,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Op is the kind of a pod update.
@@ -81,7 +81,7 @@ type PodConfig struct {
 	clock    clock.PassiveClock
 	updates  chan PodUpdate
 	// steps, if set, records merge operations in pods' timelines.
-	steps StepRecorder
+	steps instrument.StepRecorder
 	// journal, if set, keeps the sources' pods across restarts.
 	journal Journal
 
@@ -93,12 +93,6 @@ type PodConfig struct {
 	sources map[string]bool
 	seen    map[string]bool
 	pods    map[string]map[types.UID]*v1.Pod
-}
-
-// StepRecorder records a step of a pod's life: Begin starts it, and the
-// function it returns ends it with its error and a detail.
-type StepRecorder interface {
-	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
 }
 
 // Journal keeps the pods the sources delivered across restarts. Its
@@ -113,7 +107,7 @@ type Option func(*PodConfig)
 
 // WithSteps records each pod's merge operations (ADD, UPDATE, DELETE,
 // REMOVE; not the status-only RECONCILE) in its timeline.
-func WithSteps(r StepRecorder) Option { return func(c *PodConfig) { c.steps = r } }
+func WithSteps(r instrument.StepRecorder) Option { return func(c *PodConfig) { c.steps = r } }
 
 // WithJournal keeps each source's pods in the node journal: every pod
 // added or changed, and the removal of every pod that left its source.
@@ -224,7 +218,7 @@ func (c *PodConfig) recordSteps(u PodUpdate) {
 		from = "from the node journal (source " + u.Source + " not heard from since the restart)"
 	}
 	for _, p := range u.Pods {
-		c.steps.Begin(p, timeline.KindMerge, u.Op.String())(nil, from)
+		c.steps.Begin(p, instrument.KindMerge, u.Op.String())(nil, from)
 	}
 }
 

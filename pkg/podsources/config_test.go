@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 func mkPod(uid, name string) *v1.Pod {
@@ -374,7 +374,7 @@ func TestMergeLeavesItsInputAlone(t *testing.T) {
 
 type stepLog []string
 
-func (l *stepLog) Begin(pod *v1.Pod, kind timeline.Kind, name string) func(error, string) {
+func (l *stepLog) Begin(pod *v1.Pod, kind instrument.Kind, name string) func(error, string) {
 	return func(_ error, detail string) {
 		*l = append(*l, fmt.Sprintf("%s %s %s (%s)", pod.Name, kind, name, detail))
 	}

@@ -19,9 +19,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/kubeclient"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Timing and concurrency of the API syncer.
@@ -68,7 +68,7 @@ type APISyncer struct {
 	m      *Manager
 	pods   PodSource
 	clock  clock.WithTicker
-	steps  StepRecorder
+	steps  instrument.StepRecorder
 	queue  *writeQueue
 
 	mu sync.Mutex
@@ -106,7 +106,7 @@ type checkedPair struct {
 // NewAPISyncer returns a syncer for m's statuses.
 func NewAPISyncer(o APISyncerOptions) *APISyncer {
 	if o.Steps == nil {
-		o.Steps = timeline.NoSteps{}
+		o.Steps = instrument.NoSteps{}
 	}
 	return &APISyncer{
 		client: o.Client, m: o.Status, pods: o.Pods, clock: o.Clock, steps: o.Steps,
@@ -124,13 +124,7 @@ type APISyncerOptions struct {
 	Clock  clock.WithTicker
 	// Steps records each status written in the pod's timeline; nil
 	// records nothing.
-	Steps StepRecorder
-}
-
-// StepRecorder records a step of a pod's life: Begin starts it, and the
-// function it returns ends it with its error and a detail.
-type StepRecorder interface {
-	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
+	Steps instrument.StepRecorder
 }
 
 // Run syncs until ctx ends.
@@ -498,7 +492,7 @@ func (s *APISyncer) patch(ctx context.Context, obj *v1.Pod, p pending) (*v1.Pod,
 	if err != nil {
 		return nil, err
 	}
-	end := s.steps.Begin(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.uid, Namespace: obj.Namespace, Name: obj.Name}}, timeline.KindStatus, "written to the API")
+	end := s.steps.Begin(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: p.uid, Namespace: obj.Namespace, Name: obj.Name}}, instrument.KindStatus, "written to the API")
 	res, err := s.client.CoreV1().Pods(obj.Namespace).Patch(ctx, obj.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	end(err, fmt.Sprintf("phase %s, version %d", merged.Phase, p.version))
 	if err != nil {

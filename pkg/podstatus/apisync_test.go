@@ -23,8 +23,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/kubeclienttest"
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // fakePods is the rest of nodelet as the syncer sees it.
@@ -441,7 +441,7 @@ func TestSyncerFlush(t *testing.T) {
 
 type stepLog []string
 
-func (l *stepLog) Begin(pod *v1.Pod, kind timeline.Kind, name string) func(error, string) {
+func (l *stepLog) Begin(pod *v1.Pod, kind instrument.Kind, name string) func(error, string) {
 	return func(err error, detail string) {
 		*l = append(*l, fmt.Sprintf("%s %s %s: %v %s", pod.UID, kind, name, err, detail))
 	}
@@ -537,7 +537,7 @@ type blockingSteps struct {
 	release chan struct{}
 }
 
-func (b *blockingSteps) Begin(pod *v1.Pod, _ timeline.Kind, _ string) func(error, string) {
+func (b *blockingSteps) Begin(pod *v1.Pod, _ instrument.Kind, _ string) func(error, string) {
 	b.entered <- pod.Name
 	<-b.release
 	return func(error, string) {}

@@ -20,9 +20,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/periodic"
 	"github.com/nodelet/nodelet/pkg/podstatus"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Type is a kind of probe.
@@ -71,7 +71,7 @@ type Options struct {
 	Jitter func(period time.Duration) time.Duration
 	// Steps records each change of a probe's result in the pod's
 	// timeline; nil records nothing.
-	Steps StepRecorder
+	Steps instrument.StepRecorder
 	// Observer is told of every probe run (for /metrics/probes); nil
 	// tells nothing.
 	Observer Observer
@@ -122,12 +122,6 @@ type Observation struct {
 	Took      time.Duration
 }
 
-// StepRecorder records a step of a pod's life: Begin starts it, and the
-// function it returns ends it with its error and a detail.
-type StepRecorder interface {
-	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
-}
-
 // Manager runs the probe workers and keeps their results.
 type Manager struct {
 	exec     Executor
@@ -135,7 +129,7 @@ type Manager struct {
 	recorder record.EventRecorder
 	clock    clock.WithTicker
 	jitter   func(time.Duration) time.Duration
-	steps    StepRecorder
+	steps    instrument.StepRecorder
 	observer Observer
 	updates  chan Update
 	save     func(Saved)
@@ -176,7 +170,7 @@ func New(o Options) *Manager {
 		o.Jitter = func(p time.Duration) time.Duration { return time.Duration(rand.Int63n(int64(p))) }
 	}
 	if o.Steps == nil {
-		o.Steps = timeline.NoSteps{}
+		o.Steps = instrument.NoSteps{}
 	}
 	if o.Observer == nil {
 		o.Observer = noObserver{}

@@ -28,7 +28,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
-	"github.com/nodelet/nodelet/pkg/timeline"
+	"github.com/nodelet/nodelet/pkg/instrument"
 )
 
 // fakeExec answers ExecSync with the exit codes queued for it (0 when
@@ -404,7 +404,7 @@ func (f execFunc) ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, 
 
 type stepLog []string
 
-func (l *stepLog) Begin(_ *v1.Pod, kind timeline.Kind, name string) func(error, string) {
+func (l *stepLog) Begin(_ *v1.Pod, kind instrument.Kind, name string) func(error, string) {
 	return func(err error, detail string) {
 		*l = append(*l, fmt.Sprintf("%s %s: %v (%s)", kind, name, err, detail))
 	}

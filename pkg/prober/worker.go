@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/timeline"
+	"github.com/nodelet/nodelet/pkg/instrument"
 )
 
 // worker probes one container of one pod with one probe, every period,
@@ -178,7 +178,7 @@ func (w *worker) probeOnce() bool {
 		if r == Failure {
 			err = fmt.Errorf("failed %d times: %s", w.streak, o.output)
 		}
-		w.m.steps.Begin(w.pod, timeline.KindProbe, fmt.Sprintf("%s %s", w.typ, w.container.Name))(err, fmt.Sprintf("%d in a row", w.streak))
+		w.m.steps.Begin(w.pod, instrument.KindProbe, fmt.Sprintf("%s %s", w.typ, w.container.Name))(err, fmt.Sprintf("%d in a row", w.streak))
 		w.m.publish(Update{PodUID: w.pod.UID, ContainerID: id, Type: w.typ, Result: r}, w.stopCh)
 	}
 	if r == Failure && w.typ != Readiness {

@@ -25,6 +25,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
@@ -455,7 +456,7 @@ func TestTimeline(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
 	rec := timeline.New(timeline.Options{Clock: clk})
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1"}}
-	rec.Add(pod, timeline.Step{Kind: timeline.KindSource, Name: "seen", Start: clk.Now(), End: clk.Now(), Outcome: "ok"})
+	rec.Add(pod, timeline.Step{Kind: instrument.KindSource, Name: "seen", Start: clk.Now(), End: clk.Now(), Outcome: "ok"})
 	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Timelines: rec}))
 	defer srv.Close()
 	get := func(path string) (int, string) { return httpGet(t, srv.URL+path) }

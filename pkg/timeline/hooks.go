@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
@@ -54,7 +55,7 @@ func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, 
 		if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podutil.ConfigFirstSeenAnnotationKey]); err == nil {
 			last = seen
 		}
-		s.r.Add(pod, Step{Kind: KindSource, Name: "seen", Start: last, End: last, Outcome: "ok", Detail: "source " + pod.Annotations[podutil.ConfigSourceAnnotationKey]})
+		s.r.Add(pod, Step{Kind: instrument.KindSource, Name: "seen", Start: last, End: last, Outcome: "ok", Detail: "source " + pod.Annotations[podutil.ConfigSourceAnnotationKey]})
 		starting = true
 	}
 	s.mu.Unlock()
@@ -63,11 +64,11 @@ func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, 
 		if first {
 			name = "waiting to be admitted and synced"
 		}
-		s.r.Add(pod, Step{Kind: KindWait, Name: name, Start: last, End: now, Outcome: "ok"})
+		s.r.Add(pod, Step{Kind: instrument.KindWait, Name: name, Start: last, End: now, Outcome: "ok"})
 	}
 	terminal, err := s.Syncer.SyncPod(ctx, updateType, pod, mirrorPod, st)
 	end := s.r.Now()
-	s.r.Add(pod, Step{Kind: KindSync, Name: "sync (" + updateType.String() + ")", Start: now, End: end, Outcome: outcome(err)})
+	s.r.Add(pod, Step{Kind: instrument.KindSync, Name: "sync (" + updateType.String() + ")", Start: now, End: end, Outcome: outcome(err)})
 	s.afterSync(pod, starting, end)
 	return terminal, err
 }
@@ -91,11 +92,11 @@ func (s *syncer) afterSync(pod *v1.Pod, starting bool, now time.Time) {
 		}
 		delete(s.starting, pod.UID)
 		s.ran[pod.UID] = true
-		s.r.Add(pod, Step{Kind: KindRunning, Name: "running", Start: now, End: now, Outcome: "ok"})
+		s.r.Add(pod, Step{Kind: instrument.KindRunning, Name: "running", Start: now, End: now, Outcome: "ok"})
 	}
 	if ok && podutil.IsPodReady(status) && !s.ready[pod.UID] {
 		s.ready[pod.UID] = true
-		s.r.Add(pod, Step{Kind: KindReady, Name: "ready", Start: now, End: now, Outcome: "ok"})
+		s.r.Add(pod, Step{Kind: instrument.KindReady, Name: "ready", Start: now, End: now, Outcome: "ok"})
 	}
 }
 
@@ -104,14 +105,14 @@ func (s *syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, st *contai
 	if grace != nil {
 		detail = fmt.Sprintf("grace period %ds", *grace)
 	}
-	end := s.r.Begin(pod, KindTerminating, "stopping containers")
+	end := s.r.Begin(pod, instrument.KindTerminating, "stopping containers")
 	err := s.Syncer.SyncTerminatingPod(ctx, pod, st, grace, fn)
 	end(err, detail)
 	return err
 }
 
 func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus) error {
-	end := s.r.Begin(pod, KindTerminated, "releasing volumes and cgroups")
+	end := s.r.Begin(pod, instrument.KindTerminated, "releasing volumes and cgroups")
 	err := s.Syncer.SyncTerminatedPod(ctx, pod, st)
 	end(err, "")
 	if err == nil {
@@ -172,5 +173,5 @@ func (e *events) record(object runtime.Object, eventtype, reason, message string
 	if eventtype == v1.EventTypeWarning {
 		result = "warning"
 	}
-	e.r.Add(pod, Step{Kind: KindEvent, Name: reason, Start: now, End: now, Outcome: result, Detail: message})
+	e.r.Add(pod, Step{Kind: instrument.KindEvent, Name: reason, Start: now, End: now, Outcome: result, Detail: message})
 }

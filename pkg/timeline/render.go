@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nodelet/nodelet/pkg/instrument"
 )
 
 // waterfallWidth is the width of the text waterfall's bars.
@@ -52,11 +54,11 @@ func StartLatency(t Timeline) (time.Duration, bool) {
 	var seen, running *Step
 	for i := range t.Steps {
 		switch s := &t.Steps[i]; s.Kind {
-		case KindSource:
+		case instrument.KindSource:
 			if seen == nil {
 				seen = s
 			}
-		case KindRunning:
+		case instrument.KindRunning:
 			if running == nil {
 				running = s
 			}

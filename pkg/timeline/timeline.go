@@ -19,49 +19,19 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-)
 
-// NoSteps records nothing: the recorder of components built without a
-// timeline (in tests).
-type NoSteps struct{}
-
-// Begin records nothing.
-func (NoSteps) Begin(*v1.Pod, Kind, string) func(error, string) { return func(error, string) {} }
-
-// Kind is what a step was: each component records its own kinds.
-type Kind string
-
-// Step kinds.
-const (
-	KindSource      Kind = "source"      // the pod was first seen
-	KindMerge            = "merge"       // an operation of the sources' merge
-	KindWait             = "wait"        // time between steps, before the pod ran
-	KindSync             = "sync"        // one SyncPod
-	KindRunning          = "running"     // first reported Running
-	KindReady            = "ready"       // first reported Ready
-	KindEvent            = "event"       // an event about the pod or a container
-	KindVolume           = "volume"      // setting up one volume
-	KindImage            = "image"       // making sure an image is present
-	KindSandbox          = "sandbox"     // creating the pod sandbox
-	KindContainer        = "container"   // creating and starting a container
-	KindHook             = "hook"        // a lifecycle hook
-	KindKill             = "kill"        // stopping a container
-	KindProbe            = "probe"       // a probe result that changed
-	KindStatus           = "status"      // the status written to the API
-	KindTerminating      = "terminating" // stopping its containers
-	KindTerminated       = "terminated"  // releasing what it held
-	KindResize           = "resize"      // a container resized in place
+	"github.com/nodelet/nodelet/pkg/instrument"
 )
 
 // Step is one thing that happened to a pod. A point in time has End
 // equal to Start.
 type Step struct {
-	Kind    Kind      `json:"kind"`
-	Name    string    `json:"name"`
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end"`
-	Outcome string    `json:"outcome"`
-	Detail  string    `json:"detail,omitempty"`
+	Kind    instrument.Kind `json:"kind"`
+	Name    string          `json:"name"`
+	Start   time.Time       `json:"start"`
+	End     time.Time       `json:"end"`
+	Outcome string          `json:"outcome"`
+	Detail  string          `json:"detail,omitempty"`
 }
 
 // Duration is how long the step took.
@@ -141,7 +111,7 @@ func (r *Recorder) Add(pod *v1.Pod, s Step) {
 
 // Begin starts a step of the pod now; the function returned ends it with
 // the error (nil is success) and a detail.
-func (r *Recorder) Begin(pod *v1.Pod, kind Kind, name string) func(err error, detail string) {
+func (r *Recorder) Begin(pod *v1.Pod, kind instrument.Kind, name string) func(err error, detail string) {
 	start := r.Now()
 	return func(err error, detail string) {
 		r.Add(pod, Step{Kind: kind, Name: name, Start: start, End: r.Now(), Outcome: outcome(err), Detail: detail})

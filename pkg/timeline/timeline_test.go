@@ -15,6 +15,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 )
@@ -109,7 +110,7 @@ func TestSyncerTilesTheStart(t *testing.T) {
 	var tiled time.Duration
 	for _, st := range tl.Steps {
 		got = append(got, fmt.Sprintf("%s %s +%v %v %s", st.Kind, st.Name, st.Start.Sub(t0), st.Duration(), st.Detail))
-		if (st.Kind == KindWait || st.Kind == KindSync) && !st.End.After(t0.Add(6*time.Second)) {
+		if (st.Kind == instrument.KindWait || st.Kind == instrument.KindSync) && !st.End.After(t0.Add(6*time.Second)) {
 			tiled += st.Duration()
 		}
 	}
@@ -147,7 +148,7 @@ func TestSyncErrorIsTheOutcome(t *testing.T) {
 		t.Fatal("error lost")
 	}
 	tl, _ := r.Get("a-uid")
-	if s := tl.Steps[len(tl.Steps)-1]; s.Kind != KindSync || s.Outcome != "ErrImagePull: no such image" || s.Name != "sync (create)" {
+	if s := tl.Steps[len(tl.Steps)-1]; s.Kind != instrument.KindSync || s.Outcome != "ErrImagePull: no such image" || s.Name != "sync (create)" {
 		t.Fatalf("last step %+v", s)
 	}
 }
@@ -182,7 +183,7 @@ func TestBounds(t *testing.T) {
 	r := New(Options{Clock: clk, MaxSteps: 64, KeepFinished: 2})
 	pod := testPod("a")
 	for i := range 100 {
-		r.Add(pod, Step{Kind: KindEvent, Name: fmt.Sprint(i)})
+		r.Add(pod, Step{Kind: instrument.KindEvent, Name: fmt.Sprint(i)})
 	}
 	tl, _ := r.Get(pod.UID)
 	if len(tl.Steps) != 64 || tl.Dropped != 36 || tl.Steps[keepFirst-1].Name != fmt.Sprint(keepFirst-1) || tl.Steps[63].Name != "99" ||
@@ -190,7 +191,7 @@ func TestBounds(t *testing.T) {
 		t.Fatalf("%d steps, %d dropped, %s..%s", len(tl.Steps), tl.Dropped, tl.Steps[keepFirst].Name, tl.Steps[63].Name)
 	}
 	for _, name := range []string{"a", "b", "c"} {
-		r.Add(testPod(name), Step{Kind: KindEvent})
+		r.Add(testPod(name), Step{Kind: instrument.KindEvent})
 		r.Finish(types.UID(name + "-uid"))
 	}
 	if _, ok := r.Lookup("ns", "a"); ok {
@@ -205,10 +206,10 @@ func TestBounds(t *testing.T) {
 
 func TestWriteText(t *testing.T) {
 	tl := Timeline{UID: "u", Namespace: "ns", Name: "web", Steps: []Step{
-		{Kind: KindSource, Name: "seen", Start: t0, End: t0, Outcome: "ok"},
-		{Kind: KindWait, Name: "waiting", Start: t0, End: t0.Add(time.Second), Outcome: "ok"},
-		{Kind: KindSync, Name: "sync (create)", Start: t0.Add(time.Second), End: t0.Add(4 * time.Second), Outcome: "ok"},
-		{Kind: KindRunning, Name: "running", Start: t0.Add(4 * time.Second), End: t0.Add(4 * time.Second), Outcome: "ok"},
+		{Kind: instrument.KindSource, Name: "seen", Start: t0, End: t0, Outcome: "ok"},
+		{Kind: instrument.KindWait, Name: "waiting", Start: t0, End: t0.Add(time.Second), Outcome: "ok"},
+		{Kind: instrument.KindSync, Name: "sync (create)", Start: t0.Add(time.Second), End: t0.Add(4 * time.Second), Outcome: "ok"},
+		{Kind: instrument.KindRunning, Name: "running", Start: t0.Add(4 * time.Second), End: t0.Add(4 * time.Second), Outcome: "ok"},
 	}}
 	var b strings.Builder
 	if err := WriteText(&b, tl); err != nil {
@@ -233,7 +234,7 @@ func TestFinishedAndRestored(t *testing.T) {
 		kept = append(kept, fmt.Sprintf("%s:%d", tl.Name, len(tl.Steps)))
 	}})
 	r.Restore([]Timeline{{UID: "old-uid", Namespace: "ns", Name: "old"}, {UID: "older-uid", Namespace: "ns", Name: "older"}})
-	r.Add(testPod("a"), Step{Kind: KindEvent})
+	r.Add(testPod("a"), Step{Kind: instrument.KindEvent})
 	r.Finish("a-uid")
 	r.Finish("a-uid")
 	if strings.Join(kept, ",") != "a:1" {

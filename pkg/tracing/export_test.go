@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/otlptest"
 	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
@@ -30,9 +31,9 @@ func exporting(t *testing.T, r *otlptest.Receiver, rate int32) *Tracer {
 func play(tr *Tracer, name string) {
 	steps := timeline.New(timeline.Options{Clock: clock.RealClock{}, KeepFinished: 1, Observe: tr.Observe})
 	pod := testPod(name, "", steps.Now())
-	steps.Begin(pod, timeline.KindMerge, podsources.ADD.String())(nil, "")
-	steps.Begin(pod, timeline.KindContainer, "main")(nil, "")
-	steps.Begin(pod, timeline.KindReady, "ready")(nil, "")
+	steps.Begin(pod, instrument.KindMerge, podsources.ADD.String())(nil, "")
+	steps.Begin(pod, instrument.KindContainer, "main")(nil, "")
+	steps.Begin(pod, instrument.KindReady, "ready")(nil, "")
 }
 
 // Exported over OTLP/gRPC: one connected trace per pod start, with the

@@ -44,6 +44,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
@@ -181,18 +182,18 @@ func (p *podTrace) sampled() bool { return p.root.SpanContext().IsSampled() }
 // opensStart lists the steps that begin a pod's start: its source
 // delivering it, and the first sync's "seen".
 func opensStart(s timeline.Step) bool {
-	return (s.Kind == timeline.KindMerge && s.Name == podsources.ADD.String()) || s.Kind == timeline.KindSource
+	return (s.Kind == instrument.KindMerge && s.Name == podsources.ADD.String()) || s.Kind == instrument.KindSource
 }
 
 // leftSource is the step of a pod leaving its source: a start under way
 // ends there (a pod that was never admitted has no termination), and a
 // termination, if any, opens its own trace.
 func leftSource(s timeline.Step) bool {
-	return s.Kind == timeline.KindMerge && s.Name == podsources.REMOVE.String()
+	return s.Kind == instrument.KindMerge && s.Name == podsources.REMOVE.String()
 }
 
 // liveKinds are the steps InstrumentSyncer makes live spans of.
-var liveKinds = map[timeline.Kind]bool{timeline.KindSync: true, timeline.KindTerminating: true, timeline.KindTerminated: true}
+var liveKinds = map[instrument.Kind]bool{instrument.KindSync: true, instrument.KindTerminating: true, instrument.KindTerminated: true}
 
 // Observe makes a span of a pod's timeline step (timeline.Options.Observe).
 func (t *Tracer) Observe(pod *v1.Pod, s timeline.Step) {
@@ -223,7 +224,7 @@ func (t *Tracer) Observe(pod *v1.Pod, s timeline.Step) {
 	if p.sampled() {
 		t.stepSpan(p, s)
 	}
-	if s.Kind == timeline.KindReady && p.phase == starting {
+	if s.Kind == instrument.KindReady && p.phase == starting {
 		p.root.End(trace.WithTimestamp(s.End))
 		p.phase = running
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -96,17 +97,17 @@ func (f *fakeSyncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod, 
 	for _, act := range strings.Split(scripts[n], ",") {
 		switch act {
 		case "sandbox":
-			end := f.b.steps.Begin(pod, timeline.KindSandbox, "attempt 0")
+			end := f.b.steps.Begin(pod, instrument.KindSandbox, "attempt 0")
 			_ = f.b.cri(ctx, "/runtime.v1.RuntimeService/RunPodSandbox", 300*time.Millisecond, nil)
 			end(nil, "")
 		case "image":
-			end := f.b.steps.Begin(pod, timeline.KindImage, "busybox")
+			end := f.b.steps.Begin(pod, instrument.KindImage, "busybox")
 			_ = f.b.cri(ctx, "/runtime.v1.ImageService/ImageStatus", time.Millisecond, nil)
 			_ = f.b.cri(ctx, "/runtime.v1.ImageService/PullImage", 2*time.Second, status.Error(codes.Unavailable, "registry down"))
 			err = errors.New("ErrImagePull: registry down")
 			end(err, "")
 		case "container":
-			end := f.b.steps.Begin(pod, timeline.KindContainer, "main")
+			end := f.b.steps.Begin(pod, instrument.KindContainer, "main")
 			_ = f.b.cri(ctx, "/runtime.v1.RuntimeService/CreateContainer", 50*time.Millisecond, nil)
 			_ = f.b.cri(ctx, "/runtime.v1.RuntimeService/StartContainer", 40*time.Millisecond, nil)
 			end(nil, "")
@@ -121,7 +122,7 @@ func (f *fakeSyncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod, 
 }
 
 func (f *fakeSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, _ *container.PodStatus, _ *int64, _ podworkers.PodStatusFunc) error {
-	end := f.b.steps.Begin(pod, timeline.KindKill, "main")
+	end := f.b.steps.Begin(pod, instrument.KindKill, "main")
 	_ = f.b.cri(ctx, "/runtime.v1.RuntimeService/StopContainer", time.Second, nil)
 	end(nil, "")
 	_ = f.b.cri(ctx, "/runtime.v1.RuntimeService/StopPodSandbox", 100*time.Millisecond, nil)
@@ -147,7 +148,7 @@ func testPod(name, script string, seen time.Time) *v1.Pod {
 }
 
 func (b *bed) merge(pod *v1.Pod, op podsources.Op) {
-	b.steps.Begin(pod, timeline.KindMerge, op.String())(nil, "from source api")
+	b.steps.Begin(pod, instrument.KindMerge, op.String())(nil, "from source api")
 }
 
 func (b *bed) sync(t *testing.T, pod *v1.Pod) {
@@ -180,7 +181,7 @@ func TestGoldenTraces(t *testing.T) {
 	for range 4 {
 		b.sync(t, web)
 	}
-	b.steps.Begin(web, timeline.KindProbe, "Readiness main")(errors.New("failed 3 times"), "") // after Ready: untraced
+	b.steps.Begin(web, instrument.KindProbe, "Readiness main")(errors.New("failed 3 times"), "") // after Ready: untraced
 	b.terminate(t, web)
 	b.merge(web, podsources.REMOVE) // after its termination: nothing left to end
 
@@ -293,7 +294,7 @@ func TestOff(t *testing.T) {
 	if err != nil || !called || len(spans.Ended()) != 1 {
 		t.Fatalf("err %v, called without metadata %v, spans %d", err, called, len(spans.Ended()))
 	}
-	tr.Observe(testPod("web", "", t0), timeline.Step{Kind: timeline.KindSource, Start: t0, End: t0})
+	tr.Observe(testPod("web", "", t0), timeline.Step{Kind: instrument.KindSource, Start: t0, End: t0})
 	if len(tr.pods) != 0 {
 		t.Fatal("a step observed while tracing is off")
 	}

@@ -36,8 +36,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/poddirs"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 // Objects reads the configMaps and secrets pods refer to.
@@ -78,13 +78,7 @@ type Options struct {
 	ImageVolumes func() error
 	// Steps records each volume's first set-up, and each failure, in the
 	// pod's timeline; nil records nothing.
-	Steps StepRecorder
-}
-
-// StepRecorder records a step of a pod's life: Begin starts it, and the
-// function it returns ends it with its error and a detail.
-type StepRecorder interface {
-	Begin(pod *v1.Pod, kind timeline.Kind, name string) func(err error, detail string)
+	Steps instrument.StepRecorder
 }
 
 // ErrNoAPIServer is returned for a volume or variable that needs an API
@@ -148,7 +142,7 @@ func NewManager(o Options) *Manager {
 		o.Allocatable = func() v1.ResourceList { return nil }
 	}
 	if o.Steps == nil {
-		o.Steps = timeline.NoSteps{}
+		o.Steps = instrument.NoSteps{}
 	}
 	return &Manager{o: o, tokens: newTokenCache(o.Clock), mounted: map[types.UID]map[string]string{}}
 }
@@ -172,7 +166,7 @@ func (m *Manager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error 
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
 		_, refresh := before[vol.Name]
-		end := m.o.Steps.Begin(pod, timeline.KindVolume, vol.Name)
+		end := m.o.Steps.Begin(pod, instrument.KindVolume, vol.Name)
 		path, err := m.setUp(ctx, pod, vol)
 		if !refresh || err != nil {
 			// A refresh that works is not a step of the pod's life.

@@ -19,8 +19,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/internal/volumetest"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
 type fixture struct {
@@ -196,7 +196,7 @@ func TestImageVolumes(t *testing.T) {
 
 type stepLog []string
 
-func (l *stepLog) Begin(_ *v1.Pod, kind timeline.Kind, name string) func(error, string) {
+func (l *stepLog) Begin(_ *v1.Pod, kind instrument.Kind, name string) func(error, string) {
 	return func(err error, _ string) { *l = append(*l, fmt.Sprintf("%s %s %v", kind, name, err)) }
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/cmd/nodelet/app"
 	"github.com/nodelet/nodelet/internal/testbed"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -66,10 +67,10 @@ func TestTimelineOfAPod(t *testing.T) {
 	running := false
 	for _, s := range tl.Steps {
 		order = append(order, string(s.Kind)+":"+s.Name)
-		if !running && (s.Kind == timeline.KindWait || s.Kind == timeline.KindSync) {
+		if !running && (s.Kind == instrument.KindWait || s.Kind == instrument.KindSync) {
 			tiled += s.Duration()
 		}
-		running = running || s.Kind == timeline.KindRunning
+		running = running || s.Kind == instrument.KindRunning
 	}
 	// The sandbox, with the volumes set up beside it, then the init
 	// container (its image, created and started), then the main one,
@@ -83,7 +84,7 @@ func TestTimelineOfAPod(t *testing.T) {
 	}
 	checkVolumesBesideTheSandbox(t, tl)
 	for _, s := range tl.Steps {
-		if s.Kind == timeline.KindImage && !strings.Contains(s.Detail, " bytes") {
+		if s.Kind == instrument.KindImage && !strings.Contains(s.Detail, " bytes") {
 			t.Fatalf("image step without its size: %+v", s)
 		}
 	}
@@ -149,11 +150,11 @@ func checkVolumesBesideTheSandbox(t *testing.T, tl timeline.Timeline) {
 	var volumes []timeline.Step
 	for i, st := range tl.Steps {
 		switch {
-		case st.Kind == timeline.KindSandbox && sandbox == nil:
+		case st.Kind == instrument.KindSandbox && sandbox == nil:
 			sandbox = &tl.Steps[i]
-		case st.Kind == timeline.KindVolume:
+		case st.Kind == instrument.KindVolume:
 			volumes = append(volumes, st)
-		case st.Kind == timeline.KindImage && first == nil:
+		case st.Kind == instrument.KindImage && first == nil:
 			first = &tl.Steps[i]
 		}
 	}
