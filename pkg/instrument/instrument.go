@@ -76,10 +76,24 @@ type Call struct {
 }
 
 // SyncObserver watches the pod workers' calls into the sync scripts.
-// Observe is called before the call: it returns the context the call runs
-// with (a tracer's span, say) and the function called after it, with the
-// call's error. The pod workers call the observers in the order they were
-// given, and their after functions in the reverse order.
+// ObserveSync is called before the call: it returns the context the call
+// runs with (a tracer's span, say) and the function called after it, with
+// the call's error.
 type SyncObserver interface {
-	Observe(ctx context.Context, c Call) (context.Context, func(err error))
+	ObserveSync(ctx context.Context, c Call) (context.Context, func(err error))
+}
+
+// Run runs fn, one call of the pod workers, under the observers: each
+// observes it in order, fn runs with the context they built, and their
+// after functions are called in the reverse order with fn's error.
+func Run(ctx context.Context, observers []SyncObserver, c Call, fn func(context.Context) error) error {
+	after := make([]func(error), len(observers))
+	for i, o := range observers {
+		ctx, after[i] = o.ObserveSync(ctx, c)
+	}
+	err := fn(ctx)
+	for i := len(after) - 1; i >= 0; i-- {
+		after[i](err)
+	}
+	return err
 }

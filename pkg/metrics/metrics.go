@@ -22,9 +22,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
 const subsystem = "kubelet"
@@ -252,14 +252,13 @@ func (c *runningCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// InstrumentSyncer times the pod workers' calls into s and records each
-// pod's start duration the first time it is seen running.
-func (m *Metrics) InstrumentSyncer(s podworkers.Syncer, status podstatus.Reader, clk clock.PassiveClock) podworkers.Syncer {
-	return &syncer{Syncer: s, m: m, status: status, clock: clk, started: map[types.UID]bool{}}
+// Syncs is the observer of the pod workers' calls that times them and
+// records each pod's start duration the first time it is seen running.
+func (m *Metrics) Syncs(status podstatus.Reader, clk clock.PassiveClock) instrument.SyncObserver {
+	return &syncs{m: m, status: status, clock: clk, started: map[types.UID]bool{}}
 }
 
-type syncer struct {
-	podworkers.Syncer
+type syncs struct {
 	m      *Metrics
 	status podstatus.Reader
 	clock  clock.PassiveClock
@@ -268,36 +267,34 @@ type syncer struct {
 	started map[types.UID]bool
 }
 
-func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, st *container.PodStatus) (bool, error) {
+func (s *syncs) ObserveSync(ctx context.Context, c instrument.Call) (context.Context, func(error)) {
 	start := s.clock.Now()
-	terminal, err := s.Syncer.SyncPod(ctx, updateType, pod, mirrorPod, st)
-	s.m.podWorker.WithLabelValues(updateType.String()).Observe(s.clock.Since(start).Seconds())
-	s.observeStart(pod)
-	return terminal, err
-}
-
-func (s *syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus, grace *int64, fn podworkers.PodStatusFunc) error {
-	start := s.clock.Now()
-	err := s.Syncer.SyncTerminatingPod(ctx, pod, st, grace, fn)
-	s.m.podWorker.WithLabelValues(podworkers.UpdateKill.String()).Observe(s.clock.Since(start).Seconds())
-	return err
-}
-
-func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus) error {
-	err := s.Syncer.SyncTerminatedPod(ctx, pod, st)
-	if err == nil {
-		s.mu.Lock()
-		delete(s.started, pod.UID)
-		s.mu.Unlock()
-		s.m.pullTime(pod.UID)
+	switch c.Stage {
+	case instrument.SyncPod:
+		return ctx, func(error) {
+			s.m.podWorker.WithLabelValues(c.UpdateType).Observe(s.clock.Since(start).Seconds())
+			s.observeStart(c.Pod)
+		}
+	case instrument.SyncTerminatingPod:
+		return ctx, func(error) { s.m.podWorker.WithLabelValues(c.UpdateType).Observe(s.clock.Since(start).Seconds()) }
+	case instrument.SyncTerminatedPod:
+		return ctx, func(err error) {
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			delete(s.started, c.Pod.UID)
+			s.mu.Unlock()
+			s.m.pullTime(c.Pod.UID)
+		}
 	}
-	return err
+	return ctx, func(error) {}
 }
 
 // observeStart records the time from the pod's first sighting (the
 // merge's config.seen annotation) to its first Running status, and the
 // same less the time spent pulling images (the SLI).
-func (s *syncer) observeStart(pod *v1.Pod) {
+func (s *syncs) observeStart(pod *v1.Pod) {
 	st, ok := s.status.GetPodStatus(pod.UID)
 	if !ok || st.Phase != v1.PodRunning {
 		return

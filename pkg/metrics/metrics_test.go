@@ -18,8 +18,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
 // scrape fetches and parses the metrics as Prometheus would.
@@ -35,13 +35,6 @@ func scrape(t *testing.T, m *Metrics, pods RuntimePods) map[string]*dto.MetricFa
 	return families
 }
 
-type fakeSyncer struct{ podworkers.Syncer }
-
-func (fakeSyncer) SyncPod(context.Context, podworkers.UpdateType, *v1.Pod, *v1.Pod, *container.PodStatus) (bool, error) {
-	return false, nil
-}
-func (fakeSyncer) SyncTerminatedPod(context.Context, *v1.Pod, *container.PodStatus) error { return nil }
-
 type statuses map[types.UID]v1.PodStatus
 
 func (s statuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) { st, ok := s[uid]; return st, ok }
@@ -53,26 +46,28 @@ func TestMetrics(t *testing.T) {
 	runtimePods := func(context.Context) ([]*container.Pod, error) { return pods, nil }
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	st := statuses{}
-	s := m.InstrumentSyncer(fakeSyncer{}, st, clk)
+	s := m.Syncs(st, clk)
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "a", Annotations: map[string]string{
 		podutil.ConfigFirstSeenAnnotationKey: clk.Now().Format(time.RFC3339Nano)}}}
 
 	ctx := context.Background()
-	sync := func(u podworkers.UpdateType) {
+	sync := func(u string) {
 		t.Helper()
-		if _, err := s.SyncPod(ctx, u, pod, nil, nil); err != nil {
+		err := instrument.Run(ctx, []instrument.SyncObserver{s}, instrument.Call{Stage: instrument.SyncPod, Pod: pod, UpdateType: u},
+			func(context.Context) error { return nil })
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	sync(podworkers.UpdateCreate) // pending: no start yet
+	sync("create") // pending: no start yet
 	// Two overlapping pulls, 0.5 s to 1.5 s and 1 s to 2 s: 1.5 s pulling.
 	m.ObservePull("a", time.Unix(1000, 5e8), time.Unix(1001, 5e8))
 	m.ObservePull("a", time.Unix(1001, 0), time.Unix(1002, 0))
 	m.ObservePull("other", time.Unix(900, 0), time.Unix(1000, 0))
 	clk.Step(3 * time.Second)
 	st["a"] = v1.PodStatus{Phase: v1.PodRunning}
-	sync(podworkers.UpdateSync)
-	sync(podworkers.UpdateSync) // observed once only
+	sync("sync")
+	sync("sync") // observed once only
 
 	invoke := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 		if method == "/runtime.v1.RuntimeService/StopContainer" {

@@ -77,6 +77,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/periodic"
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
@@ -106,7 +107,10 @@ const (
 
 // Options configure the pod workers.
 type Options struct {
-	Syncer         Syncer
+	Syncer Syncer
+	// Observers watch each call into Syncer, in order (the timeline, the
+	// metrics, the tracer); none for no instrumentation.
+	Observers      []instrument.SyncObserver
 	Status         StatusSource
 	WorkQueue      *WorkQueue
 	Clock          clock.Clock
@@ -169,7 +173,7 @@ func New(o Options) *PodWorkers {
 	base, cancel := context.WithCancel(context.Background())
 	return &PodWorkers{
 		base: base, cancel: cancel,
-		syncer:         o.Syncer,
+		syncer:         observe(o.Syncer, o.Observers),
 		status:         o.Status,
 		workQueue:      o.WorkQueue,
 		clock:          o.Clock,

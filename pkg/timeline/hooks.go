@@ -12,30 +12,23 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/instrument"
+	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
-// StatusGetter reads a pod's API status.
-type StatusGetter interface {
-	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+// Syncs is the observer of the pod workers' calls that records them: the
+// pod first seen (the merge's config.seen annotation), each sync and,
+// until the pod first runs, the wait before each sync, so that the steps
+// from seen to running add up to the pod's start latency exactly as the
+// pod start metric measures it; then termination.
+func (r *Recorder) Syncs(status podstatus.Reader) instrument.SyncObserver {
+	return &syncs{r: r, status: status, starting: map[types.UID]time.Time{}, ran: map[types.UID]bool{}, ready: map[types.UID]bool{}}
 }
 
-// InstrumentSyncer records the pod workers' calls into s: the pod first
-// seen (the merge's config.seen annotation), each sync and, until the pod
-// first runs, the wait before each sync, so that the steps from seen to
-// running add up to the pod's start latency exactly as the pod start
-// metric measures it; then termination.
-func (r *Recorder) InstrumentSyncer(s podworkers.Syncer, status StatusGetter) podworkers.Syncer {
-	return &syncer{Syncer: s, r: r, status: status, starting: map[types.UID]time.Time{}, ran: map[types.UID]bool{}, ready: map[types.UID]bool{}}
-}
-
-type syncer struct {
-	podworkers.Syncer
+type syncs struct {
 	r      *Recorder
-	status StatusGetter
+	status podstatus.Reader
 
 	mu sync.Mutex
 	// starting holds, for a pod not yet running, when its last step ended.
@@ -45,7 +38,30 @@ type syncer struct {
 	ready map[types.UID]bool
 }
 
-func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, st *container.PodStatus) (bool, error) {
+func (s *syncs) ObserveSync(ctx context.Context, c instrument.Call) (context.Context, func(error)) {
+	switch c.Stage {
+	case instrument.SyncPod:
+		return ctx, s.syncPod(c.Pod, c.UpdateType)
+	case instrument.SyncTerminatingPod:
+		detail := ""
+		if c.GracePeriod != nil {
+			detail = fmt.Sprintf("grace period %ds", *c.GracePeriod)
+		}
+		end := s.r.Begin(c.Pod, instrument.KindTerminating, "stopping containers")
+		return ctx, func(err error) { end(err, detail) }
+	case instrument.SyncTerminatedPod:
+		end := s.r.Begin(c.Pod, instrument.KindTerminated, "releasing volumes and cgroups")
+		return ctx, func(err error) {
+			end(err, "")
+			if err == nil {
+				s.forget(c.Pod.UID)
+			}
+		}
+	}
+	return ctx, func(error) {}
+}
+
+func (s *syncs) syncPod(pod *v1.Pod, updateType string) func(error) {
 	now := s.r.Now()
 	s.mu.Lock()
 	last, starting := s.starting[pod.UID]
@@ -66,16 +82,25 @@ func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, 
 		}
 		s.r.Add(pod, Step{Kind: instrument.KindWait, Name: name, Start: last, End: now, Outcome: "ok"})
 	}
-	terminal, err := s.Syncer.SyncPod(ctx, updateType, pod, mirrorPod, st)
-	end := s.r.Now()
-	s.r.Add(pod, Step{Kind: instrument.KindSync, Name: "sync (" + updateType.String() + ")", Start: now, End: end, Outcome: outcome(err)})
-	s.afterSync(pod, starting, end)
-	return terminal, err
+	return func(err error) {
+		end := s.r.Now()
+		s.r.Add(pod, Step{Kind: instrument.KindSync, Name: "sync (" + updateType + ")", Start: now, End: end, Outcome: outcome(err)})
+		s.afterSync(pod, starting, end)
+	}
+}
+
+func (s *syncs) forget(uid types.UID) {
+	s.mu.Lock()
+	delete(s.starting, uid)
+	delete(s.ran, uid)
+	delete(s.ready, uid)
+	s.mu.Unlock()
+	s.r.Finish(uid)
 }
 
 // afterSync notes, at the end of a sync, that the pod first reports
 // Running, then Ready, or that its next wait begins.
-func (s *syncer) afterSync(pod *v1.Pod, starting bool, now time.Time) {
+func (s *syncs) afterSync(pod *v1.Pod, starting bool, now time.Time) {
 	s.mu.Lock()
 	ready := s.ready[pod.UID]
 	s.mu.Unlock()
@@ -98,32 +123,6 @@ func (s *syncer) afterSync(pod *v1.Pod, starting bool, now time.Time) {
 		s.ready[pod.UID] = true
 		s.r.Add(pod, Step{Kind: instrument.KindReady, Name: "ready", Start: now, End: now, Outcome: "ok"})
 	}
-}
-
-func (s *syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus, grace *int64, fn podworkers.PodStatusFunc) error {
-	detail := ""
-	if grace != nil {
-		detail = fmt.Sprintf("grace period %ds", *grace)
-	}
-	end := s.r.Begin(pod, instrument.KindTerminating, "stopping containers")
-	err := s.Syncer.SyncTerminatingPod(ctx, pod, st, grace, fn)
-	end(err, detail)
-	return err
-}
-
-func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus) error {
-	end := s.r.Begin(pod, instrument.KindTerminated, "releasing volumes and cgroups")
-	err := s.Syncer.SyncTerminatedPod(ctx, pod, st)
-	end(err, "")
-	if err == nil {
-		s.mu.Lock()
-		delete(s.starting, pod.UID)
-		delete(s.ran, pod.UID)
-		delete(s.ready, pod.UID)
-		s.mu.Unlock()
-		s.r.Finish(pod.UID)
-	}
-	return err
 }
 
 // Events returns an event recorder that also records each event about a

@@ -14,10 +14,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
 var t0 = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
@@ -40,7 +38,7 @@ type fakeSyncer struct {
 	err    error
 }
 
-func (f *fakeSyncer) SyncPod(_ context.Context, _ podworkers.UpdateType, pod, _ *v1.Pod, _ *container.PodStatus) (bool, error) {
+func (f *fakeSyncer) syncPod(pod *v1.Pod) error {
 	f.clock.Step(f.took[0])
 	f.took = f.took[1:]
 	st := v1.PodStatus{Phase: f.phases[0]}
@@ -54,16 +52,35 @@ func (f *fakeSyncer) SyncPod(_ context.Context, _ podworkers.UpdateType, pod, _ 
 		f.ready = f.ready[1:]
 	}
 	f.status[pod.UID] = st
-	return false, f.err
+	return f.err
 }
-func (f *fakeSyncer) SyncTerminatingPod(context.Context, *v1.Pod, *container.PodStatus, *int64, podworkers.PodStatusFunc) error {
-	f.clock.Step(2 * time.Second)
-	return nil
+
+// observed runs the fake's calls under an observer, as the pod workers
+// run theirs.
+type observedSyncer struct {
+	f *fakeSyncer
+	o instrument.SyncObserver
 }
-func (f *fakeSyncer) SyncTerminatingRuntimePod(context.Context, *container.Pod) error { return nil }
-func (f *fakeSyncer) SyncTerminatedPod(context.Context, *v1.Pod, *container.PodStatus) error {
-	return nil
+
+func (s observedSyncer) run(ctx context.Context, c instrument.Call, fn func() error) error {
+	return instrument.Run(ctx, []instrument.SyncObserver{s.o}, c, func(context.Context) error { return fn() })
 }
+
+func (s observedSyncer) SyncPod(ctx context.Context, updateType string, pod *v1.Pod) error {
+	return s.run(ctx, instrument.Call{Stage: instrument.SyncPod, Pod: pod, UpdateType: updateType}, func() error { return s.f.syncPod(pod) })
+}
+
+func (s observedSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace *int64) error {
+	return s.run(ctx, instrument.Call{Stage: instrument.SyncTerminatingPod, Pod: pod, UpdateType: "kill", GracePeriod: grace}, func() error {
+		s.f.clock.Step(2 * time.Second)
+		return nil
+	})
+}
+
+func (s observedSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
+	return s.run(ctx, instrument.Call{Stage: instrument.SyncTerminatedPod, Pod: pod, UpdateType: "kill"}, func() error { return nil })
+}
+
 func (f *fakeSyncer) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 	s, ok := f.status[uid]
 	return s, ok
@@ -81,11 +98,11 @@ func TestSyncerTilesTheStart(t *testing.T) {
 	f := &fakeSyncer{clock: clk, took: []time.Duration{2 * time.Second, time.Second, 500 * time.Millisecond, 100 * time.Millisecond},
 		phases: []v1.PodPhase{v1.PodPending, v1.PodRunning, v1.PodRunning, v1.PodRunning}, ready: []bool{false, false, true, true},
 		status: map[types.UID]v1.PodStatus{}}
-	s := r.InstrumentSyncer(f, f)
+	s := observedSyncer{f, r.Syncs(f)}
 	pod := testPod("web")
 	ctx := context.Background()
 	mustSync := func() {
-		if _, err := s.SyncPod(ctx, podworkers.UpdateSync, pod, nil, nil); err != nil {
+		if err := s.SyncPod(ctx, "sync", pod); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,10 +113,10 @@ func TestSyncerTilesTheStart(t *testing.T) {
 	mustSync() // after running: no wait step; Ready
 	mustSync() // Ready again: noted once
 	grace := int64(30)
-	if err := s.SyncTerminatingPod(ctx, pod, nil, &grace, nil); err != nil {
+	if err := s.SyncTerminatingPod(ctx, pod, &grace); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SyncTerminatedPod(ctx, pod, nil); err != nil {
+	if err := s.SyncTerminatedPod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	tl, ok := r.Lookup("ns", "web")
@@ -144,7 +161,7 @@ func TestSyncErrorIsTheOutcome(t *testing.T) {
 	r := New(Options{Clock: clk})
 	f := &fakeSyncer{clock: clk, took: []time.Duration{time.Second}, phases: []v1.PodPhase{v1.PodPending},
 		status: map[types.UID]v1.PodStatus{}, err: errors.New("ErrImagePull: no such image")}
-	if _, err := r.InstrumentSyncer(f, f).SyncPod(context.Background(), podworkers.UpdateCreate, testPod("a"), nil, nil); err == nil {
+	if err := (observedSyncer{f, r.Syncs(f)}).SyncPod(context.Background(), "create", testPod("a")); err == nil {
 		t.Fatal("error lost")
 	}
 	tl, _ := r.Get("a-uid")

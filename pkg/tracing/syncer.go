@@ -8,46 +8,38 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/pkg/container"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 )
 
-// InstrumentSyncer wraps the pod workers' syncer: each sync of a starting
-// pod, and each call of its termination, is a span of the pod's trace
-// live while it runs, and the call's context carries it, so the CRI calls
-// under it are its children. Off, it returns s itself.
-func (t *Tracer) InstrumentSyncer(s podworkers.Syncer) podworkers.Syncer {
-	if !t.on {
-		return s
+// Syncs is the observer of the pod workers' calls that traces them: each
+// sync of a starting pod, and each call of its termination, is a span of
+// the pod's trace live while it runs, and the call's context carries it,
+// so the CRI calls under it are its children. Off, it observes nothing.
+func (t *Tracer) Syncs() instrument.SyncObserver { return syncs{t} }
+
+type syncs struct{ t *Tracer }
+
+func (s syncs) ObserveSync(ctx context.Context, c instrument.Call) (context.Context, func(error)) {
+	if !s.t.on {
+		return ctx, func(error) {}
 	}
-	return &syncer{Syncer: s, t: t}
-}
-
-type syncer struct {
-	podworkers.Syncer
-	t *Tracer
-}
-
-func (s *syncer) SyncPod(ctx context.Context, updateType podworkers.UpdateType, pod, mirrorPod *v1.Pod, st *container.PodStatus) (bool, error) {
-	ctx, end := s.t.live(ctx, pod, starting, "sync ("+updateType.String()+")")
-	terminal, err := s.Syncer.SyncPod(ctx, updateType, pod, mirrorPod, st)
-	end(err, false)
-	return terminal, err
-}
-
-func (s *syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus, grace *int64, fn podworkers.PodStatusFunc) error {
-	ctx, end := s.t.live(ctx, pod, terminating, "terminating stopping containers")
-	err := s.Syncer.SyncTerminatingPod(ctx, pod, st, grace, fn)
-	end(err, false)
-	return err
-}
-
-func (s *syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod, st *container.PodStatus) error {
-	ctx, end := s.t.live(ctx, pod, terminating, "terminated releasing volumes and cgroups")
-	err := s.Syncer.SyncTerminatedPod(ctx, pod, st)
-	end(err, err == nil)
-	return err
+	var (
+		end  func(err error, last bool)
+		last bool
+	)
+	switch c.Stage {
+	case instrument.SyncPod:
+		ctx, end = s.t.live(ctx, c.Pod, starting, "sync ("+c.UpdateType+")")
+	case instrument.SyncTerminatingPod:
+		ctx, end = s.t.live(ctx, c.Pod, terminating, "terminating stopping containers")
+	case instrument.SyncTerminatedPod:
+		ctx, end = s.t.live(ctx, c.Pod, terminating, "terminated releasing volumes and cgroups")
+		last = true
+	default:
+		return ctx, func(error) {}
+	}
+	return ctx, func(err error) { end(err, last && err == nil) }
 }
 
 // live starts a span of the pod's trace in the phase (a sync of a

@@ -23,11 +23,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/testutil"
-	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/timeline"
 )
 
@@ -42,7 +40,8 @@ type bed struct {
 	spans    *tracetest.SpanRecorder
 	tracer   *Tracer
 	steps    *timeline.Recorder
-	syncer   podworkers.Syncer
+	observers []instrument.SyncObserver
+	fake      *fakeSyncer
 	statuses map[types.UID]v1.PodStatus
 	// outgoing are the traceparent headers the CRI calls carried.
 	outgoing []string
@@ -54,7 +53,9 @@ func newBed(t *testing.T, sampler sdktrace.Sampler) *bed {
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 	b.tracer = newTracer(p, b.clock)
 	b.steps = timeline.New(timeline.Options{Clock: b.clock, KeepFinished: 10, Observe: b.tracer.Observe})
-	b.syncer = b.steps.InstrumentSyncer(b.tracer.InstrumentSyncer(&fakeSyncer{b: b}), b)
+	// As the root lists them: the timeline, then the tracer.
+	b.observers = []instrument.SyncObserver{b.steps.Syncs(b), b.tracer.Syncs()}
+	b.fake = &fakeSyncer{b: b}
 	return b
 }
 
@@ -82,7 +83,7 @@ type fakeSyncer struct {
 	syncs map[types.UID]int
 }
 
-func (f *fakeSyncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod, _ *v1.Pod, _ *container.PodStatus) (bool, error) {
+func (f *fakeSyncer) SyncPod(ctx context.Context, pod *v1.Pod) error {
 	if f.syncs == nil {
 		f.syncs = map[types.UID]int{}
 	}
@@ -91,7 +92,7 @@ func (f *fakeSyncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod, 
 	f.syncs[pod.UID]++
 	if n >= len(scripts) {
 		f.b.clock.Step(10 * time.Millisecond)
-		return false, nil
+		return nil
 	}
 	var err error
 	for _, act := range strings.Split(scripts[n], ",") {
@@ -118,10 +119,10 @@ func (f *fakeSyncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod, 
 		}
 	}
 	f.b.clock.Step(5 * time.Millisecond)
-	return false, err
+	return err
 }
 
-func (f *fakeSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, _ *container.PodStatus, _ *int64, _ podworkers.PodStatusFunc) error {
+func (f *fakeSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod) error {
 	end := f.b.steps.Begin(pod, instrument.KindKill, "main")
 	_ = f.b.cri(ctx, "/runtime.v1.RuntimeService/StopContainer", time.Second, nil)
 	end(nil, "")
@@ -129,9 +130,7 @@ func (f *fakeSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, _ *con
 	return nil
 }
 
-func (f *fakeSyncer) SyncTerminatingRuntimePod(context.Context, *container.Pod) error { return nil }
-
-func (f *fakeSyncer) SyncTerminatedPod(context.Context, *v1.Pod, *container.PodStatus) error {
+func (f *fakeSyncer) SyncTerminatedPod() error {
 	f.b.clock.Step(20 * time.Millisecond)
 	return nil
 }
@@ -154,17 +153,22 @@ func (b *bed) merge(pod *v1.Pod, op podsources.Op) {
 func (b *bed) sync(t *testing.T, pod *v1.Pod) {
 	t.Helper()
 	b.clock.Step(100 * time.Millisecond)
-	_, _ = b.syncer.SyncPod(context.Background(), podworkers.UpdateSync, pod, nil, nil)
+	_ = instrument.Run(context.Background(), b.observers, instrument.Call{Stage: instrument.SyncPod, Pod: pod, UpdateType: "sync"},
+		func(ctx context.Context) error { return b.fake.SyncPod(ctx, pod) })
 }
 
 func (b *bed) terminate(t *testing.T, pod *v1.Pod) {
 	t.Helper()
 	b.clock.Step(time.Second)
 	grace := int64(30)
-	if err := b.syncer.SyncTerminatingPod(context.Background(), pod, nil, &grace, nil); err != nil {
+	err := instrument.Run(context.Background(), b.observers, instrument.Call{Stage: instrument.SyncTerminatingPod, Pod: pod, UpdateType: "kill", GracePeriod: &grace},
+		func(ctx context.Context) error { return b.fake.SyncTerminatingPod(ctx, pod) })
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.syncer.SyncTerminatedPod(context.Background(), pod, nil); err != nil {
+	err = instrument.Run(context.Background(), b.observers, instrument.Call{Stage: instrument.SyncTerminatedPod, Pod: pod, UpdateType: "kill"},
+		func(context.Context) error { return b.fake.SyncTerminatedPod() })
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -270,7 +274,7 @@ func TestUnsampled(t *testing.T) {
 	}
 }
 
-// Off, nothing is wrapped: the syncer is the one given, and a CRI call
+// Off, nothing is observed: a sync runs with its own context, and a CRI call
 // in a sampled context (another component's) passes untouched.
 func TestOff(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
@@ -278,9 +282,9 @@ func TestOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeSyncer{}
-	if tr.InstrumentSyncer(f) != podworkers.Syncer(f) {
-		t.Fatal("syncer wrapped while tracing is off")
+	ctx0 := context.Background()
+	if ctx, _ := tr.Syncs().ObserveSync(ctx0, instrument.Call{Stage: instrument.SyncPod, Pod: testPod("a", "", t0), UpdateType: "create"}); ctx != ctx0 {
+		t.Fatal("a sync's context changed while tracing is off")
 	}
 	spans := tracetest.NewSpanRecorder()
 	ctx, span := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("t").Start(context.Background(), "other")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/admission"
 	"github.com/nodelet/nodelet/pkg/health"
+	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/kubelet"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
@@ -54,8 +55,10 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Hooks: syncHooks(b, runtime, cl, res),
 	})
 	workers := podworkers.New(podworkers.Options{
-		Syncer: b.timelines.InstrumentSyncer(runtime.metrics.InstrumentSyncer(b.tracer.InstrumentSyncer(syncer), b.status, b.clock), b.status), Status: runtime.pleg, WorkQueue: b.workQueue,
-		Clock: b.clock, ResyncInterval: b.cfg.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
+		Syncer: syncer, Status: runtime.pleg, WorkQueue: b.workQueue,
+		// The timeline first: its sync step spans the others' work.
+		Observers: []instrument.SyncObserver{b.timelines.Syncs(b.status), runtime.metrics.Syncs(b.status, b.clock), b.tracer.Syncs()},
+		Clock:     b.clock, ResyncInterval: b.cfg.SyncFrequency.Duration, BackOffPeriod: syncBackOffPeriod, Recorder: b.recorder,
 	})
 	podConfig := podsources.New(b.recorder, b.clock, podsources.WithSteps(b.timelines), podsources.WithJournal(b.journal))
 	sources := podSources(b, podConfig, res)
