@@ -36,13 +36,13 @@ var t0 = time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 // that takes the time it is told and makes CRI calls through the
 // tracer's interceptor.
 type bed struct {
-	clock    *testingclock.FakeClock
-	spans    *tracetest.SpanRecorder
-	tracer   *Tracer
-	steps    *timeline.Recorder
+	clock     *testingclock.FakeClock
+	spans     *tracetest.SpanRecorder
+	tracer    *Tracer
+	steps     *timeline.Recorder
 	observers []instrument.SyncObserver
 	fake      *fakeSyncer
-	statuses map[types.UID]v1.PodStatus
+	statuses  map[types.UID]v1.PodStatus
 	// outgoing are the traceparent headers the CRI calls carried.
 	outgoing []string
 }
