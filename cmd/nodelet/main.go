@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/cmd/nodelet/app"
+	"github.com/nodelet/nodelet/cmd/nodelet/options"
 )
 
 func main() {
@@ -31,14 +32,14 @@ func main() {
 		}
 		return
 	}
-	opts, err := app.Parse(os.Args[1:])
-	var answer *app.Answer
+	opts, err := options.Parse(os.Args[1:])
+	var answer *options.Answer
 	if errors.As(err, &answer) {
 		fmt.Print(answer.Text)
 		return
 	}
 	if err == nil {
-		err = app.ApplyLogging(opts)
+		err = options.ApplyLogging(opts)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/opencontainers/cgroups"
 
+	"github.com/nodelet/nodelet/cmd/nodelet/options"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/nodelet/nodelet/pkg/kerneltunables"
@@ -93,7 +94,7 @@ func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error)
 	}
 	node := machine.node
 	node.Status.NodeInfo.ContainerRuntimeVersion = rt.version.RuntimeName + "://" + rt.version.RuntimeVersion
-	node.Status.NodeInfo.KubeletVersion = Version
+	node.Status.NodeInfo.KubeletVersion = options.Version
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = b.cfg.Port
 	// Set at registration only, as upstream does.
 	node.Spec.Taints, node.Spec.ProviderID = slices.Clone(b.cfg.RegisterWithTaints), b.cfg.ProviderID
@@ -142,7 +143,7 @@ func evictionHard(c *kubeletv1beta1.KubeletConfiguration) map[string]string {
 // minus systemReserved, kubeReserved and hard eviction thresholds, and
 // memory less the huge pages) and, with cgroupsPerQOS, sets up the QoS
 // cgroups, limited to capacity minus the reservations.
-func setUpNode(o *Options, nodeName string, hostIPs []string, driver string) (*nodeParts, error) {
+func setUpNode(o *options.Options, nodeName string, hostIPs []string, driver string) (*nodeParts, error) {
 	c := &o.Config
 	m, err := nodestatus.Measure(o.RootDir)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodelet/nodelet/cmd/nodelet/options"
 	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/csi"
@@ -25,17 +26,13 @@ import (
 	"github.com/nodelet/nodelet/pkg/volume"
 )
 
-// Version is nodelet's version as the node reports it (nodeInfo's
-// kubeletVersion): the Kubernetes release whose kubelet it replaces.
-const Version = "v1.37.2-nodelet"
-
 // apiClients builds the API clients from the node's credentials: one for
 // everything but events, rate-limited by kubeAPIQPS/kubeAPIBurst, and one
 // for events, rate-limited by eventRecordQPS/eventBurst, so a burst of
 // events never delays a status update.
 func apiClients(base *rest.Config, c *kubeletv1beta1.KubeletConfiguration) (client, events kubeclient.Interface, err error) {
 	cfg := rest.CopyConfig(base)
-	cfg.UserAgent = "nodelet/" + Version
+	cfg.UserAgent = "nodelet/" + options.Version
 	cfg.ContentType = c.ContentType
 	cfg.QPS, cfg.Burst = float32(*c.KubeAPIQPS), int(c.KubeAPIBurst)
 	if client, err = kubeclient.New(cfg); err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -14,6 +13,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/cmd/nodelet/options"
 	"github.com/nodelet/nodelet/pkg/allocation"
 	"github.com/nodelet/nodelet/pkg/certificates"
 	"github.com/nodelet/nodelet/pkg/journal"
@@ -30,29 +30,11 @@ import (
 	"github.com/nodelet/nodelet/pkg/workingset"
 )
 
-// NodeName is the name the node goes by: --hostname-override or the
-// machine's hostname, lower-cased as the API requires.
-func NodeName(override string) (string, error) {
-	name := override
-	if name == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return "", fmt.Errorf("cannot determine the node name: %w", err)
-		}
-		name = h
-	}
-	name = strings.ToLower(strings.TrimSpace(name))
-	if name == "" {
-		return "", fmt.Errorf("node name is empty")
-	}
-	return name, nil
-}
-
 // base is what every subsystem is built from: the configuration, the
 // node's identity, the clock, the event recorder and (in cluster mode)
 // the API client.
 type base struct {
-	opts     *Options
+	opts     *options.Options
 	cfg      *kubeletv1beta1.KubeletConfiguration
 	nodeName string
 	hostIPs  []string
@@ -110,7 +92,7 @@ func keepFinished(c *kubeletv1beta1.KubeletConfiguration) int {
 // all, and the first to fail stops the others. Stopping leaves every pod
 // running: only deleting a pod, or a node shutdown announced by
 // systemd-logind (with a shutdown grace period), stops pods.
-func Run(ctx context.Context, o *Options) error {
+func Run(ctx context.Context, o *options.Options) error {
 	widenTimerSlack() // first: the threads started later inherit it
 	b, stopEvents, err := newBase(ctx, o)
 	if err != nil {
@@ -164,9 +146,9 @@ func Run(ctx context.Context, o *Options) error {
 
 // newBase works out the node's identity, makes nodelet's directories and
 // starts the event broadcaster (to the API server in cluster mode).
-func newBase(ctx context.Context, o *Options) (*base, func(), error) {
+func newBase(ctx context.Context, o *options.Options) (*base, func(), error) {
 	c := &o.Config
-	nodeName, err := NodeName(o.HostnameOverride)
+	nodeName, err := options.NodeName(o.HostnameOverride)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -200,7 +182,7 @@ func newBase(ctx context.Context, o *Options) (*base, func(), error) {
 		return nil, nil, err
 	}
 	b.workQueue, b.status = podworkers.NewWorkQueue(b.clock), podstatus.New(b.clock, podstatus.WithJournal(b.journal))
-	if b.tracer, err = tracing.New(ctx, tracing.Options{Config: c.Tracing, NodeName: nodeName, Version: Version, Clock: b.clock}); err != nil {
+	if b.tracer, err = tracing.New(ctx, tracing.Options{Config: c.Tracing, NodeName: nodeName, Version: options.Version, Clock: b.clock}); err != nil {
 		broadcaster.Shutdown()
 		return nil, nil, err
 	}

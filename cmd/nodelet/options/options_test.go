@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"errors"
@@ -245,17 +245,5 @@ func TestHelpAndVersionAreAnswers(t *testing.T) {
 	_, err = Parse([]string{"--no-such-flag"})
 	if errors.As(err, &answer) || err == nil || !strings.Contains(err.Error(), "nodelet --help") {
 		t.Fatalf("unknown flag: %v", err)
-	}
-}
-
-// A drained node's pods all keep a readable timeline: at least maxPods
-// finished ones are kept, and never fewer than 100.
-func TestKeepFinishedCoversAFullNode(t *testing.T) {
-	for maxPods, want := range map[int32]int{10: 100, 110: 110, 250: 250} {
-		o := &Options{}
-		o.Config.MaxPods = maxPods
-		if got := keepFinished(&o.Config); got != want {
-			t.Errorf("maxPods %d: keep %d finished timelines, want %d", maxPods, got, want)
-		}
 	}
 }

@@ -1,7 +1,8 @@
-// Package app is nodelet's composition root: it reads the command line
-// and the KubeletConfiguration file, builds every component and wires
-// them into the pipeline.
-package app
+// Package options reads nodelet's command line and KubeletConfiguration
+// file (with its drop-ins) into Options: upstream's kubelet flags, the
+// config file's fields, flags winning, and upstream's defaults for the
+// rest. The composition root (package app) builds the node from them.
+package options
 
 import (
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -104,6 +106,10 @@ type flagValues struct {
 	systemCgroups      string
 	logging            logsapi.LoggingConfiguration
 }
+
+// Version is nodelet's version as the node reports it (nodeInfo's
+// kubeletVersion): the Kubernetes release whose kubelet it replaces.
+const Version = "v1.37.2-nodelet"
 
 // Answer is what Parse returns for --help and --version: not a failure,
 // but text to print on standard output before exiting with status 0.
@@ -415,4 +421,22 @@ func versionAnswer(format string) error {
 	default:
 		return fmt.Errorf("--version=%s: want --version or --version=raw", format)
 	}
+}
+
+// NodeName is the name the node goes by: --hostname-override or the
+// machine's hostname, lower-cased as the API requires.
+func NodeName(override string) (string, error) {
+	name := override
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("cannot determine the node name: %w", err)
+		}
+		name = h
+	}
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" {
+		return "", fmt.Errorf("node name is empty")
+	}
+	return name, nil
 }
