@@ -14,19 +14,20 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/cmd/nodelet/app"
+	"github.com/nodelet/nodelet/cmd/nodelet/inspect"
 	"github.com/nodelet/nodelet/cmd/nodelet/options"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "timeline" {
-		if err := app.TimelineCommand(context.Background(), os.Args[2:], os.Stdout); err != nil {
+		if err := inspect.TimelineCommand(context.Background(), os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "nodelet %v\n", err)
 			os.Exit(1)
 		}
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "journal" {
-		if err := app.JournalCommand(os.Args[2:], os.Stdout); err != nil {
+		if err := inspect.JournalCommand(os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "nodelet %v\n", err)
 			os.Exit(1)
 		}

@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -101,5 +102,35 @@ func Free() {}
 	got := methodCounts(t, dir)
 	if got["p.A"] != 2 || got["p.G"] != 1 || len(got) != 2 {
 		t.Fatalf("counts %v", got)
+	}
+}
+
+// maxRootLines bounds the composition root: it wires, and node policy,
+// flag parsing and the inspection commands live elsewhere.
+const maxRootLines = 1600
+
+// TestTheCompositionRootOnlyWires counts cmd/nodelet/app's lines (test
+// files excluded).
+func TestTheCompositionRootOnlyWires(t *testing.T) {
+	entries, err := os.ReadDir("../../cmd/nodelet/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("../../cmd/nodelet/app", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += strings.Count(string(b), "\n")
+	}
+	if lines < 500 {
+		t.Fatalf("cmd/nodelet/app has %d lines: is it the composition root?", lines)
+	}
+	if lines >= maxRootLines {
+		t.Errorf("cmd/nodelet/app has %d lines, at most %d: move what is not wiring to the package of its concern", lines, maxRootLines-1)
 	}
 }

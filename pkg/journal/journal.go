@@ -454,3 +454,6 @@ func (j *Journal) get(bucket, key string, v any) (bool, error) {
 	}
 	return true, json.Unmarshal(payload, v)
 }
+
+// File, in the root directory, is the node journal.
+const File = "nodelet_journal.db"

@@ -1,15 +1,11 @@
 package app
 
 import (
-	"context"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,10 +77,10 @@ func (n *nodeParts) memoryCapacity() int64 {
 }
 
 func buildNode(b *base, rt *runtimeConn, cl *clusterClients) (*nodeParts, error) {
-	if err := checkKernel(b.cfg); err != nil {
+	if err := kerneltunables.Check(b.cfg); err != nil {
 		return nil, err
 	}
-	driver, err := cgroupDriver(rt, b.cfg.CgroupDriver)
+	driver, err := cm.NegotiateDriver(rt.runtime, b.cfg.CgroupDriver, dialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -236,57 +232,6 @@ func containerLimits(c *kubeletv1beta1.KubeletConfiguration, sizes []int64, memo
 	return cm.ContainerLimits{HugePageSizes: sizes, Swap: swap, GroupOOMKill: cm.GroupOOMKill(unified, c.SingleProcessOOMKill)}, err
 }
 
-// cgroupDriver is the cgroup driver the runtime reports (CRI
-// RuntimeConfig), which wins over the configuration as upstream's does:
-// the two must agree, and the runtime cannot change its mind. A runtime
-// that does not report one (containerd 1.x) leaves the configuration's.
-func cgroupDriver(rt *runtimeConn, configured string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-	defer cancel()
-	resp, err := rt.runtime.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
-	if status.Code(err) == codes.Unimplemented {
-		klog.InfoS("The runtime does not report its cgroup driver (CRI RuntimeConfig); using cgroupDriver from the configuration", "cgroupDriver", configured)
-		return configured, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("asking the runtime for its cgroup driver: %w", err)
-	}
-	var reported string
-	switch d := resp.GetLinux().GetCgroupDriver(); {
-	case resp.GetLinux() == nil:
-		return configured, nil
-	case d == runtimeapi.CgroupDriver_SYSTEMD:
-		reported = "systemd"
-	case d == runtimeapi.CgroupDriver_CGROUPFS:
-		reported = "cgroupfs"
-	default:
-		return "", fmt.Errorf("the runtime reports an unknown cgroup driver %d", d)
-	}
-	if reported != configured {
-		klog.InfoS("Using the cgroup driver the runtime reports, not the configuration's", "runtime", reported, "cgroupDriver", configured)
-	}
-	return reported, nil
-}
-
-// checkKernel holds the kernel to the kubelet's settings
-// (protectKernelDefaults: check only) and refuses a node with swap on
-// unless failSwapOn is off, as upstream does.
-func checkKernel(c *kubeletv1beta1.KubeletConfiguration) error {
-	if err := kerneltunables.Ensure("", c.ProtectKernelDefaults); err != nil {
-		return err
-	}
-	on, areas, err := kerneltunables.SwapOn("")
-	switch {
-	case err != nil:
-		return fmt.Errorf("failed to determine if swap is on: %w", err)
-	case on && *c.FailSwapOn:
-		return fmt.Errorf("running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn); /proc/swaps lists %q", areas)
-	case on:
-		klog.InfoS("Swap is on and failSwapOn is off: containers get swap only as memorySwap.swapBehavior allows", "swaps", areas, "swapBehavior", c.MemorySwap.SwapBehavior)
-	}
-	return nil
-}
-
 // setUpCgroups makes the QoS cgroups, unless cgroupsPerQOS is off. A
 // cgroup v1 host is refused first if failCgroupV1 says so.
 func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceList, driver string, hugePageSizes []int64) (nodeCgroups, error) {
@@ -311,73 +256,4 @@ func setUpCgroups(c *kubeletv1beta1.KubeletConfiguration, enforced v1.ResourceLi
 	klog.InfoS("QoS cgroups ready", "cgroupVersion", cgroups.Version(), "cgroupDriver", driver, "cgroupRoot", c.CgroupRoot,
 		"kubepods", cgroups.QoSCgroup(v1.PodQOSGuaranteed))
 	return cgroups, nil
-}
-
-// nodeIPs are the node's addresses: --node-ip's when given (an
-// unspecified one, 0.0.0.0 or ::, stands for the default route's address
-// of its family), else the address of the default route's interface,
-// else the first global unicast address.
-func nodeIPs(given []net.IP) ([]string, error) {
-	var out []string
-	for _, ip := range given {
-		if !ip.IsUnspecified() {
-			if err := onThisHost(ip); err != nil {
-				return nil, err
-			}
-			out = append(out, ip.String())
-			continue
-		}
-		probe := "192.0.2.1:9"
-		if ip.To4() == nil {
-			probe = "[2001:db8::1]:9"
-		}
-		if found := defaultRouteIP(probe); found != "" {
-			out = append(out, found)
-		}
-	}
-	if len(out) > 0 {
-		return out, nil
-	}
-	if found := defaultRouteIP("192.0.2.1:9"); found != "" {
-		return []string{found}, nil
-	}
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
-			return []string{n.IP.String()}, nil
-		}
-	}
-	return []string{"127.0.0.1"}, nil
-}
-
-// onThisHost refuses a --node-ip that no interface of the host has, or
-// that cannot be a node's address, as the kubelet does.
-func onThisHost(ip net.IP) error {
-	if ip.IsLoopback() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() {
-		return fmt.Errorf("--node-ip %s cannot be a node's address (loopback, multicast or link-local)", ip)
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return fmt.Errorf("--node-ip %s: listing the host's addresses: %w", ip, err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return nil
-		}
-	}
-	return fmt.Errorf("--node-ip %s is not an address of this host", ip)
-}
-
-// defaultRouteIP is the local address a datagram to probe (a
-// documentation address) would leave from; no packet is sent.
-func defaultRouteIP(probe string) string {
-	conn, err := net.Dial("udp", probe)
-	if err != nil {
-		return ""
-	}
-	defer conn.Close()
-	if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsLoopback() {
-		return a.IP.String()
-	}
-	return ""
 }

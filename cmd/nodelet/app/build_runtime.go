@@ -17,6 +17,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/containeropts"
 	"github.com/nodelet/nodelet/pkg/credentialprovider"
 	"github.com/nodelet/nodelet/pkg/images"
+	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/logs"
 	"github.com/nodelet/nodelet/pkg/metrics"
@@ -119,7 +120,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 		Allocatable: node.allocatable, Recorder: b.recorder,
 	})
 	probes := prober.New(prober.Options{Exec: rt.runtime, Status: b.status, Recorder: b.recorder, Clock: b.clock, Steps: b.timelines,
-		Observer: rt.metrics.Probes(), Restored: restoredProbes(b.journalState), Save: journalProbe(b.journal)})
+		Observer: rt.metrics.Probes(), Restored: journal.RestoredProbes(b.journalState), Save: b.journal.SaveProbe})
 	var plugins images.CredentialPlugins
 	if ps := b.opts.CredentialProviders; len(ps) > 0 {
 		p := credentialprovider.New(credentialprovider.Options{Providers: ps, PluginDir: b.opts.CredentialProviderBinDir, Clock: b.clock})

@@ -89,9 +89,9 @@ func buildClusterClients(b *base) *clusterClients {
 	})
 	drivers := csi.NewRegistry(csi.RegistryOptions{RootDir: b.opts.RootDir, Nodes: csi.APINodes{Client: b.client, NodeName: b.nodeName},
 		Clock: b.clock, Timeout: b.cfg.RuntimeRequestTimeout.Duration})
-	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.opts.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journaledCSIAPI{api, b.journal},
+	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.opts.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journal.CSIAPI{API: api, J: b.journal},
 		Timeout: b.cfg.RuntimeRequestTimeout.Duration, Clock: b.clock})
-	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journaledClaims{api, b.journal},
+	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journal.Claims{Claims: api, J: b.journal},
 		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api, csiDrivers: drivers,
 		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run}}}
 }

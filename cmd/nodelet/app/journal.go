@@ -7,21 +7,14 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/prober"
-	"github.com/nodelet/nodelet/pkg/volume"
 )
-
-// journalFile, in the root directory, is the node journal.
-const journalFile = "nodelet_journal.db"
 
 // journalRetention is how long a standalone node keeps the records of a
 // pod that finished but that its manifest still lists (no source says
@@ -39,7 +32,7 @@ const journalRestoreAfter = 2 * time.Second
 // journalComponents, once the sources are built.
 func openJournal(b *base) error {
 	o := journal.Options{
-		Path: filepath.Join(b.opts.RootDir, journalFile), Clock: b.clock, KeepTimelines: keepFinished(b.cfg),
+		Path: filepath.Join(b.opts.RootDir, journal.File), Clock: b.clock, KeepTimelines: keepFinished(b.cfg),
 	}
 	if b.client == nil {
 		o.Retention = journalRetention
@@ -112,41 +105,6 @@ func restoreSource(b *base, podConfig *podsources.PodConfig, source string, pods
 	})
 }
 
-// restoredProbes are the probe results the journal kept, for the prober
-// to start from; a record it cannot read is left out (the container is
-// probed from scratch).
-func restoredProbes(s *journal.State) []prober.Saved {
-	var out []prober.Saved
-	for _, r := range s.Probes {
-		t, okT := parseProbe(r.Probe, prober.Liveness, prober.Readiness, prober.Startup)
-		res, okR := parseProbe(r.Result, prober.Success, prober.Failure)
-		if !okT || !okR {
-			klog.InfoS("Skipping an unreadable probe result in the node journal", "podUID", r.Pod, "container", r.Container, "probe", r.Probe, "result", r.Result)
-			continue
-		}
-		out = append(out, prober.Saved{Pod: r.Pod, Container: r.Container, ContainerID: r.ContainerID, Type: t, Result: res, At: r.At, ValidFor: r.ValidFor})
-	}
-	return out
-}
-
-func parseProbe[T interface{ String() string }](s string, of ...T) (T, bool) {
-	for _, v := range of {
-		if v.String() == s {
-			return v, true
-		}
-	}
-	var zero T
-	return zero, false
-}
-
-// journalProbe saves a probe result in the journal.
-func journalProbe(j *journal.Journal) func(prober.Saved) {
-	return func(r prober.Saved) {
-		j.PutProbe(journal.ProbeRecord{Pod: r.Pod, Container: r.Container, ContainerID: r.ContainerID,
-			Probe: r.Type.String(), Result: r.Result.String(), At: r.At, ValidFor: r.ValidFor})
-	}
-}
-
 // journaledObjects keeps the configMaps and secrets pods refer to in the
 // journal, and serves its copies while the API server cannot be asked.
 type journaledObjects struct {
@@ -169,43 +127,3 @@ var (
 	_ podstatus.Journal  = (*journal.Journal)(nil)
 	_ podsources.Journal = (*journal.Journal)(nil)
 )
-
-// journaledClaims keeps the claims pods mount and their volumes in the
-// journal, so a pod's claim resolves while the API server cannot be asked
-// (after a restart, a container that must start again needs its mounts).
-type journaledClaims struct {
-	volume.Claims
-	j *journal.Journal
-}
-
-func (c journaledClaims) GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
-	pvc, err := c.Claims.GetPersistentVolumeClaim(ctx, namespace, name)
-	return journal.ReadThrough(c.j, journal.KindClaim, namespace, name, pvc, err)
-}
-
-func (c journaledClaims) GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error) {
-	pv, err := c.Claims.GetPersistentVolume(ctx, name)
-	return journal.ReadThrough(c.j, journal.KindVolume, "", name, pv, err)
-}
-
-// journaledCSIAPI keeps the CSIDriver objects, the volumes' attachments
-// and the node's attached volumes in the journal, for the same reason.
-type journaledCSIAPI struct {
-	csi.API
-	j *journal.Journal
-}
-
-func (a journaledCSIAPI) GetCSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
-	d, err := a.API.GetCSIDriver(ctx, name)
-	return journal.ReadThrough(a.j, journal.KindCSIDriver, "", name, d, err)
-}
-
-func (a journaledCSIAPI) GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
-	va, err := a.API.GetVolumeAttachment(ctx, name)
-	return journal.ReadThrough(a.j, journal.KindAttachment, "", name, va, err)
-}
-
-func (a journaledCSIAPI) VolumesAttached(ctx context.Context) ([]v1.AttachedVolume, error) {
-	got, err := a.API.VolumesAttached(ctx)
-	return journal.ReadAttachedVolumes(a.j, got, err)
-}

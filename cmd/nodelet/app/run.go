@@ -21,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/nodeshutdown"
+	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podworkers"
@@ -157,7 +158,7 @@ func newBase(ctx context.Context, o *options.Options) (*base, func(), error) {
 			return nil, nil, fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	hostIPs, err := nodeIPs(o.NodeIPs)
+	hostIPs, err := nodestatus.NodeIPs(o.NodeIPs)
 	if err != nil {
 		return nil, nil, err
 	}

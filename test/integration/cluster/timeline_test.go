@@ -18,7 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodelet/nodelet/cmd/nodelet/app"
+	"github.com/nodelet/nodelet/cmd/nodelet/inspect"
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/timeline"
@@ -55,7 +55,7 @@ func TestTimelineOfAPod(t *testing.T) {
 
 	var out bytes.Buffer
 	args := []string{"--kubeconfig", cl.AdminKubeconfig, "-o", "json", ns + "/traced"}
-	if err := app.TimelineCommand(ctx, args, &out); err != nil {
+	if err := inspect.TimelineCommand(ctx, args, &out); err != nil {
 		t.Fatal(err)
 	}
 	var tl timeline.Timeline
@@ -98,7 +98,7 @@ func TestTimelineOfAPod(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := app.TimelineCommand(ctx, []string{"--kubeconfig", cl.AdminKubeconfig, ns + "/traced"}, &out); err != nil {
+	if err := inspect.TimelineCommand(ctx, []string{"--kubeconfig", cl.AdminKubeconfig, ns + "/traced"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if text := out.String(); !strings.Contains(text, "started in ") || !strings.Contains(text, "WATERFALL") || !strings.Contains(text, "#") {

@@ -1,4 +1,7 @@
-package app
+// Package inspect holds the commands that read a node's state without running
+// it: `nodelet journal` (the node journal on disk) and `nodelet timeline`
+// (a pod's lifecycle timeline through the API server).
+package inspect
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package app
+package inspect
 
 import (
 	"encoding/json"
@@ -26,7 +26,7 @@ func JournalCommand(args []string, out io.Writer) error {
 	}
 	fs := pflag.NewFlagSet("nodelet journal inspect", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	rootDir := fs.String("root-dir", kubeletconfig.DefaultRootDir, "nodelet's root directory, which holds "+journalFile)
+	rootDir := fs.String("root-dir", kubeletconfig.DefaultRootDir, "nodelet's root directory, which holds "+journal.File)
 	output := fs.StringP("output", "o", "text", "text or json")
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
 		return fmt.Errorf("journal inspect: bad arguments (%v)\n%s\n%s", err, usage, fs.FlagUsages())
@@ -34,7 +34,7 @@ func JournalCommand(args []string, out io.Writer) error {
 	if *output != "text" && *output != "json" {
 		return fmt.Errorf("journal inspect: output %q: want text or json", *output)
 	}
-	path := filepath.Join(*rootDir, journalFile)
+	path := filepath.Join(*rootDir, journal.File)
 	state, copied, err := journal.Inspect(path)
 	if err != nil {
 		return fmt.Errorf("journal inspect: %s: %w", path, err)
