@@ -112,7 +112,7 @@ spec:
 `, testbed.BusyboxImage, canary.secret, marker))
 	// containerd 2.x with runc and this kernel's idmapped mounts can; 1.6 cannot.
 	if !strings.HasPrefix(strings.TrimPrefix(cd.Version, "v"), "2.") {
-		p := waitPod(t, n, "userns", func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, "userns", podTimeout, func(p *v1.Pod) (bool, string) {
 			return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
 		})
 		r.answer = p.Status.Reason + ": " + p.Status.Message
@@ -125,8 +125,8 @@ spec:
 		r.invariant = hostUntouched(t, n)
 		return
 	}
-	waitPod(t, n, "userns", func(p *v1.Pod) (bool, string) {
-		s := status(p, "main")
+	n.WaitPod(t, "userns", podTimeout, func(p *v1.Pod) (bool, string) {
+		s := testbed.ContainerStatus(p, "main")
 		return s.State.Running != nil, fmt.Sprintf("%+v", s.State)
 	})
 	pid, uid := hostProcess(t, "sleep\x00"+marker)

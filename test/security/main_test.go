@@ -128,61 +128,25 @@ func clip(s string, n int) string {
 
 const podTimeout = 90 * time.Second
 
-// waitPod polls the node's /pods until cond holds for the pod.
-func waitPod(t *testing.T, n *testbed.Nodelet, name string, cond func(p *v1.Pod) (bool, string)) *v1.Pod {
-	t.Helper()
-	var pod *v1.Pod
-	testbed.Eventually(t, podTimeout, func() (bool, string) {
-		p, err := n.Pod(name)
-		if err != nil || p == nil {
-			return false, fmt.Sprintf("pod %s not reported: %v", name, err)
-		}
-		pod = p
-		return cond(p)
-	})
-	return pod
-}
-
-func status(p *v1.Pod, name string) v1.ContainerStatus {
-	for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-		if c.Name == name {
-			return c
-		}
-	}
-	return v1.ContainerStatus{}
-}
-
 // refused waits until the container is held in Waiting with reason and
 // returns the message, the node's answer.
 func refused(t *testing.T, n *testbed.Nodelet, pod, container, reason string) string {
 	t.Helper()
-	p := waitPod(t, n, pod, func(p *v1.Pod) (bool, string) {
-		w := status(p, container).State.Waiting
-		return w != nil && w.Reason == reason, fmt.Sprintf("%s: %+v", container, status(p, container).State)
+	p := n.WaitPod(t, pod, podTimeout, func(p *v1.Pod) (bool, string) {
+		w := testbed.ContainerStatus(p, container).State.Waiting
+		return w != nil && w.Reason == reason, fmt.Sprintf("%s: %+v", container, testbed.ContainerStatus(p, container).State)
 	})
-	return reason + ": " + status(p, container).State.Waiting.Message
+	return reason + ": " + testbed.ContainerStatus(p, container).State.Waiting.Message
 }
 
 // finished waits until the pod's container ran to its end and returns
 // what it printed (its termination message).
 func finished(t *testing.T, n *testbed.Nodelet, pod, container string) string {
 	t.Helper()
-	p := waitPod(t, n, pod, func(p *v1.Pod) (bool, string) {
-		return status(p, container).State.Terminated != nil, fmt.Sprintf("%s: %+v", container, status(p, container).State)
+	p := n.WaitPod(t, pod, podTimeout, func(p *v1.Pod) (bool, string) {
+		return testbed.ContainerStatus(p, container).State.Terminated != nil, fmt.Sprintf("%s: %+v", container, testbed.ContainerStatus(p, container).State)
 	})
-	return status(p, container).State.Terminated.Message
-}
-
-// podEvents lists the messages of a static pod's events with reason, from
-// the node's log (a node without an API server logs its events).
-func podEvents(n *testbed.Nodelet, name, reason string) []string {
-	var out []string
-	for _, l := range strings.Split(n.Log(), "\n") {
-		if strings.Contains(l, fmt.Sprintf(`reason=%q`, reason)) && strings.Contains(l, fmt.Sprintf(`object="default/%s-%s"`, name, n.NodeName)) {
-			out = append(out, l)
-		}
-	}
-	return out
+	return testbed.ContainerStatus(p, container).State.Terminated.Message
 }
 
 // hostProcess finds the host process whose command line holds marker and

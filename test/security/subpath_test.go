@@ -78,7 +78,7 @@ func TestSubPathSymlinks(t *testing.T) {
 			if !strings.Contains(r.answer, `volume mount "vol"`) || !strings.Contains(r.answer, "escapes its volume") {
 				t.Errorf("the answer %q does not name the mount and the escape", r.answer)
 			}
-			if len(podEvents(n, c.name, "Failed")) == 0 {
+			if len(n.PodEvents(c.name, "Failed")) == 0 {
 				t.Error("no Failed event for the pod")
 			}
 			if got := len(n.PodContainers(n.PodName(c.name))); got != 1 {
@@ -113,12 +113,12 @@ spec:
     command: ["sh", "-c", "cat /sub%s; rm -rf /vol/dir && ln -s / /vol/dir && exit 1"]
     volumeMounts: [{name: vol, mountPath: /vol}, {name: vol, mountPath: /sub, subPath: dir}]
 `, testbed.BusyboxImage, canary.secret))
-	p := waitPod(t, n, "late", func(p *v1.Pod) (bool, string) {
-		s := status(p, "main")
+	p := n.WaitPod(t, "late", podTimeout, func(p *v1.Pod) (bool, string) {
+		s := testbed.ContainerStatus(p, "main")
 		return s.State.Waiting != nil && s.State.Waiting.Reason == "CreateContainerConfigError" && s.LastTerminationState.Terminated != nil,
 			fmt.Sprintf("%+v, last %+v", s.State, s.LastTerminationState)
 	})
-	r.answer = "CreateContainerConfigError: " + status(p, "main").State.Waiting.Message
+	r.answer = "CreateContainerConfigError: " + testbed.ContainerStatus(p, "main").State.Waiting.Message
 	if !strings.Contains(r.answer, "escapes its volume") {
 		t.Errorf("the answer %q does not name the escape", r.answer)
 	}
@@ -227,7 +227,7 @@ spec:
 `, name, shared, typ, testbed.BusyboxImage))
 			var events []string
 			testbed.Eventually(t, podTimeout, func() (bool, string) {
-				events = podEvents(n, name, "FailedMount")
+				events = n.PodEvents(name, "FailedMount")
 				return len(events) > 0, "no FailedMount event"
 			})
 			r.answer = "FailedMount: hostPath type check failed"

@@ -24,7 +24,7 @@ func TestMaxPods(t *testing.T) {
 	waitRunning(t, n, "a", "main")
 	waitRunning(t, n, "b", "main")
 	n.WriteManifest("c.yaml", sleeper("c", "c"))
-	p := waitPod(t, n, "c", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "c", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	if p.Status.Reason != "OutOfpods" || !strings.Contains(p.Status.Message, "capacity: 2") {
@@ -44,7 +44,7 @@ func TestNodeSelectorAdmission(t *testing.T) {
 	n.WriteManifest("here.yaml", withSelector("here", "a"))
 	n.WriteManifest("there.yaml", withSelector("there", "b"))
 	waitRunning(t, n, "here", "main")
-	p := waitPod(t, n, "there", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "there", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	if p.Status.Reason != "NodeAffinity" {
@@ -72,7 +72,7 @@ spec:
   - name: state
     hostPath: {path: %s, type: DirectoryOrCreate}
 `, testbed.BusyboxImage, state))
-	p := waitPod(t, n, "retry", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "retry", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodSucceeded, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	cs := mainStatus(p)
@@ -96,14 +96,14 @@ func TestRestartRecovery(t *testing.T) {
 	for _, name := range names {
 		before[name] = waitRunning(t, n, name, "main").Id
 	}
-	waitPod(t, n, "done", podTimeout, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "done", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodSucceeded, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 
 	n.Kill()
 	n.Start()
 	for _, name := range names {
-		p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, name, podTimeout, func(p *v1.Pod) (bool, string) {
 			return p.Status.Phase == v1.PodRunning && mainStatus(p).State.Running != nil, fmt.Sprintf("phase %s", p.Status.Phase)
 		})
 		cs := mainStatus(p)
@@ -111,7 +111,7 @@ func TestRestartRecovery(t *testing.T) {
 			t.Errorf("%s: container %s restarts %d, want %s and 0", name, cs.ContainerID, cs.RestartCount, before[name])
 		}
 	}
-	p := waitPod(t, n, "done", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "done", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodSucceeded, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	if cs := n.RuntimeContainers("done"); len(cs) != 1 || mainStatus(p).RestartCount != 0 {

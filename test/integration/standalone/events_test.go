@@ -21,7 +21,7 @@ func TestExitSeenThroughTheEventStream(t *testing.T) {
 	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{Args: []string{"--pleg-relist-period=5m"}})
 	n.WriteManifest("exits.yaml", oneShot("exits", v1.RestartPolicyNever, "sleep 2; exit 3"))
 	start := time.Now()
-	p := waitPod(t, n, "exits", 60*time.Second, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "exits", 60*time.Second, func(p *v1.Pod) (bool, string) {
 		s := mainStatus(p).State.Terminated
 		return s != nil && p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s, container %+v", p.Status.Phase, mainStatus(p).State)
 	})
@@ -61,7 +61,7 @@ spec:
 `, testbed.BusyboxImage, testbed.BusyboxImage))
 	if !strings.HasPrefix(strings.TrimPrefix(cd.Version, "v"), "2.") {
 		testbed.Eventually(t, 60*time.Second, func() (bool, string) {
-			return podEvents(n, "imgvol", "FailedMount") > 0 && strings.Contains(n.Log(), "cannot mount image volumes"), "no FailedMount event naming the runtime"
+			return len(n.PodEvents("imgvol", "FailedMount")) > 0 && strings.Contains(n.Log(), "cannot mount image volumes"), "no FailedMount event naming the runtime"
 		})
 		p := mustPod(t, n, "imgvol")
 		if p.Status.Phase != v1.PodPending || len(n.RuntimeSandboxes("imgvol")) != 0 {
@@ -69,7 +69,7 @@ spec:
 		}
 		return
 	}
-	p := waitPod(t, n, "imgvol", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "imgvol", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s, container %+v", p.Status.Phase, mainStatus(p).State)
 	})
 	if p.Status.Phase != v1.PodSucceeded {

@@ -52,17 +52,6 @@ func waitingReason(p *v1.Pod) string {
 	return ""
 }
 
-// podEvents counts the events with reason of a static pod in the log.
-func podEvents(n *testbed.Nodelet, name, reason string) int {
-	count := 0
-	for _, l := range strings.Split(n.Log(), "\n") {
-		if strings.Contains(l, fmt.Sprintf(`reason=%q`, reason)) && strings.Contains(l, fmt.Sprintf(`object="default/%s-%s"`, name, n.NodeName)) {
-			count++
-		}
-	}
-	return count
-}
-
 // Pulls from a real registry: anonymous, with the node's credentials
 // (wrong ones back off until they are fixed), and each pull policy.
 func TestImagePulls(t *testing.T) {
@@ -73,7 +62,7 @@ func TestImagePulls(t *testing.T) {
 
 	t.Run("anonymous", func(t *testing.T) {
 		n.WriteManifest("open.yaml", imagePod("open", open, v1.PullAlways))
-		p := waitPod(t, n, "open", podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, "open", podTimeout, func(p *v1.Pod) (bool, string) {
 			return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 		})
 		if got := mainStatus(p).Image; got != open {
@@ -85,7 +74,7 @@ func TestImagePulls(t *testing.T) {
 		if reg.ManifestRequests("open/busybox") == 0 {
 			t.Error("the registry never saw the pull")
 		}
-		if podEvents(n, "open", "Pulling") != 1 || podEvents(n, "open", "Pulled") != 1 {
+		if len(n.PodEvents("open", "Pulling")) != 1 || len(n.PodEvents("open", "Pulled")) != 1 {
 			t.Errorf("want one Pulling and one Pulled event:\n%s", n.LogTail(40))
 		}
 	})
@@ -93,7 +82,7 @@ func TestImagePulls(t *testing.T) {
 	t.Run("if-not-present", func(t *testing.T) {
 		before := reg.ManifestRequests("open/busybox")
 		n.WriteManifest("present.yaml", imagePod("present", open, v1.PullIfNotPresent))
-		waitPod(t, n, "present", podTimeout, func(p *v1.Pod) (bool, string) {
+		n.WaitPod(t, "present", podTimeout, func(p *v1.Pod) (bool, string) {
 			return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 		})
 		if got := reg.ManifestRequests("open/busybox"); got != before {
@@ -103,7 +92,7 @@ func TestImagePulls(t *testing.T) {
 
 	t.Run("never", func(t *testing.T) {
 		n.WriteManifest("never.yaml", imagePod("never", reg.Host+"/open/absent:1", v1.PullNever))
-		p := waitPod(t, n, "never", podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, "never", podTimeout, func(p *v1.Pod) (bool, string) {
 			return waitingReason(p) == "ErrImageNeverPull", "waiting reason " + waitingReason(p)
 		})
 		if msg := mainStatus(p).State.Waiting.Message; !strings.Contains(msg, "absent:1") {
@@ -117,21 +106,21 @@ func TestImagePulls(t *testing.T) {
 	t.Run("credentials", func(t *testing.T) {
 		writeKeyring(t, n, reg.Host, testbed.RegistryUser, "wrong")
 		n.WriteManifest("private.yaml", imagePod("private", private, v1.PullAlways))
-		waitPod(t, n, "private", podTimeout, func(p *v1.Pod) (bool, string) {
+		n.WaitPod(t, "private", podTimeout, func(p *v1.Pod) (bool, string) {
 			return waitingReason(p) == "ErrImagePull", "waiting reason " + waitingReason(p)
 		})
-		p := waitPod(t, n, "private", podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, "private", podTimeout, func(p *v1.Pod) (bool, string) {
 			return waitingReason(p) == "ImagePullBackOff", "waiting reason " + waitingReason(p)
 		})
 		if msg := mainStatus(p).State.Waiting.Message; !strings.Contains(msg, private) {
 			t.Errorf("back-off message %q does not name the image", msg)
 		}
-		if podEvents(n, "private", "Failed") == 0 || podEvents(n, "private", "BackOff") == 0 {
+		if len(n.PodEvents("private", "Failed")) == 0 || len(n.PodEvents("private", "BackOff")) == 0 {
 			t.Errorf("want Failed and BackOff events:\n%s", n.LogTail(40))
 		}
 		// Fixed credentials are read at the next attempt.
 		writeKeyring(t, n, reg.Host, testbed.RegistryUser, testbed.RegistryPassword)
-		waitPod(t, n, "private", time.Minute, func(p *v1.Pod) (bool, string) {
+		n.WaitPod(t, "private", time.Minute, func(p *v1.Pod) (bool, string) {
 			return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 		})
 	})
@@ -161,7 +150,7 @@ func TestImageGarbageCollection(t *testing.T) {
 		Args:        []string{"--image-gc-period=1s", "--pod-infra-container-image=" + testbed.PauseImage},
 	})
 	n.WriteManifest("user.yaml", imagePod("user", testbed.BusyboxImage, v1.PullNever))
-	waitPod(t, n, "user", podTimeout, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "user", podTimeout, func(p *v1.Pod) (bool, string) {
 		return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 	})
 	n.Stop()
@@ -218,17 +207,17 @@ providers:
 
 	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
 	n.WriteManifest("private.yaml", imagePod("private", private, v1.PullAlways))
-	waitPod(t, n, "private", podTimeout, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "private", podTimeout, func(p *v1.Pod) (bool, string) {
 		return waitingReason(p) == "ErrImagePull" || waitingReason(p) == "ImagePullBackOff", "waiting reason " + waitingReason(p)
 	})
 	n.Stop()
 	n.AddArgs("--image-credential-provider-config="+config, "--image-credential-provider-bin-dir="+bin)
 	n.Start()
-	waitPod(t, n, "private", time.Minute, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "private", time.Minute, func(p *v1.Pod) (bool, string) {
 		return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 	})
 	n.WriteManifest("private2.yaml", imagePod("private2", private, v1.PullAlways))
-	waitPod(t, n, "private2", podTimeout, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "private2", podTimeout, func(p *v1.Pod) (bool, string) {
 		return mainStatus(p).State.Running != nil, fmt.Sprintf("container %+v", mainStatus(p).State)
 	})
 	requests, err := os.ReadFile(log)

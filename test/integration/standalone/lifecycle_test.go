@@ -34,21 +34,6 @@ spec:
 `, name, policy, testbed.BusyboxImage, script)
 }
 
-// waitPod polls /pods until cond holds for the pod, and returns it.
-func waitPod(t *testing.T, n *testbed.Nodelet, name string, timeout time.Duration, cond func(p *v1.Pod) (bool, string)) *v1.Pod {
-	t.Helper()
-	var pod *v1.Pod
-	testbed.Eventually(t, timeout, func() (bool, string) {
-		p, err := n.Pod(name)
-		if err != nil || p == nil {
-			return false, fmt.Sprintf("pod %s not reported: %v", name, err)
-		}
-		pod = p
-		return cond(p)
-	})
-	return pod
-}
-
 func mainStatus(p *v1.Pod) v1.ContainerStatus {
 	for _, c := range p.Status.ContainerStatuses {
 		if c.Name == "main" {
@@ -83,7 +68,7 @@ func TestRestartPolicies(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			if c.want.restarts {
-				p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+				p := n.WaitPod(t, name, podTimeout, func(p *v1.Pod) (bool, string) {
 					return mainStatus(p).RestartCount >= 1, fmt.Sprintf("restart count %d", mainStatus(p).RestartCount)
 				})
 				if p.Status.Phase != v1.PodRunning {
@@ -91,7 +76,7 @@ func TestRestartPolicies(t *testing.T) {
 				}
 				return
 			}
-			p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+			p := n.WaitPod(t, name, podTimeout, func(p *v1.Pod) (bool, string) {
 				return p.Status.Phase == c.want.phase, fmt.Sprintf("phase %s", p.Status.Phase)
 			})
 			cs := mainStatus(p)
@@ -139,14 +124,14 @@ func TestFailingInitContainer(t *testing.T) {
 	}
 	for _, policy := range []v1.RestartPolicy{v1.RestartPolicyAlways, v1.RestartPolicyOnFailure} {
 		name := strings.ToLower(string(policy))
-		p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, name, podTimeout, func(p *v1.Pod) (bool, string) {
 			return len(p.Status.InitContainerStatuses) == 1 && p.Status.InitContainerStatuses[0].RestartCount >= 1, "init container not restarted"
 		})
 		if p.Status.Phase != v1.PodPending || mainStatus(p).State.Waiting == nil || mainStatus(p).State.Waiting.Reason != "PodInitializing" {
 			t.Errorf("%s: phase %s, app %+v", name, p.Status.Phase, mainStatus(p).State)
 		}
 	}
-	p := waitPod(t, n, "never", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "never", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	if ic := p.Status.InitContainerStatuses[0]; ic.RestartCount != 0 || ic.State.Terminated == nil || ic.State.Terminated.ExitCode != 3 {
@@ -291,7 +276,7 @@ spec:
       postStart:
         exec: {command: ["sh", "-c", "exit 7"]}
 `, testbed.BusyboxImage))
-	waitPod(t, n, "badhook", podTimeout, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "badhook", podTimeout, func(p *v1.Pod) (bool, string) {
 		return mainStatus(p).RestartCount >= 1, fmt.Sprintf("restarts %d", mainStatus(p).RestartCount)
 	})
 	log := n.Log()
@@ -318,7 +303,7 @@ spec:
 `, testbed.BusyboxImage)
 	n.WriteManifest("again.yaml", manifest)
 	first := waitRunning(t, n, "again", "main")
-	uid := waitPod(t, n, "again", podTimeout, func(p *v1.Pod) (bool, string) { return true, "" }).UID
+	uid := n.WaitPod(t, "again", podTimeout, func(p *v1.Pod) (bool, string) { return true, "" }).UID
 	n.RemoveManifest("again.yaml")
 	testbed.Eventually(t, 30*time.Second, func() (bool, string) {
 		p, err := n.Pod("again")
@@ -329,7 +314,7 @@ spec:
 		t.Fatal("the first container stopped before the manifest was put back: nothing was terminating")
 	}
 	n.WriteManifest("again.yaml", manifest)
-	p := waitPod(t, n, "again", 60*time.Second, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "again", 60*time.Second, func(p *v1.Pod) (bool, string) {
 		cs := mainStatus(p)
 		c := n.RunningContainer("again", "main")
 		return p.Status.Phase == v1.PodRunning && cs.State.Running != nil && cs.Ready && c != nil && c.Id != first.Id &&
@@ -387,7 +372,7 @@ func TestTerminationMessage(t *testing.T) {
 		oneShot("msgpartial", v1.RestartPolicyNever, "/bin/echo -n DONE; /bin/false"),
 		"    command:", "    terminationMessagePolicy: FallbackToLogsOnError\n    command:", 1))
 	for name, want := range map[string]string{"msgfile": "goodbye from the file", "msglog": "first line\nlast words\n", "msgpartial": "DONE"} {
-		p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, name, podTimeout, func(p *v1.Pod) (bool, string) {
 			return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
 		})
 		term := mainStatus(p).State.Terminated
@@ -404,7 +389,7 @@ func TestCrashLoopBackOffGrows(t *testing.T) {
 	n.WriteManifest("crash.yaml", oneShot("crash", v1.RestartPolicyAlways, "exit 1"))
 	restartedAt := map[int32]time.Time{}
 	sawBackOff := false
-	waitPod(t, n, "crash", 90*time.Second, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "crash", 90*time.Second, func(p *v1.Pod) (bool, string) {
 		cs := mainStatus(p)
 		if _, ok := restartedAt[cs.RestartCount]; !ok {
 			restartedAt[cs.RestartCount] = time.Now()
@@ -569,7 +554,7 @@ spec:
 	n.ClearFailpoint("container-created")
 	n.Start()
 	waitRunning(t, n, "created", "main")
-	p := waitPod(t, n, "created", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "created", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodRunning, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	if s := p.Status.InitContainerStatuses; len(s) != 1 || s[0].State.Terminated == nil || s[0].State.Terminated.ExitCode != 0 {
@@ -594,7 +579,7 @@ spec:
   containers:
   - {name: main, image: %s, command: ["sh", "-c", "echo logs-from-main"]}
 `, testbed.BusyboxImage))
-	p := waitPod(t, n, "logpath", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "logpath", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodSucceeded, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	id := strings.TrimPrefix(mainStatus(p).ContainerID, "containerd://")

@@ -68,7 +68,7 @@ func TestProbeKinds(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			if c.ready {
-				waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+				n.WaitPod(t, name, podTimeout, func(p *v1.Pod) (bool, string) {
 					return podReady(p) && mainStatus(p).Ready, fmt.Sprintf("ready=%v conditions %v", mainStatus(p).Ready, p.Status.Conditions)
 				})
 				return
@@ -78,7 +78,7 @@ func TestProbeKinds(t *testing.T) {
 			// restart. The wait is the pod's, not a probe period's: on a
 			// loaded node one exec probe took 9.5 s in CI (runc exec
 			// behind container starts).
-			p := waitPod(t, n, name, podTimeout, func(p *v1.Pod) (bool, string) {
+			p := n.WaitPod(t, name, podTimeout, func(p *v1.Pod) (bool, string) {
 				running, events := mainStatus(p).State.Running != nil, unhealthyEvents(n, name)
 				return running && events >= 2, fmt.Sprintf("running %v, %d Unhealthy events", running, events)
 			})
@@ -105,7 +105,7 @@ func TestLivenessRestarts(t *testing.T) {
 	n := testbed.StartNodelet(t, cd, testbed.NodeletOptions{})
 	n.WriteManifest("live.yaml", probed("live", testbed.BusyboxImage, "trap 'exit 0' TERM; sleep 3600 & wait",
 		"    livenessProbe:\n      periodSeconds: 1\n      failureThreshold: 2\n      exec: {command: [\"false\"]}\n"))
-	waitPod(t, n, "live", 2*time.Minute, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "live", 2*time.Minute, func(p *v1.Pod) (bool, string) {
 		return mainStatus(p).RestartCount >= 2, fmt.Sprintf("restarts %d", mainStatus(p).RestartCount)
 	})
 	log := n.Log()
@@ -131,7 +131,7 @@ func TestReadinessFlips(t *testing.T) {
 		if _, err := n.Exec(c, cmd...); err != nil {
 			t.Fatal(err)
 		}
-		waitPod(t, n, "flip", podTimeout, func(p *v1.Pod) (bool, string) {
+		n.WaitPod(t, "flip", podTimeout, func(p *v1.Pod) (bool, string) {
 			return podReady(p) == ready && mainStatus(p).Ready == ready, fmt.Sprintf("step %d: ready %v", i, podReady(p))
 		})
 	}
@@ -177,7 +177,7 @@ func TestStartupProbeDelaysLiveness(t *testing.T) {
 	if _, err := n.Exec(c, "touch", "/tmp/started"); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(t, n, "slow", podTimeout, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "slow", podTimeout, func(p *v1.Pod) (bool, string) {
 		return mainStatus(p).RestartCount >= 1, "liveness did not restart it after startup"
 	})
 }

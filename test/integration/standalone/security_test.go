@@ -64,7 +64,7 @@ func TestSecurityContexts(t *testing.T) {
 
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := waitPod(t, n, c.name, podTimeout, func(p *v1.Pod) (bool, string) {
+			p := n.WaitPod(t, c.name, podTimeout, func(p *v1.Pod) (bool, string) {
 				return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
 			})
 			term := mainStatus(p).State.Terminated
@@ -79,7 +79,7 @@ func TestSecurityContexts(t *testing.T) {
 		})
 	}
 	t.Run("root-image", func(t *testing.T) {
-		p := waitPod(t, n, "root-image", podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, "root-image", podTimeout, func(p *v1.Pod) (bool, string) {
 			return waitingReason(p) == "CreateContainerConfigError", "waiting reason " + waitingReason(p)
 		})
 		if msg := mainStatus(p).State.Waiting.Message; !strings.Contains(msg, "runAsNonRoot") {
@@ -107,7 +107,7 @@ spec:
     resources:
       limits: {memory: 16Mi}
 `, testbed.BusyboxImage))
-	p := waitPod(t, n, "hog", podTimeout, func(p *v1.Pod) (bool, string) {
+	p := n.WaitPod(t, "hog", podTimeout, func(p *v1.Pod) (bool, string) {
 		return p.Status.Phase == v1.PodFailed, fmt.Sprintf("phase %s", p.Status.Phase)
 	})
 	term := mainStatus(p).State.Terminated

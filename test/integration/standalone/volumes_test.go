@@ -152,7 +152,7 @@ spec:
 	}
 
 	t.Run("volumes", func(t *testing.T) {
-		p := waitPod(t, n, "vols", podTimeout, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, "vols", podTimeout, func(p *v1.Pod) (bool, string) {
 			cs := mainStatus(p)
 			return cs.RestartCount >= 1 && cs.State.Running != nil, fmt.Sprintf("container %+v", cs)
 		})
@@ -199,7 +199,7 @@ spec:
 	})
 
 	t.Run("fsGroup", func(t *testing.T) {
-		waitPod(t, n, "fsgroup", podTimeout, running)
+		n.WaitPod(t, "fsgroup", podTimeout, running)
 		if got := exec("fsgroup", "cat", "/info/labels"); got != `app="fsgroup"` {
 			t.Errorf("user 1000 reads /info/labels as %q", got)
 		}
@@ -213,12 +213,12 @@ spec:
 
 	t.Run("hostPath type check", func(t *testing.T) {
 		testbed.Eventually(t, podTimeout, func() (bool, string) {
-			return podEvents(n, "badhost", "FailedMount") > 0, "no FailedMount event"
+			return len(n.PodEvents("badhost", "FailedMount")) > 0, "no FailedMount event"
 		})
 		if !strings.Contains(n.Log(), "hostPath type check failed: "+socket+" does not exist") {
 			t.Errorf("the log does not say why the volume failed")
 		}
-		p := waitPod(t, n, "badhost", 5*time.Second, func(p *v1.Pod) (bool, string) {
+		p := n.WaitPod(t, "badhost", 5*time.Second, func(p *v1.Pod) (bool, string) {
 			return waitingReason(p) == "ContainerCreating", fmt.Sprintf("container %+v", mainStatus(p).State)
 		})
 		if p.Status.Phase != v1.PodPending {
@@ -229,7 +229,7 @@ spec:
 			t.Fatal(err)
 		}
 		defer l.Close()
-		waitPod(t, n, "badhost", podTimeout, running)
+		n.WaitPod(t, "badhost", podTimeout, running)
 	})
 
 	t.Run("DNS", func(t *testing.T) {
@@ -240,7 +240,7 @@ spec:
 			"dns-none":    {"nameserver 1.1.1.1", "search a.example", "options ndots:2"},
 			"hostnet":     clusterFirst,
 		} {
-			waitPod(t, n, pod, podTimeout, running)
+			n.WaitPod(t, pod, podTimeout, running)
 			got := exec(pod, "cat", "/etc/resolv.conf")
 			for _, line := range want {
 				if !strings.Contains(got, line) {
@@ -264,7 +264,7 @@ spec:
 		if got, want := exec("hostnet", "hostname"), mustHostname(t); got != want {
 			t.Errorf("host-network hostname %q, want the node's %q", got, want)
 		}
-		p := waitPod(t, n, "dns-default", podTimeout, running)
+		p := n.WaitPod(t, "dns-default", podTimeout, running)
 		hosts = exec("dns-default", "cat", "/etc/hosts")
 		if want := p.Status.PodIP + "\t" + n.PodName("dns-default"); !strings.Contains(hosts, want) || !strings.Contains(hosts, "127.0.0.1\tlocalhost") {
 			t.Errorf("pod /etc/hosts lacks %q or localhost:\n%s", want, hosts)
@@ -320,7 +320,7 @@ spec:
   containers:
   - {name: completion, image: %[1]s, command: ["echo", "OK"]}
 `, testbed.BusyboxImage))
-	waitPod(t, n, "propagation", podTimeout, func(p *v1.Pod) (bool, string) {
+	n.WaitPod(t, "propagation", podTimeout, func(p *v1.Pod) (bool, string) {
 		if p.Status.Phase == v1.PodFailed {
 			t.Fatalf("pod failed: %+v", p.Status.InitContainerStatuses)
 		}

@@ -19,20 +19,6 @@ import (
 
 const podTimeout = 90 * time.Second
 
-func waitPod(t *testing.T, n *testbed.Nodelet, name string, cond func(p *v1.Pod) (bool, string)) *v1.Pod {
-	t.Helper()
-	var pod *v1.Pod
-	testbed.Eventually(t, podTimeout, func() (bool, string) {
-		p, err := n.Pod(name)
-		if err != nil || p == nil {
-			return false, fmt.Sprintf("pod %s not reported: %v", name, err)
-		}
-		pod = p
-		return cond(p)
-	})
-	return pod
-}
-
 func running(p *v1.Pod) (bool, string) {
 	for _, c := range p.Status.ContainerStatuses {
 		if c.State.Running == nil {
@@ -100,8 +86,8 @@ func TestSystemdCgroupDriver(t *testing.T) {
 	}
 	n.WriteManifest("guaranteed.yaml", limitedPod("guaranteed", "cpu: 500m, memory: 64Mi", "cpu: 500m, memory: 64Mi"))
 	n.WriteManifest("burstable.yaml", limitedPod("burstable", "cpu: 250m, memory: 32Mi", "memory: 48Mi"))
-	g := waitPod(t, n, "guaranteed", running)
-	b := waitPod(t, n, "burstable", running)
+	g := n.WaitPod(t, "guaranteed", podTimeout, running)
+	b := n.WaitPod(t, "burstable", podTimeout, running)
 	escape := func(p *v1.Pod) string { return strings.ReplaceAll(string(p.UID), "-", "_") }
 	gSlice := "kubepods-pod" + escape(g) + ".slice"
 	bSlice := "kubepods-burstable-pod" + escape(b) + ".slice"
@@ -135,7 +121,7 @@ func TestSystemdCgroupDriver(t *testing.T) {
 	// A restart of nodelet restarts nothing.
 	n.Stop()
 	n.Start()
-	waitPod(t, n, "guaranteed", running)
+	n.WaitPod(t, "guaranteed", podTimeout, running)
 	if again := n.RunningContainer("guaranteed", "main"); again == nil || again.Id != c.Id {
 		t.Fatalf("the container changed across a restart of nodelet: %v", again)
 	}
@@ -177,5 +163,5 @@ func TestRuntimeReportsItsCgroupDriver(t *testing.T) {
 		t.Fatalf("nodelet did not take the runtime's driver:\n%s", n.LogTail(20))
 	}
 	n.WriteManifest("pod.yaml", limitedPod("pod", "cpu: 100m", "memory: 32Mi"))
-	waitPod(t, n, "pod", running)
+	n.WaitPod(t, "pod", podTimeout, running)
 }
