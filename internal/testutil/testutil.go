@@ -31,6 +31,18 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// Closed waits for ch to close, failing the test after 30 s with what
+// was to end: a test of a goroutine's end fails rather than hangs until
+// go test's timeout.
+func Closed[T any](t testing.TB, what string, ch <-chan T) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not end within 30 s", what)
+	}
+}
+
 // Golden compares got with the golden file at path; with
 // NODELET_UPDATE_GOLDEN=1 in the environment it writes got there
 // instead (review the diff).

@@ -396,7 +396,7 @@ func TestSyncLoopStopsWithContext(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = f.kl.Run(ctx); close(done) }()
 	cancel()
-	<-done
+	testutil.Closed(t, "the sync loop after its context ended", done)
 }
 
 func TestRuntimeBackOffDoublesUpToFiveSeconds(t *testing.T) {

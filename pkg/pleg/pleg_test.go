@@ -251,7 +251,7 @@ func TestRunStopsWithContext(t *testing.T) {
 	done := make(chan struct{})
 	go func() { g.Run(ctx); close(done) }()
 	cancel()
-	<-done
+	testutil.Closed(t, "Run after its context ended", done)
 }
 
 func TestTriggerRelistsAtOnce(t *testing.T) {
