@@ -175,14 +175,15 @@ func (s *FileSource) relist(ctx context.Context) {
 		}
 	}()
 	pods, from, err := s.read()
-	removed := s.removed
-	s.removed = map[string]bool{}
 	if err != nil {
-		// The path itself is unreadable: keep what was delivered last.
+		// The path itself is unreadable: keep what was delivered last,
+		// and the removals seen, for the read that succeeds.
 		s.report(s.path, err)
 		return
 	}
 	s.report(s.path, nil)
+	removed := s.removed
+	s.removed = map[string]bool{}
 	if len(removed) > 0 {
 		var without []*v1.Pod
 		for i, p := range pods {
