@@ -17,6 +17,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/standalone"
 	"github.com/nodelet/nodelet/pkg/subpath"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
@@ -28,12 +29,6 @@ type ClusterObjects interface {
 	volume.Objects
 	Services(namespace string) []*v1.Service
 }
-
-// noCluster is the ClusterObjects of a node without an API server: no
-// service, and a clear error for any configMap or secret.
-type noCluster struct{ volume.NoAPIServer }
-
-func (noCluster) Services(string) []*v1.Service { return nil }
 
 // Options are what a node's container options depend on.
 type Options struct {
@@ -83,7 +78,7 @@ func New(o Options) *Provider {
 		o.Allocatable = func() v1.ResourceList { return nil }
 	}
 	if o.Objects == nil {
-		o.Objects = noCluster{}
+		o.Objects = standalone.API{}
 	}
 	if o.Recorder == nil {
 		o.Recorder = &record.FakeRecorder{}

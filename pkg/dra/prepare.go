@@ -2,12 +2,12 @@ package dra
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/standalone"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,9 +18,6 @@ import (
 	"k8s.io/klog/v2"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 )
-
-// ErrNoAPIServer: a pod with resource claims needs the API server.
-var ErrNoAPIServer = errors.New("resource claims need an API server")
 
 // Prepare has the drivers prepare the claims of a pod about to get a
 // sandbox. A pod whose sandbox runs and whose claims are known is left
@@ -36,7 +33,7 @@ func (m *Manager) Prepare(ctx context.Context, pod *v1.Pod, sandboxReady bool) e
 		return nil
 	}
 	if m.o.Client == nil {
-		return ErrNoAPIServer
+		return fmt.Errorf("resource claims: %w", standalone.ErrNoAPIServer)
 	}
 	claims := make([]*resourceapi.ResourceClaim, 0, len(names))
 	for _, name := range names {

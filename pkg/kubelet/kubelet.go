@@ -29,7 +29,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/admission"
-	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/failpoint"
@@ -40,6 +39,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
 	"github.com/nodelet/nodelet/pkg/prober"
+	"github.com/nodelet/nodelet/pkg/standalone"
 )
 
 // PodWorkers is what the core asks of the pod workers.
@@ -156,7 +156,7 @@ type Deps struct {
 	Clock    clock.WithTicker
 	// Probes is nil when nothing is probed.
 	Probes Probes
-	// Mirrors is nil (NoAPIServer) without an API server.
+	// Mirrors is nil (standalone.API) without an API server.
 	Mirrors MirrorPods
 	// Volumes tears down the volumes of pods nodelet forgot (after a
 	// restart, say) before their directories go; nil for none.
@@ -213,7 +213,7 @@ type Kubelet struct {
 func New(cfg Config, d Deps) *Kubelet {
 	cfg.Cgroups = orNone[Cgroups](cfg.Cgroups, cm.Disabled{})
 	d.Probes = orNone[Probes](d.Probes, noProbes{})
-	d.Mirrors = orNone[MirrorPods](d.Mirrors, apiclient.None{})
+	d.Mirrors = orNone[MirrorPods](d.Mirrors, standalone.API{})
 	d.Volumes = orNone[VolumeTearDown](d.Volumes, noVolumes{})
 	pods := newPodManager()
 	cleaner := newCleaner(cleaner{

@@ -20,7 +20,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/pkg/apiclient"
 	"github.com/nodelet/nodelet/pkg/cm"
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/kuberuntime"
@@ -28,6 +27,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
 	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/standalone"
 )
 
 // syncRuntime is what the sync scripts ask of the container runtime.
@@ -93,7 +93,7 @@ type SyncerOptions struct {
 	// grants, the volumes, the resource claims, the object watches.
 	Hooks []Hook
 	// Secrets reads the pods' image pull secrets; nil without an API
-	// server (apiclient.None).
+	// server (standalone.API).
 	Secrets SecretGetter
 	// Mirrors manages mirror pods; nil without an API server.
 	Mirrors MirrorPods
@@ -134,8 +134,8 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	if o.Network == nil {
 		o.Network = func() error { return nil }
 	}
-	o.Secrets = orNone[SecretGetter](o.Secrets, apiclient.None{})
-	o.Mirrors = orNone[MirrorPods](o.Mirrors, apiclient.None{})
+	o.Secrets = orNone[SecretGetter](o.Secrets, standalone.API{})
+	o.Mirrors = orNone[MirrorPods](o.Mirrors, standalone.API{})
 	o.Probes = orNone[probes](o.Probes, noProbes{})
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
 	o.Reads = orNone[podReads](o.Reads, runtimeReads{o.Runtime})

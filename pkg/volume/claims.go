@@ -19,14 +19,6 @@ type Claims interface {
 	GetPersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error)
 }
 
-func (NoAPIServer) GetPersistentVolumeClaim(_ context.Context, _, name string) (*v1.PersistentVolumeClaim, error) {
-	return nil, fmt.Errorf("persistentvolumeclaim %q: a claim %w", name, ErrNoAPIServer)
-}
-
-func (NoAPIServer) GetPersistentVolume(_ context.Context, name string) (*v1.PersistentVolume, error) {
-	return nil, fmt.Errorf("persistentvolume %q: a volume %w", name, ErrNoAPIServer)
-}
-
 // ErrClaimNotBound says a pod's claim has no volume yet: the pod waits,
 // and its sync is retried.
 var ErrClaimNotBound = errors.New("is not bound to a volume yet")

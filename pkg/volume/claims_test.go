@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nodelet/nodelet/pkg/standalone"
 )
 
 // fakeClaims holds claims and volumes, counting reads.
@@ -148,7 +150,7 @@ func TestEphemeralVolumeClaims(t *testing.T) {
 func TestClaimsNeedAnAPIServer(t *testing.T) {
 	m := NewManager(Options{RootDir: t.TempDir()})
 	err := m.WaitForAttachAndMount(context.Background(), testPod(claimVolume("data", "c", false)))
-	if !errors.Is(err, ErrNoAPIServer) {
+	if !errors.Is(err, standalone.ErrNoAPIServer) {
 		t.Errorf("standalone: %v", err)
 	}
 	static := testPod(claimVolume("data", "c", false))

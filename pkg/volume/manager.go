@@ -38,6 +38,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/poddirs"
+	"github.com/nodelet/nodelet/pkg/standalone"
 )
 
 // Objects reads the configMaps and secrets pods refer to.
@@ -56,11 +57,11 @@ type Options struct {
 	RootDir  string
 	NodeName string
 	HostIPs  []string
-	// Objects and Tokens are nil without an API server (NoAPIServer
+	// Objects and Tokens are nil without an API server (standalone.API
 	// stands in): volumes that need them then fail with a clear error.
 	Objects Objects
 	Tokens  Tokens
-	// Claims resolves persistent volume claims; nil (NoAPIServer)
+	// Claims resolves persistent volume claims; nil (standalone.API)
 	// without an API server.
 	Claims Claims
 	// Node is the node as nodelet knows it, for persistent volumes' node
@@ -79,26 +80,6 @@ type Options struct {
 	// Steps records each volume's first set-up, and each failure, in the
 	// pod's timeline; nil records nothing.
 	Steps instrument.StepRecorder
-}
-
-// ErrNoAPIServer is returned for a volume or variable that needs an API
-// object on a node without an API server.
-var ErrNoAPIServer = errors.New("needs an API server")
-
-// NoAPIServer is the Objects and Tokens of a node without an API server:
-// every read fails with ErrNoAPIServer.
-type NoAPIServer struct{}
-
-func (NoAPIServer) GetSecret(_ context.Context, _, name string) (*v1.Secret, error) {
-	return nil, fmt.Errorf("secret %q: a secret %w", name, ErrNoAPIServer)
-}
-
-func (NoAPIServer) GetConfigMap(_ context.Context, _, name string) (*v1.ConfigMap, error) {
-	return nil, fmt.Errorf("configmap %q: a configmap %w", name, ErrNoAPIServer)
-}
-
-func (NoAPIServer) CreateToken(context.Context, string, string, *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
-	return nil, fmt.Errorf("a service account token %w", ErrNoAPIServer)
 }
 
 // ErrStaticPodAPIObject is returned for a static pod that refers to API
@@ -124,13 +105,13 @@ func NewManager(o Options) *Manager {
 		o.Recorder = &record.FakeRecorder{}
 	}
 	if o.Objects == nil {
-		o.Objects = NoAPIServer{}
+		o.Objects = standalone.API{}
 	}
 	if o.Tokens == nil {
-		o.Tokens = NoAPIServer{}
+		o.Tokens = standalone.API{}
 	}
 	if o.Claims == nil {
-		o.Claims = NoAPIServer{}
+		o.Claims = standalone.API{}
 	}
 	if o.Node == nil {
 		o.Node = func() *v1.Node { return nil }

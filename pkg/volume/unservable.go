@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/standalone"
 )
 
 // errUnsupportedProjection is a projection nodelet does not serve.
@@ -34,7 +35,7 @@ func (m *Manager) Unservable(pod *v1.Pod) error {
 
 func (m *Manager) unservable(pod *v1.Pod, vol *v1.Volume) error {
 	static := podutil.IsStatic(pod)
-	_, noAPI := m.o.Objects.(NoAPIServer)
+	noAPI := standalone.IsAPI(m.o.Objects)
 	if sources, _, ok := projections(vol); ok {
 		for _, s := range sources {
 			if s.ClusterTrustBundle != nil || s.PodCertificate != nil {
@@ -45,17 +46,17 @@ func (m *Manager) unservable(pod *v1.Pod, vol *v1.Volume) error {
 		case ref != "" && static:
 			return fmt.Errorf("%w (%s)", ErrStaticPodAPIObject, ref)
 		case ref != "" && noAPI:
-			return fmt.Errorf("%s: %w", ref, ErrNoAPIServer)
+			return fmt.Errorf("%s: %w", ref, standalone.ErrNoAPIServer)
 		}
 		return nil
 	}
 	if name := claimName(pod, vol); name != "" {
-		_, noClaims := m.o.Claims.(NoAPIServer)
+		noClaims := standalone.IsAPI(m.o.Claims)
 		switch {
 		case static:
 			return fmt.Errorf("%w (persistentvolumeclaim %q)", ErrStaticPodAPIObject, name)
 		case noClaims:
-			return fmt.Errorf("persistentvolumeclaim %q: %w", name, ErrNoAPIServer)
+			return fmt.Errorf("persistentvolumeclaim %q: %w", name, standalone.ErrNoAPIServer)
 		}
 		return nil
 	}

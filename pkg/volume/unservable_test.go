@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/volumetest"
 	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/standalone"
 )
 
 // Unservable names the volumes whose set-up fails whatever the API server
@@ -34,7 +35,7 @@ func TestUnservable(t *testing.T) {
 	api := volumetest.New(nil)
 	noImages := errors.New("cannot mount image volumes")
 	cluster := NewManager(Options{RootDir: t.TempDir(), Objects: api, Tokens: api, ImageVolumes: func() error { return noImages }})
-	standalone := NewManager(Options{RootDir: t.TempDir()})
+	alone := NewManager(Options{RootDir: t.TempDir()})
 	for _, tc := range []struct {
 		name string
 		m    *Manager
@@ -44,12 +45,12 @@ func TestUnservable(t *testing.T) {
 		{"a token, with an API server", cluster, testPod(token, empty), nil},
 		{"a configMap, with an API server", cluster, testPod(cfg), nil},
 		{"a claim, with an API server", NewManager(Options{RootDir: t.TempDir(), Objects: api, Claims: &fakeClaims{}}), testPod(claim), nil},
-		{"a token, without an API server", standalone, testPod(empty, token), ErrNoAPIServer},
-		{"a claim, without an API server", standalone, testPod(claim), ErrNoAPIServer},
+		{"a token, without an API server", alone, testPod(empty, token), standalone.ErrNoAPIServer},
+		{"a claim, without an API server", alone, testPod(claim), standalone.ErrNoAPIServer},
 		{"a static pod's configMap", cluster, static(testPod(cfg)), ErrStaticPodAPIObject},
 		{"a static pod's claim", cluster, static(testPod(claim)), ErrStaticPodAPIObject},
 		{"a static pod's CSI volume", cluster, static(testPod(csi)), ErrStaticPodAPIObject},
-		{"a CSI volume without CSI", standalone, testPod(csi), ErrUnsupportedVolume},
+		{"a CSI volume without CSI", alone, testPod(csi), ErrUnsupportedVolume},
 		{"an image volume the runtime cannot mount", cluster, testPod(image), noImages},
 		{"a clusterTrustBundle", cluster, testPod(bundle), errUnsupportedProjection},
 		{"an NFS volume", cluster, testPod(nfs), ErrUnsupportedVolume},

@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/nodestatus"
 	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/podsync"
+	"github.com/nodelet/nodelet/pkg/standalone"
 	"github.com/nodelet/nodelet/pkg/stats"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
@@ -56,7 +57,7 @@ type clusterObjects interface {
 }
 
 // clusterClients are the API server's clients the pods' sync needs; on a
-// standalone node, apiclient.None stands in for each.
+// standalone node, standalone.API stands in for each.
 type clusterClients struct {
 	objects clusterObjects
 	tokens  volume.Tokens
@@ -77,7 +78,7 @@ type clusterClients struct {
 
 func buildClusterClients(b *base) *clusterClients {
 	if b.client == nil {
-		none := apiclient.None{}
+		none := standalone.API{}
 		return &clusterClients{objects: none, tokens: none, claims: none, mirrors: none}
 	}
 	api := apiclient.New(b.client, b.nodeName)
