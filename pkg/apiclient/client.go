@@ -1,7 +1,12 @@
-// Package apiclient is the node's client of the API server for what its
-// pods need: mirror pods of static pods, the secrets, configMaps, claims,
-// volumes, CSI drivers and attachments pods refer to, and service account
-// tokens. On a standalone node, None stands in for it.
+// Package apiclient is the one way nodelet reads the API objects its pods
+// refer to, and writes their mirror pods: the secrets, configMaps and
+// services (watched while a pod refers to them), and the claims, volumes,
+// CSI drivers, attachments and service account tokens (read when a
+// volume is set up). kubeclient below it is the wire; each consumer
+// declares the part it reads as an interface of its own, and the journal
+// wraps some of them to read through an outage. On a node without an API
+// server, standalone.API answers instead.
+//
 package apiclient
 
 import (
@@ -20,17 +25,28 @@ import (
 	"github.com/nodelet/nodelet/pkg/podutil"
 )
 
-// Client is what the node does with the API server for its pods, on a
-// client-go clientset: mirror pods, and reading the objects pods refer to
-// (each consumer declares the part it uses).
+// Client is what the node does with the API server for its pods: mirror
+// pods, and reading the objects pods refer to (each consumer declares the
+// part it uses). Its secrets and configMaps come from watches (watched.go),
+// which run until Run ends.
 type Client struct {
+	*watches
 	client   kubeclient.Interface
 	nodeName string
 }
 
+// Options are what the client depends on.
+type Options struct {
+	Client   kubeclient.Interface
+	NodeName string
+	// OnChange receives the pods referring to a watched object that
+	// changed; nil tells nobody.
+	OnChange func([]types.UID)
+}
+
 // New returns the node's API client.
-func New(client kubeclient.Interface, nodeName string) *Client {
-	return &Client{client: client, nodeName: nodeName}
+func New(o Options) *Client {
+	return &Client{watches: newWatches(o.Client, o.OnChange), client: o.Client, nodeName: o.NodeName}
 }
 
 // CreateMirrorPod creates the mirror of a static pod: the same pod with
@@ -109,18 +125,6 @@ func (c *Client) node(ctx context.Context) (*v1.Node, error) {
 	return node, nil
 }
 
-// GetSecret reads a secret; the Node authorizer lets a node read only
-// the secrets its pods refer to.
-func (c *Client) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
-	return c.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-}
-
-// GetConfigMap reads a configMap a pod refers to.
-func (c *Client) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
-	return c.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
-}
-
-// CreateToken requests a token for a service account, bound to a pod.
 // GetPersistentVolumeClaim reads a claim a pod mounts.
 func (c *Client) GetPersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
 	return c.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -151,6 +155,7 @@ func (c *Client) GetVolumeAttachment(ctx context.Context, name string) (*storage
 	return c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 }
 
+// CreateToken requests a token for a service account, bound to a pod.
 func (c *Client) CreateToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount, req, metav1.CreateOptions{})
 }

@@ -19,7 +19,7 @@ func TestCreateMirrorPodOnlyWhileTheNodeStays(t *testing.T) {
 		Annotations: map[string]string{podutil.ConfigSourceAnnotationKey: "file", podutil.ConfigHashAnnotationKey: "h2"}}}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-uid", Finalizers: []string{"example.com/hold"}}}
 	client := fake.NewClientset(node)
-	api := New(kubeclienttest.Wrap(client), "n1")
+	api := New(Options{Client: kubeclienttest.Wrap(client), NodeName: "n1"})
 	ctx := context.Background()
 	if err := api.CreateMirrorPod(ctx, static); err != nil {
 		t.Fatal(err)

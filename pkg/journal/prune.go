@@ -10,7 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/objects"
+	"github.com/nodelet/nodelet/pkg/apiclient"
 )
 
 // prune keeps the journal bounded by what the node runs. A pod's records
@@ -110,7 +110,7 @@ func livePods(tx *bolt.Tx, j *Journal, now time.Time) (pods, refs map[string]boo
 			}
 		}
 		pods[string(k)] = true
-		for _, ref := range objects.Referenced(r.Pod) {
+		for _, ref := range apiclient.Referenced(r.Pod) {
 			refs[ref] = true
 		}
 		for _, ref := range claimRefs(r.Pod) {
@@ -154,8 +154,8 @@ func keepAttachments(tx *bolt.Tx, refs map[string]bool) {
 	})
 }
 
-// Kinds of the objects kept for claims, beside objects.KindConfigMap
-// and objects.KindSecret.
+// Kinds of the objects kept for claims, beside apiclient.KindConfigMap
+// and apiclient.KindSecret.
 const (
 	KindClaim      = "persistentvolumeclaim"
 	KindVolume     = "persistentvolume"

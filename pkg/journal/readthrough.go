@@ -13,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/apiclient"
 )
 
 // Unreachable reports whether err says the API server could not be asked
@@ -141,4 +143,31 @@ func (t Tokens) CreateToken(ctx context.Context, namespace, serviceAccount strin
 	out := req.DeepCopy()
 	out.Status = authenticationv1.TokenRequestStatus{Token: r.Token, ExpirationTimestamp: metav1.NewTime(r.Expires)}
 	return out, nil
+}
+
+// APIObjects are the objects pods refer to that are watched while they
+// do (apiclient.Client).
+type APIObjects interface {
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
+	Services(namespace string) []*v1.Service
+	RegisterPod(pod *v1.Pod)
+	UnregisterPod(pod *v1.Pod)
+}
+
+// Objects keeps the configMaps and secrets pods refer to in the journal,
+// and serves its copies while the API server cannot be asked.
+type Objects struct {
+	APIObjects
+	J *Journal
+}
+
+func (o Objects) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	s, err := o.APIObjects.GetSecret(ctx, namespace, name)
+	return ReadThrough(o.J, apiclient.KindSecret, namespace, name, s, err)
+}
+
+func (o Objects) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+	c, err := o.APIObjects.GetConfigMap(ctx, namespace, name)
+	return ReadThrough(o.J, apiclient.KindConfigMap, namespace, name, c, err)
 }

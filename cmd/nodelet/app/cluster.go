@@ -20,7 +20,6 @@ import (
 	"github.com/nodelet/nodelet/pkg/journal"
 	"github.com/nodelet/nodelet/pkg/kubeclient"
 	"github.com/nodelet/nodelet/pkg/nodestatus"
-	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/podsync"
 	"github.com/nodelet/nodelet/pkg/standalone"
 	"github.com/nodelet/nodelet/pkg/stats"
@@ -81,20 +80,19 @@ func buildClusterClients(b *base) *clusterClients {
 		none := standalone.API{}
 		return &clusterClients{objects: none, tokens: none, claims: none, mirrors: none}
 	}
-	api := apiclient.New(b.client, b.nodeName)
 	// A change to an object a pod refers to syncs the pod at once.
-	objs := objects.NewManager(b.client, func(uids []types.UID) {
+	api := apiclient.New(apiclient.Options{Client: b.client, NodeName: b.nodeName, OnChange: func(uids []types.UID) {
 		for _, uid := range uids {
 			b.workQueue.Enqueue(uid, 0)
 		}
-	})
+	}})
 	drivers := csi.NewRegistry(csi.RegistryOptions{RootDir: b.opts.RootDir, Nodes: csi.APINodes{Client: b.client, NodeName: b.nodeName},
 		Clock: b.clock, Timeout: b.cfg.RuntimeRequestTimeout.Duration})
 	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.opts.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journal.CSIAPI{API: api, J: b.journal},
 		Timeout: b.cfg.RuntimeRequestTimeout.Duration, Clock: b.clock})
-	return &clusterClients{objects: journaledObjects{objs, b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journal.Claims{Claims: api, J: b.journal},
+	return &clusterClients{objects: journal.Objects{APIObjects: api, J: b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journal.Claims{Claims: api, J: b.journal},
 		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api, csiDrivers: drivers,
-		components: []component{{"API object watches", objs.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run}}}
+		components: []component{{"API object watches", api.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run}}}
 }
 
 // reporterParts is the Node as the API server has it: registered,

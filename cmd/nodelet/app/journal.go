@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/journal"
-	"github.com/nodelet/nodelet/pkg/objects"
 	"github.com/nodelet/nodelet/pkg/podsources"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podutil"
@@ -103,23 +102,6 @@ func restoreSource(b *base, podConfig *podsources.PodConfig, source string, pods
 		// A component runs as long as nodelet does.
 		<-ctx.Done()
 	})
-}
-
-// journaledObjects keeps the configMaps and secrets pods refer to in the
-// journal, and serves its copies while the API server cannot be asked.
-type journaledObjects struct {
-	clusterObjects
-	j *journal.Journal
-}
-
-func (o journaledObjects) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
-	s, err := o.clusterObjects.GetSecret(ctx, namespace, name)
-	return journal.ReadThrough(o.j, objects.KindSecret, namespace, name, s, err)
-}
-
-func (o journaledObjects) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
-	c, err := o.clusterObjects.GetConfigMap(ctx, namespace, name)
-	return journal.ReadThrough(o.j, objects.KindConfigMap, namespace, name, c, err)
 }
 
 // The journal is what the status manager and the merge keep in it.

@@ -1,4 +1,4 @@
-package objects
+package apiclient
 
 import (
 	"context"
@@ -85,7 +85,7 @@ func TestRegisteredObjectChangeSyncsItsPods(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(configMap("ns", "cfg", "1"), configMap("other", "cfg", "1"))
 	var seen changes
-	m := NewManager(kubeclienttest.Wrap(client), seen.record)
+	m := New(Options{Client: kubeclienttest.Wrap(client), NodeName: "n1", OnChange: seen.record})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- m.Run(runCtx) }()
@@ -140,7 +140,7 @@ func TestUnregisteredObjectsAreReadDirectly(t *testing.T) {
 	ctx := context.Background()
 	secret := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}, Data: map[string][]byte{"k": []byte("v")}}
 	client := fake.NewClientset(secret)
-	m := NewManager(kubeclienttest.Wrap(client), nil)
+	m := New(Options{Client: kubeclienttest.Wrap(client), NodeName: "n1"})
 	got, err := m.GetSecret(ctx, "ns", "s")
 	if err != nil || string(got.Data["k"]) != "v" {
 		t.Fatalf("GetSecret: %v %v", got, err)
@@ -165,7 +165,7 @@ func TestServicesAppearOnceListed(t *testing.T) {
 	svc := func(ns, name string) *v1.Service {
 		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	}
-	m := NewManager(kubeclienttest.Wrap(fake.NewClientset(svc("ns", "web"), svc("default", "kubernetes"))), nil)
+	m := New(Options{Client: kubeclienttest.Wrap(fake.NewClientset(svc("ns", "web"), svc("default", "kubernetes"))), NodeName: "n1"})
 	if got := m.Services(""); got != nil {
 		t.Fatalf("services before the watch ran: %v", got)
 	}

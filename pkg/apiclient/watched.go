@@ -1,5 +1,4 @@
-// Package objects is nodelet's view of the API objects its pods refer to:
-// the configMaps and secrets named in their volumes, environment and
+// The watched objects: the configMaps and secrets named in their volumes, environment and
 // image pull secrets (upstream's watch-based secret and configMap
 // managers), and the services whose addresses go into containers'
 // environment.
@@ -12,7 +11,7 @@
 // appears, the pods that refer to it are handed to OnChange so they are
 // synced at once: their volumes are refreshed, and a pod waiting for a
 // missing object starts.
-package objects
+package apiclient
 
 import (
 	"context"
@@ -56,8 +55,8 @@ type watched struct {
 	pods   map[types.UID]bool
 }
 
-// Manager caches the objects pods refer to.
-type Manager struct {
+// watches caches the objects pods refer to.
+type watches struct {
 	client kubeclient.Interface
 	// OnChange receives the pods referring to an object that changed.
 	onChange func([]types.UID)
@@ -77,14 +76,14 @@ type Manager struct {
 	servicesSynced cache.InformerSynced
 }
 
-// NewManager returns a manager; its watches run until Run ends. onChange
-// may be nil.
-func NewManager(client kubeclient.Interface, onChange func([]types.UID)) *Manager {
+// newWatches returns the watches; they run until Run ends. onChange may
+// be nil.
+func newWatches(client kubeclient.Interface, onChange func([]types.UID)) *watches {
 	if onChange == nil {
 		onChange = func([]types.UID) {}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{client: client, onChange: onChange, ctx: ctx, cancel: cancel, objects: map[key]*watched{}, refs: map[types.UID][]key{}}
+	m := &watches{client: client, onChange: onChange, ctx: ctx, cancel: cancel, objects: map[key]*watched{}, refs: map[types.UID][]key{}}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Services("").List(ctx, o)
@@ -99,7 +98,7 @@ func NewManager(client kubeclient.Interface, onChange func([]types.UID)) *Manage
 }
 
 // Run watches the services until ctx ends, then stops every watch.
-func (m *Manager) Run(ctx context.Context) error {
+func (m *watches) Run(ctx context.Context) error {
 	defer m.cancel()
 	m.servicesInformer.RunWithContext(ctx)
 	return nil
@@ -174,7 +173,7 @@ func references(pod *v1.Pod) []key {
 
 // RegisterPod watches the objects the pod refers to (and stops watching
 // those it no longer refers to after an update).
-func (m *Manager) RegisterPod(pod *v1.Pod) {
+func (m *watches) RegisterPod(pod *v1.Pod) {
 	refs := references(pod)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -191,7 +190,7 @@ func (m *Manager) RegisterPod(pod *v1.Pod) {
 }
 
 // UnregisterPod stops the watches only this pod needed.
-func (m *Manager) UnregisterPod(pod *v1.Pod) {
+func (m *watches) UnregisterPod(pod *v1.Pod) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.release(pod.UID)
@@ -199,7 +198,7 @@ func (m *Manager) UnregisterPod(pod *v1.Pod) {
 }
 
 // release drops uid's references. Call with mu held.
-func (m *Manager) release(uid types.UID) {
+func (m *watches) release(uid types.UID) {
 	for _, k := range m.refs[uid] {
 		w := m.objects[k]
 		if w == nil {
@@ -214,7 +213,7 @@ func (m *Manager) release(uid types.UID) {
 }
 
 // watch starts a single-object watch. Call with mu held.
-func (m *Manager) watch(k key) *watched {
+func (m *watches) watch(k key) *watched {
 	ctx, cancel := context.WithCancel(m.ctx)
 	var lw *cache.ListWatch
 	var obj runtime.Object
@@ -239,7 +238,7 @@ func (m *Manager) watch(k key) *watched {
 	return &watched{store: store, synced: ctrl.HasSynced, stop: cancel, pods: map[types.UID]bool{}}
 }
 
-func (m *Manager) changed(k key) {
+func (m *watches) changed(k key) {
 	m.mu.Lock()
 	w := m.objects[k]
 	var uids []types.UID
@@ -257,7 +256,7 @@ func (m *Manager) changed(k key) {
 
 // get reads an object from its watch, or from the API server when no pod
 // registered it or its watch has not listed yet.
-func get[T runtime.Object](ctx context.Context, m *Manager, k key, direct func() (T, error)) (T, error) {
+func get[T runtime.Object](ctx context.Context, m *watches, k key, direct func() (T, error)) (T, error) {
 	var none T
 	m.mu.Lock()
 	w := m.objects[k]
@@ -281,14 +280,14 @@ func get[T runtime.Object](ctx context.Context, m *Manager, k key, direct func()
 }
 
 // GetSecret returns a secret.
-func (m *Manager) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+func (m *watches) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
 	return get(ctx, m, key{KindSecret, namespace, name}, func() (*v1.Secret, error) {
 		return m.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	})
 }
 
 // GetConfigMap returns a configMap.
-func (m *Manager) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+func (m *watches) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
 	return get(ctx, m, key{KindConfigMap, namespace, name}, func() (*v1.ConfigMap, error) {
 		return m.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 	})
@@ -296,7 +295,7 @@ func (m *Manager) GetConfigMap(ctx context.Context, namespace, name string) (*v1
 
 // Services lists the services of a namespace ("" for all), once the
 // service watch has listed; before that, none.
-func (m *Manager) Services(namespace string) []*v1.Service {
+func (m *watches) Services(namespace string) []*v1.Service {
 	if !m.servicesSynced() {
 		return nil
 	}
@@ -311,7 +310,7 @@ func (m *Manager) Services(namespace string) []*v1.Service {
 }
 
 // Watching tells how many objects are watched, for tests.
-func (m *Manager) Watching() int {
+func (m *watches) Watching() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.objects)
