@@ -6,7 +6,6 @@
 // declares the part it reads as an interface of its own, and the journal
 // wraps some of them to read through an outage. On a node without an API
 // server, standalone.API answers instead.
-//
 package apiclient
 
 import (
