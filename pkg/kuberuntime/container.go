@@ -22,7 +22,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/instrument"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/startlimit"
+	"github.com/nodelet/nodelet/pkg/runtimegate"
 )
 
 // containerKind says where in the spec a container comes from; it decides
@@ -165,7 +165,7 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	}
 	// Only a container started counts towards the limit: a failure's
 	// latency says nothing about the runtime's load.
-	var counted startlimit.Kind
+	var counted runtimegate.Kind
 	defer func() { slot.Done(counted) }()
 	cctx, cancel := m.call(ctx)
 	created, err := m.runtime.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
@@ -200,7 +200,7 @@ func (m *Manager) createAndStart(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		m.warn(ctx, ref, "Failed", "Error: %s", crierr.Message(err))
 		return id, crierr.Message(err), container.ErrRunContainer
 	}
-	counted = startlimit.Container
+	counted = runtimegate.Container
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	m.legacyLogs.link(filepath.Join(sandboxCfg.GetLogDirectory(), cfg.GetLogPath()), pod.Name, pod.Namespace, c.Name, id)
 	// The fault tests stop nodelet here: a container running that nodelet
@@ -402,7 +402,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, id container.C
 	if aerr != nil {
 		return fmt.Errorf("stopping container %s (%s) of pod %s: %w", name, id.ID, podutil.Ref(pod), aerr)
 	}
-	ended := slot.HoldFor(stopHold, startlimit.ContainerStop)
+	ended := slot.HoldFor(stopHold, runtimegate.ContainerStop)
 	defer m.stopping.begin(id.ID)()
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.requestTimeout)
 	defer cancel()

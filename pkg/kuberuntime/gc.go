@@ -16,7 +16,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/logs"
 	"github.com/nodelet/nodelet/pkg/poddirs"
-	"github.com/nodelet/nodelet/pkg/startlimit"
+	"github.com/nodelet/nodelet/pkg/runtimegate"
 )
 
 // GCPolicy bounds what garbage collection keeps.
@@ -36,7 +36,7 @@ type ContainerGC struct {
 	podLogsDir  string
 	legacyLogs  legacyLogs
 	timeout     time.Duration
-	stops       *startlimit.Gate
+	stops       *runtimegate.Gate
 	pods        interface {
 		GetPods(ctx context.Context) ([]*container.Pod, error)
 	}
@@ -212,7 +212,7 @@ func (g *ContainerGC) removeSandbox(ctx context.Context, id string) error {
 // gated runs a removal in a background slot of the stop gate (pod stops
 // go first), bounded by the request timeout.
 func (g *ContainerGC) gated(ctx context.Context, remove func(ctx context.Context) error) error {
-	slot, err := g.stops.Acquire(ctx, startlimit.Waiter{Background: true})
+	slot, err := g.stops.Acquire(ctx, runtimegate.Waiter{Background: true})
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/container"
 	"github.com/nodelet/nodelet/pkg/instrument"
-	"github.com/nodelet/nodelet/pkg/startlimit"
+	"github.com/nodelet/nodelet/pkg/runtimegate"
 )
 
 // ErrMountVolume classifies a RunContainerOptions failure to set up a
@@ -106,7 +106,7 @@ type Options struct {
 	// them (and garbage collection's removals, after every pod's stop);
 	// nil for gates that find their limits from the machine's core count
 	// up (or down).
-	Starts, Stops *startlimit.Gate
+	Starts, Stops *runtimegate.Gate
 }
 
 // ContainerHook takes part in a container's start.
@@ -171,7 +171,7 @@ type Manager struct {
 	// containers, and stops those that stop them, each as many at once as
 	// the runtime takes without queueing: their knees differ (a stop is
 	// mostly waiting, and teardown scales further on this VM).
-	starts, stops *startlimit.Gate
+	starts, stops *runtimegate.Gate
 	// stopping holds what nodelet is stopping itself.
 	stopping  *stopping
 	sandboxes *sandboxes
@@ -218,10 +218,10 @@ func New(o Options) *Manager {
 		o.PodCgroup = func(*v1.Pod) error { return nil }
 	}
 	if o.Starts == nil {
-		o.Starts = startlimit.New(startlimit.Options{Clock: o.Clock})
+		o.Starts = runtimegate.New(runtimegate.Options{Clock: o.Clock})
 	}
 	if o.Stops == nil {
-		o.Stops = startlimit.New(startlimit.Options{Name: "stop", Clock: o.Clock})
+		o.Stops = runtimegate.New(runtimegate.Options{Name: "stop", Clock: o.Clock})
 	}
 	m := &Manager{
 		runtime:        o.Runtime,

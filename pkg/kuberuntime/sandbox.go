@@ -14,7 +14,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/crierr"
 	"github.com/nodelet/nodelet/pkg/failpoint"
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/startlimit"
+	"github.com/nodelet/nodelet/pkg/runtimegate"
 )
 
 // sandboxes is the sandbox work: describing a pod's sandbox to the
@@ -26,7 +26,7 @@ type sandboxes struct {
 	cgroupParent   func(*v1.Pod) string
 	security       Security
 	userns         UserNamespaces
-	starts, stops  *startlimit.Gate
+	starts, stops  *runtimegate.Gate
 	stopping       *stopping
 	requestTimeout time.Duration
 }
@@ -53,7 +53,7 @@ func (m *sandboxes) create(ctx context.Context, pod *v1.Pod, attempt uint32) (st
 	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
 		Config: cfg, RuntimeHandler: RuntimeHandler(pod),
 	})
-	slot.End(startlimit.Sandbox, err)
+	slot.End(runtimegate.Sandbox, err)
 	if err != nil {
 		msg := fmt.Sprintf("Failed to create pod sandbox: %v", crierr.Message(err))
 		return "", msg, err
@@ -197,7 +197,7 @@ func (m *sandboxes) stop(ctx context.Context, pod *v1.Pod, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.requestTimeout)
 	defer cancel()
 	_, err = m.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
-	slot.End(startlimit.SandboxStop, err)
+	slot.End(runtimegate.SandboxStop, err)
 	if err != nil && !crierr.IsNotFound(err) {
 		return err
 	}

@@ -8,12 +8,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/startlimit"
+	"github.com/nodelet/nodelet/pkg/runtimegate"
 )
 
 // waiter is pod as it waits at a gate: in the order nodelet first saw it.
-func waiter(pod *v1.Pod) startlimit.Waiter {
-	return startlimit.Waiter{Seen: firstSeen(pod), UID: pod.UID}
+func waiter(pod *v1.Pod) runtimegate.Waiter {
+	return runtimegate.Waiter{Seen: firstSeen(pod), UID: pod.UID}
 }
 
 // stopHold is how long a StopContainer call holds its slot.

@@ -177,7 +177,7 @@ func (s stubStats) Summary(_ context.Context, only bool) (*statsapi.Summary, err
 
 func TestStatsSummary(t *testing.T) {
 	var only bool
-	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Monitoring: Monitoring{Stats: stubStats{&only}}}))
+	srv := httptest.NewServer(NewAPI(APISources{Pods: pods{}, Healthz: func() error { return nil }, Monitoring: Monitoring{Stats: stubStats{&only}}}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/stats/summary")
 	if err != nil {
@@ -205,7 +205,7 @@ func TestStatsSummary(t *testing.T) {
 // not at all when there is none to serve.
 func TestConfigz(t *testing.T) {
 	cfg := &kubeletv1beta1.KubeletConfiguration{StaticPodPath: "/etc/kubernetes/manifests", KubeletCgroups: "/kubelet", ReadOnlyPort: 10255}
-	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Configz: cfg}))
+	srv := httptest.NewServer(NewAPI(APISources{Pods: pods{}, Healthz: func() error { return nil }, Configz: cfg}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/configz")
 	if err != nil {
@@ -221,7 +221,7 @@ func TestConfigz(t *testing.T) {
 		t.Fatalf("status %d (%s), config %+v, err %v", resp.StatusCode, resp.Header.Get("Content-Type"), got.Config, err)
 	}
 
-	none := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }}))
+	none := httptest.NewServer(NewAPI(APISources{Pods: pods{}, Healthz: func() error { return nil }}))
 	defer none.Close()
 	resp, err = http.Get(none.URL + "/configz")
 	if err != nil {
@@ -273,7 +273,7 @@ func (r logRuntime) ContainerLogs(ctx context.Context, ns, pod, c string, opts k
 // containerLogs also serves WebSocket clients, in binary or base64 frames
 // as they ask, as the API server serves pods/log.
 func TestContainerLogsOverWebSocket(t *testing.T) {
-	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "hello\n"}}))
+	srv := httptest.NewServer(NewAPI(APISources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "hello\n"}}))
 	defer srv.Close()
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/containerLogs/ns/p/c"
 	for _, tc := range []struct{ protocol, want string }{
@@ -324,7 +324,7 @@ func TestLogsReachTheAPIServersWebSocket(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cert := testutil.NewCert(t, "node", nil).TLS
-	h := NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "container is alive\n"}})
+	h := NewAPI(APISources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "container is alive\n"}})
 	l, err := Listen("127.0.0.1:0", h, TLSConfig(TLSOptions{Certificate: func() *tls.Certificate { return cert }}))
 	testutil.Must(t, err)
 	go l.Run(ctx) //nolint:errcheck // ends with the test
@@ -429,7 +429,7 @@ func FuzzContainerLogsQuery(f *testing.F) {
 		"sinceSeconds=5&timestamps=true", "sinceTime=2026-11-23T10:00:00Z", "sinceTime=yesterday", "previous=true&%zz", "tailLines=1&tailLines=x"} {
 		f.Add(q)
 	}
-	h := NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "hello\n"}})
+	h := NewAPI(APISources{Pods: pods{}, Healthz: func() error { return nil }, Runtime: logRuntime{log: "hello\n"}})
 	f.Fuzz(func(t *testing.T, query string) {
 		r := httptest.NewRequest(http.MethodGet, "/containerLogs/ns/p/c", nil)
 		r.URL.RawQuery = query
@@ -457,7 +457,7 @@ func TestTimeline(t *testing.T) {
 	rec := timeline.New(timeline.Options{Clock: clk})
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1"}}
 	rec.Add(pod, timeline.Step{Kind: instrument.KindSource, Name: "seen", Start: clk.Now(), End: clk.Now(), Outcome: "ok"})
-	srv := httptest.NewServer(NewKubelet(KubeletSources{Pods: pods{}, Healthz: func() error { return nil }, Timelines: rec}))
+	srv := httptest.NewServer(NewAPI(APISources{Pods: pods{}, Healthz: func() error { return nil }, Timelines: rec}))
 	defer srv.Close()
 	get := func(path string) (int, string) { return httpGet(t, srv.URL+path) }
 	code, body := get("/debug/pods/ns/web/timeline")

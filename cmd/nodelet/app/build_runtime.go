@@ -23,7 +23,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/metrics"
 	"github.com/nodelet/nodelet/pkg/pleg"
 	"github.com/nodelet/nodelet/pkg/prober"
-	"github.com/nodelet/nodelet/pkg/startlimit"
+	"github.com/nodelet/nodelet/pkg/runtimegate"
 	"github.com/nodelet/nodelet/pkg/userns"
 	"github.com/nodelet/nodelet/pkg/volume"
 )
@@ -128,8 +128,8 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 		plugins = p
 		klog.InfoS("Image credential provider plugins", "count", len(ps), "binDir", b.opts.CredentialProviderBinDir)
 	}
-	starts := startlimit.New(startlimit.Options{Name: "start", Clock: b.clock})
-	stops := startlimit.New(startlimit.Options{Name: "stop", Clock: b.clock})
+	starts := runtimegate.New(runtimegate.Options{Name: "start", Clock: b.clock})
+	stops := runtimegate.New(runtimegate.Options{Name: "stop", Clock: b.clock})
 	b.metrics.Register(starts.Collector(), stops.Collector())
 	puller := images.NewPuller(images.PullerOptions{
 		Images: rt.images, Recorder: b.recorder, Clock: b.clock, Timeout: c.RuntimeRequestTimeout.Duration,

@@ -59,7 +59,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 		out = append(out, component{"read-only server", l.Run})
 	}
 	if c.Port > 0 {
-		components, err := kubeletAPI(b, server.NewKubelet(server.KubeletSources{
+		components, err := kubeletAPI(b, server.NewAPI(server.APISources{
 			Pods: core.kubelet.View(), Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration),
 			Monitoring: monitoring, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines, Configz: c,
 		}), reporter)

@@ -25,10 +25,10 @@ import (
 	"github.com/nodelet/nodelet/pkg/poddirs"
 	"github.com/nodelet/nodelet/pkg/podstatus"
 	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/selftrim"
 	"github.com/nodelet/nodelet/pkg/timeline"
 	"github.com/nodelet/nodelet/pkg/timerslack"
 	"github.com/nodelet/nodelet/pkg/tracing"
-	"github.com/nodelet/nodelet/pkg/workingset"
 )
 
 // base is what every subsystem is built from: the configuration, the
@@ -136,8 +136,8 @@ func Run(ctx context.Context, o *options.Options) error {
 		return err
 	}
 	// After start-up, and after each burst of work, the binary's pages
-	// that only it used are given back (see package workingset).
-	trimmer := workingset.New(workingset.Options{StartedUp: core.sourcesReady, Clock: b.clock})
+	// that only it used are given back (see package selftrim).
+	trimmer := selftrim.New(selftrim.Options{StartedUp: core.sourcesReady, Clock: b.clock})
 	klog.InfoS("Starting nodelet", "node", b.nodeName, "hostIPs", b.hostIPs, "rootDir", o.RootDir, "staticPodPath", b.cfg.StaticPodPath, "cluster", b.client != nil)
 	err = supervise(ctx, concat(node.components, res.components, runtime.components, []component{{"health", health.Run}, {"tracing", b.tracer.Run}, runs("working set", trimmer.Run)},
 		cl.components, reporter.components, core.components, servers, shutdown, eviction))

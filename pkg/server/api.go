@@ -67,8 +67,8 @@ func (m Monitoring) install(mux *http.ServeMux) {
 	}
 }
 
-// KubeletSources are what the kubelet API serves from.
-type KubeletSources struct {
+// APISources are what the kubelet API serves from.
+type APISources struct {
 	Pods    PodSource
 	Healthz HealthChecker
 	Runtime Runtime
@@ -86,19 +86,19 @@ type KubeletSources struct {
 	Configz any
 }
 
-// Kubelet is the kubelet API the API server talks to on the node's port
+// API is the kubelet API the API server talks to on the node's port
 // (10250): the read-only endpoints, container logs, and exec, attach and
 // port-forward sessions, which are proxied to the runtime's streaming
 // server. Authentication and authorization wrap it (WithAuth).
-type Kubelet struct {
+type API struct {
 	*ReadOnly
 	runtime   Runtime
 	timelines Timelines
 }
 
-// NewKubelet returns the kubelet API's handler.
-func NewKubelet(src KubeletSources) *Kubelet {
-	s := &Kubelet{ReadOnly: NewReadOnly(src.Pods, src.Healthz, src.Monitoring), runtime: src.Runtime, timelines: src.Timelines}
+// NewAPI returns the kubelet API's handler.
+func NewAPI(src APISources) *API {
+	s := &API{ReadOnly: NewReadOnly(src.Pods, src.Healthz, src.Monitoring), runtime: src.Runtime, timelines: src.Timelines}
 	if src.Timelines != nil {
 		s.mux.HandleFunc("GET /debug/pods/{ns}/{pod}/timeline", s.handleTimeline)
 		s.mux.HandleFunc("GET /debug/pods/{uid}/timeline", s.handleTimeline)
@@ -132,7 +132,7 @@ func NewKubelet(src KubeletSources) *Kubelet {
 // handleTimeline serves a pod's timeline, by namespace and name (the
 // newest pod of that name) or by UID: JSON, or with format=text a table
 // with a waterfall.
-func (s *Kubelet) handleTimeline(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleTimeline(w http.ResponseWriter, r *http.Request) {
 	var (
 		t  timeline.Timeline
 		ok bool
@@ -159,7 +159,7 @@ func (s *Kubelet) handleTimeline(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Kubelet) handleLogs(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleLogs(w http.ResponseWriter, r *http.Request) {
 	klog.V(4).InfoS("Serving a container log", "url", r.URL.String(), "webSocket", wsstream.IsWebSocketRequest(r))
 	q := r.URL.Query()
 	opts := kuberuntime.LogOptions{
@@ -236,7 +236,7 @@ func (fw flushWriter) Flush() { fw.f.Flush() }
 // logsOverWebSocket serves a container's log to a WebSocket client, in
 // binary frames (binary.k8s.io, or no subprotocol) or base64 text frames
 // (base64.binary.k8s.io), as the API server serves pods/log.
-func (s *Kubelet) logsOverWebSocket(w http.ResponseWriter, r *http.Request, opts kuberuntime.LogOptions) {
+func (s *API) logsOverWebSocket(w http.ResponseWriter, r *http.Request, opts kuberuntime.LogOptions) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -271,7 +271,7 @@ func streamFlags(q url.Values) (stdin, stdout, stderr, tty bool) {
 	return on("input"), on("output"), on("error"), on("tty")
 }
 
-func (s *Kubelet) handleExec(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleExec(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	stdin, stdout, stderr, tty := streamFlags(q)
 	target, err := s.runtime.GetExec(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"),
@@ -283,7 +283,7 @@ func (s *Kubelet) handleExec(w http.ResponseWriter, r *http.Request) {
 	proxyStream(w, r, target)
 }
 
-func (s *Kubelet) handleAttach(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleAttach(w http.ResponseWriter, r *http.Request) {
 	stdin, stdout, stderr, tty := streamFlags(r.URL.Query())
 	target, err := s.runtime.GetAttach(r.Context(), r.PathValue("ns"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"),
 		stdin, stdout, stderr, tty)
@@ -294,7 +294,7 @@ func (s *Kubelet) handleAttach(w http.ResponseWriter, r *http.Request) {
 	proxyStream(w, r, target)
 }
 
-func (s *Kubelet) handlePortForward(w http.ResponseWriter, r *http.Request) {
+func (s *API) handlePortForward(w http.ResponseWriter, r *http.Request) {
 	var ports []int32
 	for _, p := range r.URL.Query()["port"] {
 		n, err := strconv.ParseUint(p, 10, 16)
@@ -312,7 +312,7 @@ func (s *Kubelet) handlePortForward(w http.ResponseWriter, r *http.Request) {
 	proxyStream(w, r, target)
 }
 
-func (s *Kubelet) handleRun(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleRun(w http.ResponseWriter, r *http.Request) {
 	cmd := r.URL.Query()["cmd"]
 	if len(cmd) == 0 {
 		http.Error(w, "missing cmd", http.StatusBadRequest)

@@ -1,4 +1,4 @@
-package workingset
+package selftrim
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package startlimit
+package runtimegate
 
 import (
 	"container/heap"

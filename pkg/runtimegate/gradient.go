@@ -1,4 +1,4 @@
-// Package startlimit decides how many of the runtime calls that start and
+// Package runtimegate decides how many of the runtime calls that start and
 // stop pods run at once, and in which order they wait.
 //
 // The runtime has a knee: below it, more calls in flight finish more pods
@@ -23,7 +23,7 @@
 // second up to a few more (on the 2-core development VM: latency ×3 at 3
 // calls, while 4 calls finish 10% more pods a second than 3). Waiting
 // calls are admitted in the order their pods were first seen (Gate).
-package startlimit
+package runtimegate
 
 import (
 	"math"

@@ -1,4 +1,4 @@
-// Package workingset keeps nodelet's resident set to the part of its own
+// Package selftrim keeps nodelet's resident set to the part of its own
 // binary it uses.
 //
 // nodelet's code and read-only data are pages of its executable, mapped
@@ -34,7 +34,7 @@
 //
 // Only mappings of the executable that nothing can have written are
 // touched: read-only and private, with no anonymous (copied) page.
-package workingset
+package selftrim
 
 import (
 	"bufio"
