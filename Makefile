@@ -82,7 +82,7 @@ bench: setup
 	$(GO) test -tags integration -run XXX -bench 'ExitSeen|DeleteToTerminated' -benchtime 10x -timeout 30m ./test/integration/runtime/
 	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench . -benchtime 3x -timeout 60m ./test/integration/standalone/
 	NODELET_TEST_CONTAINERD=2 $(GO) test -tags integration -run XXX -bench 'ExitSeen|DeleteToTerminated' -benchtime 10x -timeout 30m ./test/integration/runtime/
-	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/podsources/
+	$(GO) test -run XXX -bench . -benchtime 200x ./pkg/pods/podsources/
 
 # Density in cluster mode: 1, 30 and 110 pods created through the API at
 # once, then deleted, three rounds on one nodelet, beside the raw CRI floor.
@@ -96,7 +96,7 @@ bench-density: setup
 # Needs no control plane or containerd (about 10 minutes).
 bench-scale:
 	$(GO) test -tags integration -run XXX -bench Scale -benchtime 1x -timeout 60m ./test/scale/ $(BENCHFLAGS)
-	$(GO) test -run XXX -bench SyncerBurst -benchtime 3x ./pkg/podstatus/
+	$(GO) test -run XXX -bench SyncerBurst -benchtime 3x ./pkg/pods/podstatus/
 
 # The fault-injection suite at upstream's maxPods (make test runs it with
 # 36), ending with its table: scenario, load, fault, time to converge,
@@ -108,9 +108,9 @@ faults: setup
 # Each fuzz target for a minute; their corpora (testdata/fuzz) replay in
 # every plain test run.
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/podsources/
-	$(GO) test -run XXX -fuzz FuzzHTTPSource -fuzztime 60s ./pkg/podsources/
-	$(GO) test -run XXX -fuzz FuzzContainerLogsQuery -fuzztime 60s ./pkg/server/
+	$(GO) test -run XXX -fuzz FuzzDecodeManifest -fuzztime 60s ./pkg/pods/podsources/
+	$(GO) test -run XXX -fuzz FuzzHTTPSource -fuzztime 60s ./pkg/pods/podsources/
+	$(GO) test -run XXX -fuzz FuzzContainerLogsQuery -fuzztime 60s ./pkg/kubeletapi/server/
 
 clean:
 	rm -rf _output

@@ -1,4 +1,4 @@
-// Command coremirror writes package core (pkg/podsources/internal/core): one
+// Command coremirror writes package core (pkg/pods/podsources/internal/core): one
 // type for every type of k8s.io/api/core/v1 that a v1.Pod reaches, with
 // the same name, fields and layout, declared in a package named core.
 //
@@ -9,13 +9,13 @@
 // so the same pod seen through these mirror types dumps exactly as
 // upstream's does, without nodelet linking k8s.io/kubernetes.
 //
-// Usage: go run ./hack/coremirror -out pkg/podsources/internal/core/zz_generated.go
+// Usage: go run ./hack/coremirror -out pkg/pods/podsources/internal/core/zz_generated.go
 //
 // Run from hack/cluster/kubelet-v1.NN (where it is linked beside a root.go
 // of its own), it mirrors that kubelet's internal types instead, which
 // before v1.37 differ from v1's (order, host namespace fields in the
 // security context): static pod UIDs of that kubelet hash them
-// (pkg/podsources/internal/core/v1_NN).
+// (pkg/pods/podsources/internal/core/v1_NN).
 package main
 
 import (

@@ -3,7 +3,7 @@
 // from the k8s.io/kubernetes and staging modules' sources (facts, read as
 // text: nothing of them is linked into nodelet).
 //
-// Usage: go run ./hack/featuregates -minor 37 -out pkg/kubeletconfig/featuregates_generated.go FILE...
+// Usage: go run ./hack/featuregates -minor 37 -out pkg/infra/kubeletconfig/featuregates_generated.go FILE...
 package main
 
 import (

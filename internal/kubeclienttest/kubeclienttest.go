@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/watchlist"
 
-	"github.com/nodelet/nodelet/pkg/kubeclient"
+	"github.com/nodelet/nodelet/pkg/cluster/kubeclient"
 )
 
 // Wrap is cs as the node's API client.

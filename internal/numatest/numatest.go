@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/pkg/numa"
+	"github.com/nodelet/nodelet/pkg/resources/numa"
 )
 
 // Shape is a machine: sockets of cores of threads, each socket split in

@@ -46,21 +46,21 @@ func imports(t *testing.T, dir string) map[string]bool {
 // the sync loop drives the workers without knowing the sync scripts.
 func TestLayering(t *testing.T) {
 	for _, rule := range []struct{ pkg, mustNot string }{
-		{"instrument", "podworkers"},
-		{"timeline", "podworkers"},
-		{"metrics", "podworkers"},
-		{"tracing", "podworkers"},
-		{"kubelet", "podsync"},
-		{"admission", "kubelet"},
+		{"observe/instrument", "pods/podworkers"},
+		{"observe/timeline", "pods/podworkers"},
+		{"observe/metrics", "pods/podworkers"},
+		{"observe/tracing", "pods/podworkers"},
+		{"pods/kubelet", "pods/podsync"},
+		{"pods/admission", "pods/kubelet"},
 	} {
 		if imports(t, filepath.Join("../../pkg", rule.pkg))[module+"pkg/"+rule.mustNot] {
 			t.Errorf("pkg/%s imports pkg/%s", rule.pkg, rule.mustNot)
 		}
 	}
 	// The leaf imports nothing of nodelet's.
-	for path := range imports(t, "../../pkg/instrument") {
+	for path := range imports(t, "../../pkg/observe/instrument") {
 		if strings.HasPrefix(path, module) {
-			t.Errorf("pkg/instrument imports %s", path)
+			t.Errorf("pkg/observe/instrument imports %s", path)
 		}
 	}
 }

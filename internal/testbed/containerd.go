@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 // Image names the tests use; hack/mkimage builds them.

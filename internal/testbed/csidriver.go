@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/csitest"
-	"github.com/nodelet/nodelet/pkg/pluginwatcher"
+	"github.com/nodelet/nodelet/pkg/resources/pluginwatcher"
 )
 
 // CSIDriverOptions say which test CSI driver to run.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/pkg/cm"
+	"github.com/nodelet/nodelet/pkg/resources/cm"
 )
 
 // Main runs a test package against a private containerd: it builds

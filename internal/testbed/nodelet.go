@@ -21,7 +21,7 @@ import (
 
 // NodeletBinary builds nodelet once per test process and returns its path.
 // Failpoints are compiled in: the fault tests wedge and kill nodelet at
-// chosen steps (pkg/failpoint).
+// chosen steps (pkg/infra/failpoint).
 func NodeletBinary() (string, error) {
 	return GoBinary("./cmd/nodelet", "failpoints")
 }
@@ -126,7 +126,7 @@ type NodeletOptions struct {
 	Release bool
 }
 
-// Failpoint makes nodelet act at the named point of pkg/failpoint
+// Failpoint makes nodelet act at the named point of pkg/infra/failpoint
 // ("pause", "kill" or "panic") from now on; ClearFailpoint ends it.
 func (n *Nodelet) Failpoint(name, action string) {
 	n.t.Helper()

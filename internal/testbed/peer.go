@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/pkg/pluginwatcher"
+	"github.com/nodelet/nodelet/pkg/resources/pluginwatcher"
 )
 
 // Peer is one of upstream's own test programs (hack/cluster/build.sh

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/volumes/csi"
 )
 
 // A pod's claim is a CSI volume whose driver needs attaching. nodelet is

@@ -36,7 +36,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/cm"
+	"github.com/nodelet/nodelet/pkg/resources/cm"
 )
 
 var (

@@ -6,17 +6,17 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/pkg/admission"
-	"github.com/nodelet/nodelet/pkg/health"
-	"github.com/nodelet/nodelet/pkg/instrument"
-	"github.com/nodelet/nodelet/pkg/kubelet"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/nodeshutdown"
-	"github.com/nodelet/nodelet/pkg/podsources"
-	"github.com/nodelet/nodelet/pkg/podstatus"
-	"github.com/nodelet/nodelet/pkg/podsync"
-	"github.com/nodelet/nodelet/pkg/podutil"
-	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/node/health"
+	"github.com/nodelet/nodelet/pkg/node/nodeshutdown"
+	"github.com/nodelet/nodelet/pkg/observe/instrument"
+	"github.com/nodelet/nodelet/pkg/pods/admission"
+	"github.com/nodelet/nodelet/pkg/pods/kubelet"
+	"github.com/nodelet/nodelet/pkg/pods/podsources"
+	"github.com/nodelet/nodelet/pkg/pods/podstatus"
+	"github.com/nodelet/nodelet/pkg/pods/podsync"
+	"github.com/nodelet/nodelet/pkg/pods/podutil"
+	"github.com/nodelet/nodelet/pkg/pods/podworkers"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 // syncBackOffPeriod is how long a pod waits after a failed sync.

@@ -7,9 +7,9 @@ import (
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/nodelet/nodelet/pkg/eviction"
-	"github.com/nodelet/nodelet/pkg/kubelet"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/node/eviction"
+	"github.com/nodelet/nodelet/pkg/pods/kubelet"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 // evictionInterval is how often eviction measures the node (upstream's

@@ -17,13 +17,13 @@ import (
 	"github.com/opencontainers/cgroups"
 
 	"github.com/nodelet/nodelet/cmd/nodelet/options"
-	"github.com/nodelet/nodelet/pkg/cm"
-	"github.com/nodelet/nodelet/pkg/eviction"
-	"github.com/nodelet/nodelet/pkg/kerneltunables"
-	"github.com/nodelet/nodelet/pkg/metrics"
-	"github.com/nodelet/nodelet/pkg/nodestatus"
-	"github.com/nodelet/nodelet/pkg/numa"
-	"github.com/nodelet/nodelet/pkg/stats"
+	"github.com/nodelet/nodelet/pkg/node/eviction"
+	"github.com/nodelet/nodelet/pkg/node/kerneltunables"
+	"github.com/nodelet/nodelet/pkg/node/nodestatus"
+	"github.com/nodelet/nodelet/pkg/node/stats"
+	"github.com/nodelet/nodelet/pkg/observe/metrics"
+	"github.com/nodelet/nodelet/pkg/resources/cm"
+	"github.com/nodelet/nodelet/pkg/resources/numa"
 )
 
 // nodeCgroups is the container manager: a cm.Manager with cgroupsPerQOS,

@@ -13,14 +13,14 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nodelet/nodelet/pkg/admission"
-	"github.com/nodelet/nodelet/pkg/cpumanager"
-	"github.com/nodelet/nodelet/pkg/devicemanager"
-	"github.com/nodelet/nodelet/pkg/dra"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/memorymanager"
-	"github.com/nodelet/nodelet/pkg/pluginwatcher"
-	"github.com/nodelet/nodelet/pkg/topologymanager"
+	"github.com/nodelet/nodelet/pkg/pods/admission"
+	"github.com/nodelet/nodelet/pkg/resources/cpumanager"
+	"github.com/nodelet/nodelet/pkg/resources/devicemanager"
+	"github.com/nodelet/nodelet/pkg/resources/dra"
+	"github.com/nodelet/nodelet/pkg/resources/memorymanager"
+	"github.com/nodelet/nodelet/pkg/resources/pluginwatcher"
+	"github.com/nodelet/nodelet/pkg/resources/topologymanager"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 // resourceParts are the resource managers: exclusive CPUs, NUMA-pinned

@@ -13,14 +13,14 @@ import (
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/nodelet/nodelet/pkg/certificates"
-	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/health"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/metrics"
-	"github.com/nodelet/nodelet/pkg/podresources"
-	"github.com/nodelet/nodelet/pkg/server"
-	"github.com/nodelet/nodelet/pkg/stats"
+	"github.com/nodelet/nodelet/pkg/cluster/certificates"
+	"github.com/nodelet/nodelet/pkg/kubeletapi/podresources"
+	"github.com/nodelet/nodelet/pkg/kubeletapi/server"
+	"github.com/nodelet/nodelet/pkg/node/health"
+	"github.com/nodelet/nodelet/pkg/node/stats"
+	"github.com/nodelet/nodelet/pkg/observe/metrics"
+	"github.com/nodelet/nodelet/pkg/runtime/container"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 // buildServers opens the read-only and kubelet API ports (unless

@@ -13,17 +13,17 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/cmd/nodelet/options"
-	"github.com/nodelet/nodelet/pkg/apiclient"
-	"github.com/nodelet/nodelet/pkg/containeropts"
-	"github.com/nodelet/nodelet/pkg/csi"
-	"github.com/nodelet/nodelet/pkg/health"
-	"github.com/nodelet/nodelet/pkg/journal"
-	"github.com/nodelet/nodelet/pkg/kubeclient"
-	"github.com/nodelet/nodelet/pkg/nodestatus"
-	"github.com/nodelet/nodelet/pkg/podsync"
-	"github.com/nodelet/nodelet/pkg/standalone"
-	"github.com/nodelet/nodelet/pkg/stats"
-	"github.com/nodelet/nodelet/pkg/volume"
+	"github.com/nodelet/nodelet/pkg/cluster/apiclient"
+	"github.com/nodelet/nodelet/pkg/cluster/kubeclient"
+	"github.com/nodelet/nodelet/pkg/cluster/standalone"
+	"github.com/nodelet/nodelet/pkg/node/health"
+	"github.com/nodelet/nodelet/pkg/node/journal"
+	"github.com/nodelet/nodelet/pkg/node/nodestatus"
+	"github.com/nodelet/nodelet/pkg/node/stats"
+	"github.com/nodelet/nodelet/pkg/pods/podsync"
+	"github.com/nodelet/nodelet/pkg/runtime/containeropts"
+	"github.com/nodelet/nodelet/pkg/volumes/csi"
+	"github.com/nodelet/nodelet/pkg/volumes/volume"
 )
 
 // apiClients builds the API clients from the node's credentials: one for

@@ -9,10 +9,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/journal"
-	"github.com/nodelet/nodelet/pkg/podsources"
-	"github.com/nodelet/nodelet/pkg/podstatus"
-	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/node/journal"
+	"github.com/nodelet/nodelet/pkg/pods/podsources"
+	"github.com/nodelet/nodelet/pkg/pods/podstatus"
+	"github.com/nodelet/nodelet/pkg/pods/podutil"
 )
 
 // journalRetention is how long a standalone node keeps the records of a

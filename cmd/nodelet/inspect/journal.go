@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/nodelet/nodelet/pkg/journal"
-	"github.com/nodelet/nodelet/pkg/kubeletconfig"
-	"github.com/nodelet/nodelet/pkg/podutil"
+	"github.com/nodelet/nodelet/pkg/infra/kubeletconfig"
+	"github.com/nodelet/nodelet/pkg/node/journal"
+	"github.com/nodelet/nodelet/pkg/pods/podutil"
 )
 
 // JournalCommand is `nodelet journal inspect [--root-dir DIR] [-o text|json]`:

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodelet/nodelet/pkg/kubeclient"
+	"github.com/nodelet/nodelet/pkg/cluster/kubeclient"
 )
 
 // TimelineCommand is `nodelet timeline [flags] [NAMESPACE/]NAME`: it asks

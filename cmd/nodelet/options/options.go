@@ -25,8 +25,8 @@ import (
 	kubeletconfigv1 "k8s.io/kubelet/config/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/nodelet/nodelet/pkg/credentialprovider"
-	"github.com/nodelet/nodelet/pkg/kubeletconfig"
+	"github.com/nodelet/nodelet/pkg/infra/kubeletconfig"
+	"github.com/nodelet/nodelet/pkg/runtime/credentialprovider"
 )
 
 // Options is nodelet's resolved configuration: the config file's values

@@ -65,7 +65,7 @@ func TestJoinFlags(t *testing.T) {
 // KubeletConfiguration) is taken as is: its zero values mean the
 // defaults, and nothing it sets is refused or warned about.
 func TestKubeadmConfigurationAccepted(t *testing.T) {
-	o, err := Parse([]string{"--config", "../../../pkg/kubeletconfig/testdata/kubeadm-kubelet-config.yaml"})
+	o, err := Parse([]string{"--config", "../../../pkg/infra/kubeletconfig/testdata/kubeadm-kubelet-config.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}

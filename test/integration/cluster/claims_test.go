@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/volumes/csi"
 )
 
 // Persistent volume claims, bound by the real controller-manager's PV

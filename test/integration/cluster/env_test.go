@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/volume"
+	"github.com/nodelet/nodelet/pkg/volumes/volume"
 )
 
 // A pod that refers to a configMap and a secret that do not exist yet

@@ -260,7 +260,7 @@ func TestKubeadmJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(fixture, kubeadmConfig(t)) {
-		t.Errorf("pkg/kubeletconfig/testdata/kubeadm-kubelet-config.yaml is not what kubeadm %s generates:\n%s", cl.BinDir, kubeadmConfig(t))
+		t.Errorf("pkg/infra/kubeletconfig/testdata/kubeadm-kubelet-config.yaml is not what kubeadm %s generates:\n%s", cl.BinDir, kubeadmConfig(t))
 	}
 	k := newKubeadmNode(t, name, 5)
 	k.installNodelet()

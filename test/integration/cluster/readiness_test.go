@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/journal"
+	"github.com/nodelet/nodelet/pkg/node/journal"
 )
 
 // A nodelet killed and started again neither unreadies a ready pod nor

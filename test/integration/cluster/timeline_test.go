@@ -20,8 +20,8 @@ import (
 
 	"github.com/nodelet/nodelet/cmd/nodelet/inspect"
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/instrument"
-	"github.com/nodelet/nodelet/pkg/timeline"
+	"github.com/nodelet/nodelet/pkg/observe/instrument"
+	"github.com/nodelet/nodelet/pkg/observe/timeline"
 )
 
 // A pod with an init container, two volumes and a readiness probe shows

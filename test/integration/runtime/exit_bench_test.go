@@ -11,8 +11,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/pleg"
+	"github.com/nodelet/nodelet/pkg/pods/pleg"
+	"github.com/nodelet/nodelet/pkg/runtime/container"
 )
 
 // BenchmarkExitSeen measures how long after a container exits (the exit

@@ -15,14 +15,14 @@ import (
 
 	"github.com/nodelet/nodelet/internal/testbed"
 	"github.com/nodelet/nodelet/internal/testutil"
-	"github.com/nodelet/nodelet/pkg/containeropts"
-	"github.com/nodelet/nodelet/pkg/images"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/pleg"
-	"github.com/nodelet/nodelet/pkg/podstatus"
-	"github.com/nodelet/nodelet/pkg/podsync"
-	"github.com/nodelet/nodelet/pkg/podworkers"
-	"github.com/nodelet/nodelet/pkg/prober"
+	"github.com/nodelet/nodelet/pkg/pods/pleg"
+	"github.com/nodelet/nodelet/pkg/pods/podstatus"
+	"github.com/nodelet/nodelet/pkg/pods/podsync"
+	"github.com/nodelet/nodelet/pkg/pods/podworkers"
+	"github.com/nodelet/nodelet/pkg/pods/prober"
+	"github.com/nodelet/nodelet/pkg/runtime/containeropts"
+	"github.com/nodelet/nodelet/pkg/runtime/images"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 // Deleting a probed pod leaves no probe worker behind: the goroutine

@@ -13,9 +13,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/images"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/runtime/container"
+	"github.com/nodelet/nodelet/pkg/runtime/images"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 type helper struct{ dir string }

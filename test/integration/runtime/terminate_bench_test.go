@@ -18,14 +18,14 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/container"
-	"github.com/nodelet/nodelet/pkg/containeropts"
-	"github.com/nodelet/nodelet/pkg/images"
-	"github.com/nodelet/nodelet/pkg/kuberuntime"
-	"github.com/nodelet/nodelet/pkg/pleg"
-	"github.com/nodelet/nodelet/pkg/podstatus"
-	"github.com/nodelet/nodelet/pkg/podsync"
-	"github.com/nodelet/nodelet/pkg/podworkers"
+	"github.com/nodelet/nodelet/pkg/pods/pleg"
+	"github.com/nodelet/nodelet/pkg/pods/podstatus"
+	"github.com/nodelet/nodelet/pkg/pods/podsync"
+	"github.com/nodelet/nodelet/pkg/pods/podworkers"
+	"github.com/nodelet/nodelet/pkg/runtime/container"
+	"github.com/nodelet/nodelet/pkg/runtime/containeropts"
+	"github.com/nodelet/nodelet/pkg/runtime/images"
+	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
 )
 
 // timedRuntime notes when StopContainer calls return and how long they

@@ -15,7 +15,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/cm"
+	"github.com/nodelet/nodelet/pkg/resources/cm"
 )
 
 func cgroupFile(controller, cgroup, file string) (string, error) {

@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
-	"github.com/nodelet/nodelet/pkg/volume"
+	"github.com/nodelet/nodelet/pkg/volumes/volume"
 )
 
 // The volumes a static pod may have (emptyDir on disk and in memory,

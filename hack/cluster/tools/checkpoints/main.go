@@ -8,8 +8,8 @@
 //
 //	go run ./checkpoints -out ../../../pkg
 //
-// writes pkg/cpumanager/testdata/upstream_*, pkg/memorymanager/testdata/upstream_*,
-// pkg/devicemanager/checkpoint/testdata/upstream_* and pkg/dra/testdata/upstream_*.
+// writes pkg/resources/cpumanager/testdata/upstream_*, pkg/resources/memorymanager/testdata/upstream_*,
+// pkg/resources/devicemanager/checkpoint/testdata/upstream_* and pkg/resources/dra/testdata/upstream_*.
 package main
 
 import (

@@ -1,12 +1,12 @@
 // Command staticuid prints the UIDs the upstream kubelet gives static pods:
 // it runs the upstream kubelet's own file source and pod config on a
 // directory of manifests, as the kubelet does, and prints each pod's name
-// and UID. pkg/podsources's TestStaticPodUIDIsUpstreams compares nodelet's
-// UIDs with its output (pkg/podsources/testdata/staticuid/golden.txt).
+// and UID. pkg/pods/podsources's TestStaticPodUIDIsUpstreams compares nodelet's
+// UIDs with its output (pkg/pods/podsources/testdata/staticuid/golden.txt).
 //
 // Usage (from hack/cluster/tools):
 //
-//	go run ./staticuid -manifests ../../../pkg/podsources/testdata/staticuid -node NODE -dir DIR > golden.txt
+//	go run ./staticuid -manifests ../../../pkg/pods/podsources/testdata/staticuid -node NODE -dir DIR > golden.txt
 //
 // The manifests are copied into DIR first: a static pod's UID depends on
 // its file's path, and the test hashes the same path.

@@ -1,0 +1,31 @@
+package kuberuntime
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/pods/admission"
+)
+
+// FeatureAdmission refuses a pod that asks for what the runtime (its
+// handler) said it cannot do, rather than run it without: in a user
+// namespace above all, since without one the pod's root is the host's.
+func FeatureAdmission(features func() Features) admission.Handler {
+	return admission.HandlerFunc(func(a admission.Attributes) admission.Verdict {
+		f, pod := features(), a.Pod
+		if psc := pod.Spec.SecurityContext; psc != nil && psc.SupplementalGroupsPolicy != nil &&
+			*psc.SupplementalGroupsPolicy == v1.SupplementalGroupsPolicyStrict && !f.SupplementalGroupsPolicy {
+			return admission.Reject("SupplementalGroupsPolicyNotSupported",
+				fmt.Sprintf("SupplementalGroupsPolicy=%s is not supported in this node", v1.SupplementalGroupsPolicyStrict))
+		}
+		if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+			handler := RuntimeHandler(pod)
+			if !f.Handler(handler).UserNamespaces {
+				return admission.Reject("UserNamespacesNotSupported", fmt.Sprintf(
+					"hostUsers: false asks for a user namespace, which the container runtime's handler %q does not support", handler))
+			}
+		}
+		return admission.Verdict{}
+	})
+}
