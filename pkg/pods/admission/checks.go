@@ -13,7 +13,6 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/node/nodestatus"
 	"github.com/nodelet/nodelet/pkg/pods/podfields"
 	"github.com/nodelet/nodelet/pkg/pods/podutil"
 )
@@ -73,7 +72,7 @@ func checkOS(pod *v1.Pod, node *v1.Node) Verdict {
 	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != goruntime.GOOS {
 		return Verdict{"PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS"}
 	}
-	if os, ok := pod.Spec.NodeSelector[nodestatus.LabelOS]; ok && os != node.Labels[nodestatus.LabelOS] {
+	if os, ok := pod.Spec.NodeSelector[v1.LabelOSStable]; ok && os != node.Labels[v1.LabelOSStable] {
 		return Verdict{"PodOSSelectorNodeLabelDoesNotMatch", "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}
 	}
 	return Verdict{}
