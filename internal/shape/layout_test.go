@@ -55,3 +55,76 @@ func TestPkgIsTheDesignsMap(t *testing.T) {
 		t.Fatalf("found %d packages only: is ../../pkg the product tree?", packages)
 	}
 }
+
+// maxImportDepth is the longest chain of nodelet packages importing one
+// another in pkg/ (a package importing none of them is 1 deep), as
+// docs/design.md states it.
+const maxImportDepth = 5
+
+// TestImportChainStaysShort walks pkg/'s imports and names the longest
+// chain past maxImportDepth.
+func TestImportChainStaysShort(t *testing.T) {
+	graph := map[string][]string{}
+	err := filepath.WalkDir("../../pkg", func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || d.Name() == "testdata" {
+			return err
+		}
+		if !hasGo(t, path) {
+			return nil
+		}
+		rel, _ := filepath.Rel("../..", path)
+		for imp := range imports(t, path) {
+			if strings.HasPrefix(imp, module+"pkg/") {
+				graph[filepath.ToSlash(rel)] = append(graph[filepath.ToSlash(rel)], strings.TrimPrefix(imp, module))
+			}
+		}
+		if _, ok := graph[filepath.ToSlash(rel)]; !ok {
+			graph[filepath.ToSlash(rel)] = nil
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := map[string][]string{}
+	var chain func(p string) []string
+	chain = func(p string) []string {
+		if c, ok := longest[p]; ok {
+			return c
+		}
+		var best []string
+		for _, imp := range graph[p] {
+			if c := chain(imp); len(c) > len(best) {
+				best = c
+			}
+		}
+		longest[p] = append([]string{p}, best...)
+		return longest[p]
+	}
+	var worst []string
+	for p := range graph {
+		if c := chain(p); len(c) > len(worst) {
+			worst = c
+		}
+	}
+	if len(graph) < 40 || len(worst) < 2 {
+		t.Fatalf("%d packages, longest chain %v: is ../../pkg the product tree?", len(graph), worst)
+	}
+	if len(worst) > maxImportDepth {
+		t.Errorf("an import chain %d deep, past %d: %s", len(worst), maxImportDepth, strings.Join(worst, " -> "))
+	}
+}
+
+// hasGo tells whether dir holds a package's non-test Go files.
+func hasGo(t *testing.T, dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
+			return true
+		}
+	}
+	return false
+}
