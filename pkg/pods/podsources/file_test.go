@@ -103,6 +103,27 @@ func (f *fileFixture) waitFor(want string) []*v1.Pod {
 	}
 }
 
+// waitForStepping is waitFor for a re-read that may be held back: while
+// no set matching want has come, it steps the clock by step every 50 ms
+// of real time (past the pace, so a held-back re-read runs).
+func (f *fileFixture) waitForStepping(want string, step time.Duration) []*v1.Pod {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last := "<none>"
+	for time.Now().Before(deadline) {
+		select {
+		case pods := <-f.rec.sets:
+			if last = names(pods); last == want {
+				return pods
+			}
+		case <-time.After(50 * time.Millisecond):
+			f.clock.Step(step)
+		}
+	}
+	f.t.Fatalf("no set %q delivered; last was %q", want, last)
+	return nil
+}
+
 func (f *fileFixture) write(name, content string) {
 	f.t.Helper()
 	tmp := filepath.Join(f.dir, ".tmp-"+name)
@@ -179,10 +200,12 @@ func TestFileSourceRemovedAndPutBackIsGoneThenBack(t *testing.T) {
 			t.Errorf("the same manifest put back got another UID")
 		}
 	}
-	// A removal alone is one set without it; nothing comes back.
-	f.clock.Step(time.Second)
+	// A removal alone is one set without it; nothing comes back. The
+	// write back's last events may come after the re-read that delivered
+	// it, and hold a re-read back on the fake clock: step it until the
+	// removal is read.
 	testutil.Must(t, os.Remove(filepath.Join(dir, "a.yaml")))
-	f.waitFor("b-node1@img:1")
+	f.waitForStepping("b-node1@img:1", 500*time.Millisecond)
 	f.clock.Step(20 * time.Second)
 	f.waitFor("b-node1@img:1")
 }
