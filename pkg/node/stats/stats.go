@@ -24,10 +24,13 @@ import (
 	"github.com/prometheus/procfs"
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/pods/poddirs"
 )
 
 // Runtime is what the provider reads from the container runtime.
@@ -438,13 +441,21 @@ func (p *Provider) volumeStats(uid string) []statsapi.VolumeStats {
 }
 
 // ephemeralStorage is what the pod consumes of the node's ephemeral
-// storage: its containers' writable layers and logs, and its volumes.
+// storage: its containers' writable layers and logs, its volumes, and the
+// files nodelet keeps for it that its containers write: /etc/hosts (as
+// upstream counts it since CVE-2020-8557) and the termination-message
+// files (which upstream does not count, kubernetes#122224: a container
+// could fill the node's disk through them past its limit).
 func (p *Provider) ephemeralStorage(ps *statsapi.PodStats) *statsapi.FsStats {
 	fs := p.dirFs("", p.o.RootDir)
 	if fs == nil {
 		return nil
 	}
 	var used, inodes uint64
+	for _, f := range podFiles(poddirs.Root(p.o.RootDir), types.UID(ps.PodRef.UID)) {
+		b, n := diskUsage(f)
+		used, inodes = used+b, inodes+n
+	}
 	add := func(f *statsapi.FsStats) {
 		if f == nil {
 			return
@@ -465,6 +476,12 @@ func (p *Provider) ephemeralStorage(ps *statsapi.PodStats) *statsapi.FsStats {
 	}
 	fs.UsedBytes, fs.InodesUsed = &used, &inodes
 	return fs
+}
+
+// podFiles are the paths nodelet writes for a pod that its containers
+// can write to besides their volumes.
+func podFiles(root poddirs.Root, uid types.UID) []string {
+	return []string{root.EtcHosts(uid), root.Containers(uid)}
 }
 
 // dirFs measures dir's usage (when dir is set) on the filesystem that

@@ -317,6 +317,31 @@ func (c csiStats) VolumeStats(_ context.Context, uid string) []statsapi.VolumeSt
 		FsStats: statsapi.FsStats{UsedBytes: &c.used}}}
 }
 
+// What a container writes into the files nodelet keeps for its pod
+// counts as the pod's ephemeral storage: /etc/hosts (CVE-2020-8557) and
+// the termination-message files (kubernetes#122224), or a container
+// fills the node's disk through them past its limit.
+func TestPodFilesAreEphemeralStorage(t *testing.T) {
+	f := newFixture(t)
+	before, err := f.p.Summary(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(f.root, "pods", "u1", "etc-hosts"), 3<<20)
+	write(t, filepath.Join(f.root, "pods", "u1", "containers", "app", "0123abcd"), 5<<20)
+	after, err := f.p.Summary(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, is := u(before.Pods[0].EphemeralStorage.UsedBytes), u(after.Pods[0].EphemeralStorage.UsedBytes)
+	if is-was < 8<<20 {
+		t.Errorf("ephemeral storage grew by %d bytes, want the 8 MiB written to /etc/hosts and a termination message", is-was)
+	}
+	if n := u(after.Pods[0].EphemeralStorage.InodesUsed) - u(before.Pods[0].EphemeralStorage.InodesUsed); n < 2 {
+		t.Errorf("ephemeral storage inodes grew by %d, want the two files", n)
+	}
+}
+
 // A CSI volume is measured by its driver, not walked, and is not the
 // pod's ephemeral storage: a persistent volume's data must never count
 // against the pod's local storage limits.

@@ -36,9 +36,12 @@ func (r Root) Volume(uid types.UID, plugin, name string) string {
 	return filepath.Join(r.Volumes(uid), "kubernetes.io~"+plugin, name)
 }
 
+// Containers holds a pod's per-container directories.
+func (r Root) Containers(uid types.UID) string { return filepath.Join(r.Pod(uid), "containers") }
+
 // Container holds per-container files (termination messages).
 func (r Root) Container(uid types.UID, name string) string {
-	return filepath.Join(r.Pod(uid), "containers", name)
+	return filepath.Join(r.Containers(uid), name)
 }
 
 // EtcHosts is the pod's /etc/hosts.
