@@ -137,7 +137,7 @@ func TestServingSettingsApply(t *testing.T) {
 // TestConfigFieldsDoc: docs/config-fields.md is the table (go test
 // ./cmd/nodelet/app -run ConfigFieldsDoc -rewrite after a change).
 func TestConfigFieldsDoc(t *testing.T) {
-	const path = "../../docs/config-fields.md"
+	const path = "../../../docs/config-fields.md"
 	want := configFieldsDoc()
 	if *rewrite {
 		if err := os.WriteFile(path, want, 0o644); err != nil {

@@ -100,7 +100,7 @@ func TestUnsupported(t *testing.T) {
 // after a change).
 func TestPodFieldsDoc(t *testing.T) {
 	want := doc()
-	const path = "../../docs/pod-fields.md"
+	const path = "../../../docs/pod-fields.md"
 	if *rewrite {
 		if err := os.WriteFile(path, want, 0o644); err != nil {
 			t.Fatal(err)

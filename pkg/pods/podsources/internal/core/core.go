@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-//go:generate go run ../../../../hack/coremirror -out zz_generated.go
+//go:generate go run ../../../../../hack/coremirror -out zz_generated.go
 
 // FromV1 returns pod seen through the mirror types. It is the same
 // memory, not a copy, as upstream's own v1-to-internal conversion is.

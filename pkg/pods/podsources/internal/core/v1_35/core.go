@@ -5,4 +5,4 @@
 // into them.
 package core
 
-//go:generate sh -c "cd ../../../../../hack/cluster/kubelet-v1.35 && go run ./coremirror -out ../../../pkg/pods/podsources/internal/core/v1_35/zz_generated.go"
+//go:generate sh -c "cd ../../../../../../hack/cluster/kubelet-v1.35 && go run ./coremirror -out ../../../pkg/pods/podsources/internal/core/v1_35/zz_generated.go"

@@ -5,4 +5,4 @@
 // into them.
 package core
 
-//go:generate sh -c "cd ../../../../../hack/cluster/kubelet-v1.36 && go run ./coremirror -out ../../../pkg/pods/podsources/internal/core/v1_36/zz_generated.go"
+//go:generate sh -c "cd ../../../../../../hack/cluster/kubelet-v1.36 && go run ./coremirror -out ../../../pkg/pods/podsources/internal/core/v1_36/zz_generated.go"
