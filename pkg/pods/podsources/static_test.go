@@ -131,6 +131,69 @@ func TestValidation(t *testing.T) {
 			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceCPU: *qty("1")}
 		}},
 		{"terminationGracePeriodSeconds", func(p *v1.Pod) { g := int64(-1); p.Spec.TerminationGracePeriodSeconds = &g }},
+		// The security checks: an unmasked /proc needs a user namespace.
+		{"spec.containers[0].securityContext.procMount: Invalid value: \"Unmasked\": `hostUsers` must be false to use `Unmasked`", func(p *v1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: new(v1.UnmaskedProcMount)}
+		}},
+		{"spec.containers[0].securityContext.procMount: Unsupported value", func(p *v1.Pod) {
+			p.Spec.HostUsers = new(false)
+			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: new(v1.ProcMountType("Raw"))}
+		}},
+		{"spec.containers[0].securityContext.runAsUser: Invalid value: -1", func(p *v1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{RunAsUser: new(int64(-1))}
+		}},
+		{"spec.securityContext.runAsGroup: Invalid value: 4294967296", func(p *v1.Pod) {
+			p.Spec.SecurityContext.RunAsGroup = new(int64(1 << 32))
+		}},
+		{"spec.securityContext.supplementalGroups[1]", func(p *v1.Pod) { p.Spec.SecurityContext.SupplementalGroups = []int64{1, -5} }},
+		{"spec.securityContext.fsGroup", func(p *v1.Pod) { p.Spec.SecurityContext.FSGroup = new(int64(-2)) }},
+		{"spec.securityContext.sysctls[0].name: Invalid value: \"Kernel.X\": must have at most 253 characters", func(p *v1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []v1.Sysctl{{Name: "Kernel.X", Value: "1"}}
+		}},
+		{"spec.securityContext.sysctls[1].name: Duplicate value", func(p *v1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []v1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "1"}, {Name: "kernel.shm_rmid_forced", Value: "0"}}
+		}},
+		{"spec.securityContext.sysctls[0].name: Invalid value: \"net.ipv4.ip_forward\": may not be specified when 'hostNetwork' is true", func(p *v1.Pod) {
+			p.Spec.HostNetwork = true
+			p.Spec.SecurityContext.Sysctls = []v1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}}
+		}},
+		{"spec.hostNetwork: Forbidden: when `hostUsers` is false", func(p *v1.Pod) { p.Spec.HostUsers = new(false); p.Spec.HostNetwork = true }},
+		{"spec.HostPID: Forbidden: when `hostUsers` is false", func(p *v1.Pod) { p.Spec.HostUsers = new(false); p.Spec.HostPID = true }},
+		{"spec.HostIPC: Forbidden: when `hostUsers` is false", func(p *v1.Pod) { p.Spec.HostUsers = new(false); p.Spec.HostIPC = true }},
+		{"spec.shareProcessNamespace: Invalid value: true: ShareProcessNamespace and HostPID cannot both be enabled", func(p *v1.Pod) {
+			p.Spec.HostPID, p.Spec.ShareProcessNamespace = true, new(true)
+		}},
+		{"cannot set `allowPrivilegeEscalation` to false and `privileged` to true", func(p *v1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{AllowPrivilegeEscalation: new(false), Privileged: new(true)}
+		}},
+		// The volumes nodelet writes into: every item stays beneath it.
+		{"spec.volumes[0].downwardAPI.path: Invalid value: \"../../escape\": must not contain '..'", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
+				Items: []v1.DownwardAPIVolumeFile{{Path: "../../escape", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}}}
+		}},
+		{"spec.volumes[0].configMap.items[0].path: Invalid value: \"/etc/passwd\": must be a relative path", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+				LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, Items: []v1.KeyToPath{{Key: "k", Path: "/etc/passwd"}}}}}}
+		}},
+		{"spec.volumes[0].secret.items[0].path: Invalid value: \"..data\": must not start with '..'", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
+				SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "..data"}}}}}}
+		}},
+		{"spec.volumes[0].projected.sources[1].configMap.items[0].path: Invalid value: \"a/../../b\": must not contain '..'", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+				{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}},
+				{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, Items: []v1.KeyToPath{{Key: "k", Path: "a/../../b"}}}},
+			}}}}}
+		}},
+		{"spec.volumes[0].projected.path: Invalid value: \"/token\": must be a relative path", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+				{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "/token", ExpirationSeconds: new(int64(3600))}},
+			}}}}}
+		}},
+		{"spec.volumes[0].configMap.defaultMode: Invalid value: 512: must be a number between 0 and 0777", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+				LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, DefaultMode: new(int32(0o1000))}}}}
+		}},
 	} {
 		p := valid()
 		tc.mutate(p)

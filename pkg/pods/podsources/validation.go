@@ -63,7 +63,9 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 		if v.HostPath != nil && !strings.HasPrefix(v.HostPath.Path, "/") {
 			errs = append(errs, field.Invalid(p.Child("hostPath", "path"), v.HostPath.Path, "must be an absolute path"))
 		}
+		errs = append(errs, validateDataVolume(&s.Volumes[i], p)...)
 	}
+	errs = append(errs, validatePodSecurity(s, path)...)
 
 	names := map[string]bool{}
 	check := func(c *v1.Container, p *field.Path) {
@@ -139,6 +141,7 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 					fmt.Sprintf("must be less than or equal to %s limit of %s", name, limit.String())))
 			}
 		}
+		errs = append(errs, validateContainerSecurity(c.SecurityContext, p.Child("securityContext"), hostUsers(s))...)
 		for name, q := range c.Resources.Requests {
 			if q.Sign() < 0 {
 				errs = append(errs, field.Invalid(p.Child("resources", "requests").Key(string(name)), q.String(), "must be greater than or equal to 0"))
