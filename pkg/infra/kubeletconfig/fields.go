@@ -154,7 +154,7 @@ var configFields = map[string]field{
 	"shutdownGracePeriod":                       honour("graceful node shutdown announced by systemd-logind (a delay inhibitor lock; InhibitDelayMaxSec raised to it): NotReady, new pods refused, pods stopped by priority; SIGTERM only stops nodelet"),
 	"shutdownGracePeriodCriticalPods":           honour("the part of shutdownGracePeriod for critical pods, stopped after the others"),
 	"shutdownGracePeriodByPodPriority":          honour("shutdown groups by pod priority, lowest stopped first, each within its period"),
-	"crashLoopBackOff":                          refuse(`{"maxContainerRestartPeriod":"5m0s"}`, "the crash-loop back-off is upstream's default, 10s to 5m"),
+	"crashLoopBackOff":                          honour("maxContainerRestartPeriod caps the crash-loop back-off (1s to 300s; the first delay is 10s or the cap if lower)"),
 	"reservedMemory":                            honour("memory and huge pages per NUMA node kept for the system by the Static memory manager; must add up to what node allocatable keeps back"),
 	"enableProfilingHandler":                    honour("/debug/pprof on the kubelet API"),
 	"enableDebugFlagsHandler":                   ign("true", "/debug/flags/v is not served"),

@@ -90,6 +90,9 @@ func TestEachFieldClass(t *testing.T) {
 		{"tlsMinVersion: TLS9\n", "tlsMinVersion"},
 		{"tlsCipherSuites: [NOPE]\n", "tlsCipherSuites"},
 		{"podsPerCore: -1\n", "podsPerCore (-1) must not be negative"},
+		{"crashLoopBackOff: {maxContainerRestartPeriod: 1s}\n", ""},
+		{"crashLoopBackOff: {maxContainerRestartPeriod: 500ms}\n", "CrashLoopBackOff.MaxContainerRestartPeriod (got: 0.5 seconds) must be set between 1s and 300s"},
+		{"crashLoopBackOff: {maxContainerRestartPeriod: 301s}\n", "CrashLoopBackOff.MaxContainerRestartPeriod (got: 301 seconds) must be set between 1s and 300s"},
 	} {
 		_, err := loadDefaulted(writeConfig(t, tc.body))
 		switch {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -72,6 +73,10 @@ func Validate(c *kubeletv1beta1.KubeletConfiguration) error {
 	}
 	if *c.ContainerLogMaxWorkers < 1 {
 		errs = append(errs, fmt.Errorf("containerLogMaxWorkers (%d) must be at least 1", *c.ContainerLogMaxWorkers))
+	}
+	// Upstream's message; KubeletCrashLoopBackOffMax is beta, on by default.
+	if d := c.CrashLoopBackOff.MaxContainerRestartPeriod.Duration; d < time.Second || d > 300*time.Second {
+		errs = append(errs, fmt.Errorf("invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: %v seconds) must be set between 1s and 300s", d.Seconds()))
 	}
 	if c.ContainerLogMonitorInterval.Duration <= 0 {
 		errs = append(errs, fmt.Errorf("containerLogMonitorInterval (%v) must be positive", c.ContainerLogMonitorInterval.Duration))

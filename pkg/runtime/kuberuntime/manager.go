@@ -74,6 +74,8 @@ type Options struct {
 	// shippers (LegacyContainerLogsDir); "" links none.
 	LegacyLogsDir  string
 	RequestTimeout time.Duration
+	// CrashBackOffMax caps the crash-loop back-off (0: 5 min).
+	CrashBackOffMax time.Duration
 	// CgroupParent returns the cgroup a pod's sandbox goes under ("" lets
 	// the runtime choose).
 	CgroupParent func(pod *v1.Pod) string
@@ -178,8 +180,7 @@ type Manager struct {
 	resizer   *resizer
 	reader    *podReader
 
-	// crashBackOff delays restarts of failing containers: 10 s doubling
-	// to 5 min, forgotten after 10 min of good behaviour.
+	// crashBackOff delays restarts of failing containers (newCrashBackOff).
 	crashBackOff *flowcontrol.Backoff
 }
 
@@ -187,6 +188,18 @@ const (
 	crashBackOffInitial = 10 * time.Second
 	crashBackOffMax     = 5 * time.Minute
 )
+
+// crashBackOff is upstream's crash-loop back-off: 10 s doubling to max
+// (crashLoopBackOff.maxContainerRestartPeriod, 5 min by default), starting
+// at max where max is below 10 s.
+func newCrashBackOff(max time.Duration, clk clock.Clock) *flowcontrol.Backoff {
+	if max <= 0 {
+		max = crashBackOffMax
+	}
+	b := flowcontrol.NewBackOffWithJitter(min(crashBackOffInitial, max), max, 0)
+	b.Clock = clk
+	return b
+}
 
 // New builds a Manager.
 func New(o Options) *Manager {
@@ -236,7 +249,7 @@ func New(o Options) *Manager {
 		memoryCapacity: o.MemoryCapacity,
 		noCPUQuota:     o.NoCPUQuota,
 		security:       o.Security,
-		crashBackOff:   flowcontrol.NewBackOffWithJitter(crashBackOffInitial, crashBackOffMax, 0),
+		crashBackOff:   newCrashBackOff(o.CrashBackOffMax, o.Clock),
 		starts:         o.Starts,
 		stops:          o.Stops,
 		stopping:       newStopping(o.Clock),
@@ -245,7 +258,6 @@ func New(o Options) *Manager {
 		containerHooks: o.ContainerHooks,
 		images:         o.Images,
 	}
-	m.crashBackOff.Clock = o.Clock
 	m.reader = &podReader{runtime: o.Runtime, runtimeName: o.RuntimeName, clock: o.Clock, requestTimeout: o.RequestTimeout}
 	m.resizer = &resizer{runtime: o.Runtime, resources: o.Resources, podCgroup: o.PodCgroup, steps: o.Steps,
 		noCPUQuota: o.NoCPUQuota, requestTimeout: o.RequestTimeout}

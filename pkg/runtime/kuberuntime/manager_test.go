@@ -210,6 +210,30 @@ func TestRestartCountAndCrashLoopBackOff(t *testing.T) {
 	}
 }
 
+// crashLoopBackOff.maxContainerRestartPeriod below 10 s is the first
+// delay and every one after it, as upstream's KubeletCrashLoopBackOffMax.
+func TestCrashLoopBackOffCapped(t *testing.T) {
+	f := newFixture(t)
+	f.m.crashBackOff = newCrashBackOff(2*time.Second, f.clock)
+	pod := newPod(v1.RestartPolicyAlways, "app").pod
+	f.sync(t, pod)
+	running := runtimeapi.ContainerState_CONTAINER_RUNNING
+	f.rt.Exit(f.rt.ContainerIDs("app", &running)[0], 1)
+	if err := f.sync(t, pod).Error(); err != nil {
+		t.Fatal(err) // the first failure restarts at once
+	}
+	for i := range 4 {
+		f.rt.Exit(f.rt.ContainerIDs("app", &running)[0], 1)
+		if res := f.sync(t, pod); !res.OnlyBackOff() || res.RetryAfter() != 2*time.Second {
+			t.Fatalf("failure %d: %v, retry after %v, want 2s", i+2, res.Error(), res.RetryAfter())
+		}
+		f.clock.Step(2 * time.Second)
+		if err := f.sync(t, pod).Error(); err != nil {
+			t.Fatalf("failure %d: not restarted after 2 s: %v", i+2, err)
+		}
+	}
+}
+
 func TestKillPodStopsContainersThenSandbox(t *testing.T) {
 	f := newFixture(t)
 	pod := newPod(v1.RestartPolicyAlways, "a", "b").pod
