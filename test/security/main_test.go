@@ -180,8 +180,15 @@ func hostProcess(t *testing.T, marker string) (pid, uid int) {
 // podLog is everything a static pod's containers wrote to their logs.
 func podLog(t *testing.T, n *testbed.Nodelet, name string) string {
 	t.Helper()
+	return podLogOf(t, n, "default", n.PodName(name), "*")
+}
+
+// podLogOf is everything the containers of the pod with that namespace,
+// name and UID (a glob) wrote to their logs.
+func podLogOf[U ~string](t *testing.T, n *testbed.Nodelet, ns, name string, uid U) string {
+	t.Helper()
 	var b strings.Builder
-	dirs, _ := filepath.Glob(filepath.Join(n.LogsDir, "default_"+n.PodName(name)+"_*"))
+	dirs, _ := filepath.Glob(filepath.Join(n.LogsDir, fmt.Sprintf("%s_%s_%s", ns, name, uid)))
 	for _, d := range dirs {
 		_ = filepath.WalkDir(d, func(path string, e os.DirEntry, err error) error {
 			if err == nil && !e.IsDir() {
