@@ -8,7 +8,7 @@ export PATH := $(PATH):/usr/local/go/bin
 # the build cache is the tests' too.
 BUILDFLAGS := -ldflags "-s -w"
 
-.PHONY: all setup build run cluster-up clean-pods test test-long test-upgrades test-node-conformance unit integration lint bench bench-density bench-scale faults fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test test-long test-subpath-race test-upgrades test-node-conformance unit integration lint bench bench-density bench-scale faults fuzz clean
 
 all: build
 
@@ -47,6 +47,12 @@ lint:
 # certificates issued for 5 minutes (about 12 minutes).
 test-long: setup
 	$(GO) test -v -race -count=1 -timeout 30m -tags integration,long ./test/integration/long/
+
+# The subPath race (CVE-2021-25741) on both runtimes at once: a container
+# swaps its subPath directory for a link to / while another restarts 200
+# times mounting it (about 10 minutes).
+test-subpath-race: setup
+	GO=$(GO) bash hack/test-subpath-race.sh
 
 # Hand nodes from the upstream kubelets of the previous minor versions
 # (v1.35, v1.36; built once, about 5 minutes each, and cached) to nodelet.

@@ -78,7 +78,7 @@ func TestAPIDataVolumesAreReadOnly(t *testing.T) {
 	})
 	for _, v := range vols {
 		t.Run(v.Name, func(t *testing.T) {
-			r := &row{scenario: "read-only " + v.Name, attack: "as root: rewrite a file, re-point ..data, create a file"}
+			r := &row{scenario: "read-only " + v.Name, attack: "as root: rewrite a file, re-point or remove ..data, create a file"}
 			record(t, r)
 			dir := "/v/" + v.Name
 			file := dir + "/key"
@@ -92,7 +92,9 @@ func TestAPIDataVolumesAreReadOnly(t *testing.T) {
 			var answers []string
 			for _, attack := range [][]string{
 				{"sh", "-c", "echo forged >" + file},
-				{"ln", "-sfn", "/etc", dir + "/..data"},
+				// Re-point ..data as the writer does it: a new link renamed over.
+				{"sh", "-c", "ln -s /etc " + dir + "/..data_tmp && mv " + dir + "/..data_tmp " + dir + "/..data"},
+				{"rm", dir + "/..data"},
 				{"touch", dir + "/planted"},
 			} {
 				out, err := n.Exec(attacker, attack...)
