@@ -255,7 +255,7 @@ func containerIDs(t *testing.T, cd *testbed.Containerd) map[string]string {
 func TestKubeadmJoin(t *testing.T) {
 	ns := namespace(t)
 	const name = "kubeadm-join"
-	fixture, err := os.ReadFile(filepath.Join(testbed.RepoRoot(), "pkg", "kubeletconfig", "testdata", "kubeadm-kubelet-config.yaml"))
+	fixture, err := os.ReadFile(filepath.Join(testbed.RepoRoot(), "pkg", "infra", "kubeletconfig", "testdata", "kubeadm-kubelet-config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
