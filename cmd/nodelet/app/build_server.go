@@ -20,7 +20,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/node/stats"
 	"github.com/nodelet/nodelet/pkg/observe/metrics"
 	"github.com/nodelet/nodelet/pkg/runtime/container"
-	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/runtime/streaming"
 )
 
 // buildServers opens the read-only and kubelet API ports (unless
@@ -60,7 +60,7 @@ func buildServers(b *base, rt *runtimeConn, node *nodeParts, runtime *runtimePar
 	}
 	if c.Port > 0 {
 		components, err := kubeletAPI(b, server.NewAPI(server.APISources{
-			Pods: core.kubelet.View(), Healthz: health.Healthz, Runtime: kuberuntime.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration),
+			Pods: core.kubelet.View(), Healthz: health.Healthz, Runtime: streaming.NewStreamer(rt.runtime, b.clock, c.RuntimeRequestTimeout.Duration),
 			Monitoring: monitoring, Profiling: c.EnableProfilingHandler == nil || *c.EnableProfilingHandler, Timelines: b.timelines, Configz: c,
 		}), reporter)
 		if err != nil {

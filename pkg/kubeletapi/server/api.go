@@ -19,12 +19,12 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/observe/timeline"
-	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/runtime/streaming"
 )
 
 // Runtime is what the kubelet API asks of the container runtime.
 type Runtime interface {
-	ContainerLogs(ctx context.Context, namespace, pod, container string, opts kuberuntime.LogOptions, w io.Writer) error
+	ContainerLogs(ctx context.Context, namespace, pod, container string, opts streaming.LogOptions, w io.Writer) error
 	GetExec(ctx context.Context, namespace, pod, uid, container string, cmd []string, stdin, stdout, stderr, tty bool) (*url.URL, error)
 	GetAttach(ctx context.Context, namespace, pod, uid, container string, stdin, stdout, stderr, tty bool) (*url.URL, error)
 	GetPortForward(ctx context.Context, namespace, pod, uid string, ports []int32) (*url.URL, error)
@@ -162,7 +162,7 @@ func (s *API) handleTimeline(w http.ResponseWriter, r *http.Request) {
 func (s *API) handleLogs(w http.ResponseWriter, r *http.Request) {
 	klog.V(4).InfoS("Serving a container log", "url", r.URL.String(), "webSocket", wsstream.IsWebSocketRequest(r))
 	q := r.URL.Query()
-	opts := kuberuntime.LogOptions{
+	opts := streaming.LogOptions{
 		Follow: q.Get("follow") == "true", Previous: q.Get("previous") == "true", Timestamps: q.Get("timestamps") == "true",
 		TailLines: -1,
 	}
@@ -236,7 +236,7 @@ func (fw flushWriter) Flush() { fw.f.Flush() }
 // logsOverWebSocket serves a container's log to a WebSocket client, in
 // binary frames (binary.k8s.io, or no subprotocol) or base64 text frames
 // (base64.binary.k8s.io), as the API server serves pods/log.
-func (s *API) logsOverWebSocket(w http.ResponseWriter, r *http.Request, opts kuberuntime.LogOptions) {
+func (s *API) logsOverWebSocket(w http.ResponseWriter, r *http.Request, opts streaming.LogOptions) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -332,7 +332,7 @@ func (s *API) handleRun(w http.ResponseWriter, r *http.Request) {
 func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case err == nil:
-	case errors.Is(err, kuberuntime.ErrNotFound):
+	case errors.Is(err, streaming.ErrNotFound):
 		http.Error(w, err.Error(), http.StatusNotFound)
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -27,7 +27,7 @@ import (
 	"github.com/nodelet/nodelet/internal/testutil"
 	"github.com/nodelet/nodelet/pkg/observe/instrument"
 	"github.com/nodelet/nodelet/pkg/observe/timeline"
-	"github.com/nodelet/nodelet/pkg/runtime/kuberuntime"
+	"github.com/nodelet/nodelet/pkg/runtime/streaming"
 )
 
 type pods []*v1.Pod
@@ -265,7 +265,7 @@ type logRuntime struct {
 	log string
 }
 
-func (r logRuntime) ContainerLogs(ctx context.Context, ns, pod, c string, opts kuberuntime.LogOptions, w io.Writer) error {
+func (r logRuntime) ContainerLogs(ctx context.Context, ns, pod, c string, opts streaming.LogOptions, w io.Writer) error {
 	_, err := io.WriteString(w, fmt.Sprintf("%s/%s/%s: %s", ns, pod, c, r.log))
 	return err
 }

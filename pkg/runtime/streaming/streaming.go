@@ -1,4 +1,9 @@
-package kuberuntime
+// Package streaming serves what the kubelet API asks of containers: their
+// logs (followed across rotations), exec, attach and port-forward (the
+// runtime's streaming URLs) and commands run for their output. It finds
+// containers by the upstream labels, so it reads the containers of either
+// kubelet.
+package streaming
 
 import (
 	"bufio"
@@ -12,9 +17,22 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubelettypes "k8s.io/kubelet/pkg/types"
 	"k8s.io/utils/clock"
 )
+
+// Runtime is what the streamer asks of the container runtime.
+type Runtime interface {
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+	ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error)
+	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+	Exec(ctx context.Context, in *runtimeapi.ExecRequest, opts ...grpc.CallOption) (*runtimeapi.ExecResponse, error)
+	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
+	Attach(ctx context.Context, in *runtimeapi.AttachRequest, opts ...grpc.CallOption) (*runtimeapi.AttachResponse, error)
+	PortForward(ctx context.Context, in *runtimeapi.PortForwardRequest, opts ...grpc.CallOption) (*runtimeapi.PortForwardResponse, error)
+}
 
 // ErrNotFound classifies a request for a pod or container the runtime
 // does not have (the server answers 404).
@@ -27,14 +45,14 @@ const logFollowPoll = 100 * time.Millisecond
 // attach and port-forward (the runtime's streaming URLs), and commands run
 // for their output.
 type Streamer struct {
-	runtime        RuntimeService
+	runtime        Runtime
 	clock          clock.Clock
 	requestTimeout time.Duration
 }
 
 // NewStreamer returns the streamer over a runtime; each unary call is
 // bounded by requestTimeout.
-func NewStreamer(runtime RuntimeService, clk clock.Clock, requestTimeout time.Duration) *Streamer {
+func NewStreamer(runtime Runtime, clk clock.Clock, requestTimeout time.Duration) *Streamer {
 	return &Streamer{runtime: runtime, clock: clk, requestTimeout: requestTimeout}
 }
 
@@ -56,9 +74,9 @@ type LogOptions struct {
 // findContainer returns the container of the pod with the name: the
 // newest instance, or with previous the one before it.
 func (s *Streamer) findContainer(ctx context.Context, namespace, pod, uid, name string, previous bool) (*runtimeapi.Container, error) {
-	labels := map[string]string{labelPodName: pod, labelPodNamespace: namespace, LabelContainerName: name}
+	labels := map[string]string{kubelettypes.KubernetesPodNameLabel: pod, kubelettypes.KubernetesPodNamespaceLabel: namespace, kubelettypes.KubernetesContainerNameLabel: name}
 	if uid != "" {
-		labels[LabelPodUID] = uid
+		labels[kubelettypes.KubernetesPodUIDLabel] = uid
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -300,9 +318,9 @@ func (s *Streamer) GetAttach(ctx context.Context, namespace, pod, uid, name stri
 // GetPortForward asks the runtime's streaming server for a port-forward
 // session into the pod's sandbox.
 func (s *Streamer) GetPortForward(ctx context.Context, namespace, pod, uid string, ports []int32) (*url.URL, error) {
-	labels := map[string]string{labelPodName: pod, labelPodNamespace: namespace}
+	labels := map[string]string{kubelettypes.KubernetesPodNameLabel: pod, kubelettypes.KubernetesPodNamespaceLabel: namespace}
 	if uid != "" {
-		labels[LabelPodUID] = uid
+		labels[kubelettypes.KubernetesPodUIDLabel] = uid
 	}
 	cctx, cancel := s.call(ctx)
 	resp, err := s.runtime.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{

@@ -1,18 +1,22 @@
-package kuberuntime
+package streaming
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubelettypes "k8s.io/kubelet/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/fakecri"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
@@ -34,6 +38,40 @@ func (w *syncWriter) String() string {
 	return w.buf.String()
 }
 
+type fixture struct {
+	rt    *fakecri.Runtime
+	clock *testingclock.FakeClock
+}
+
+func newFixture(t *testing.T) *fixture {
+	clk := testingclock.NewFakeClock(time.Unix(1796000000, 0))
+	return &fixture{rt: fakecri.New(clk, "img"), clock: clk}
+}
+
+// start runs a sandbox and a container in it, labelled as kubelets
+// label them, and returns the container's ID.
+func (f *fixture) start(t *testing.T, ns, pod, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	logs := t.TempDir()
+	testutil.Must(t, os.MkdirAll(filepath.Join(logs, name), 0o755)) // as the runtime manager makes it
+	labels := map[string]string{kubelettypes.KubernetesPodNameLabel: pod, kubelettypes.KubernetesPodNamespaceLabel: ns,
+		kubelettypes.KubernetesPodUIDLabel: "uid"}
+	sb, err := f.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: pod, Namespace: ns, Uid: "uid"}, Labels: labels, LogDirectory: logs,
+	}})
+	testutil.Must(t, err)
+	cl := maps.Clone(labels)
+	cl[kubelettypes.KubernetesContainerNameLabel] = name
+	c, err := f.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: "img"}, Labels: cl, LogPath: name + "/0.log",
+	}})
+	testutil.Must(t, err)
+	_, err = f.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId})
+	testutil.Must(t, err)
+	return c.ContainerId
+}
+
 // TestFollowAcrossRotations: a followed log loses no line and repeats
 // none across rotations, the first one right after the follower reached
 // the end of the file (where upstream's CRI log reader, k8s.io/cri-client
@@ -42,9 +80,7 @@ func (w *syncWriter) String() string {
 // polled again.
 func TestFollowAcrossRotations(t *testing.T) {
 	f := newFixture(t)
-	pod := newPod(v1.RestartPolicyAlways, "app").pod
-	f.sync(t, pod)
-	id := f.rt.ContainerIDs("app", nil)[0]
+	id := f.start(t, "ns", "p", "app")
 	cctx := context.Background()
 	st, err := f.rt.ContainerStatus(cctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	testutil.Must(t, err)
