@@ -8,7 +8,7 @@ export PATH := $(PATH):/usr/local/go/bin
 # the build cache is the tests' too.
 BUILDFLAGS := -ldflags "-s -w"
 
-.PHONY: all setup build run cluster-up clean-pods test test-long test-subpath-race test-upgrades test-node-conformance unit integration lint bench bench-density bench-scale faults fuzz clean
+.PHONY: all setup build run cluster-up clean-pods test test-long test-subpath-race test-validation-diff fuzz-validation test-upgrades test-node-conformance unit integration lint bench bench-density bench-scale faults fuzz clean
 
 all: build
 
@@ -53,6 +53,15 @@ test-long: setup
 # times mounting it (about 10 minutes).
 test-subpath-race: setup
 	GO=$(GO) bash hack/test-subpath-race.sh
+
+# nodelet's static pod validation against the API server's own
+# (hack/validationdiff, a module of its own that imports k8s.io/kubernetes):
+# the corpus, then FUZZTIME of fuzzing.
+FUZZTIME ?= 30m
+test-validation-diff:
+	cd hack/validationdiff && $(GO) test -count=1 ./...
+fuzz-validation:
+	cd hack/validationdiff && $(GO) test -run '^$$' -fuzz FuzzValidation -fuzztime $(FUZZTIME) .
 
 # Hand nodes from the upstream kubelets of the previous minor versions
 # (v1.35, v1.36; built once, about 5 minutes each, and cached) to nodelet.

@@ -247,26 +247,26 @@ func closed(c <-chan struct{}) bool {
 func TestStaticPodIdentity(t *testing.T) {
 	base := mkPod("", "web")
 	base.Namespace = ""
-	a, err := staticPod(base, "Node1", "/etc/manifests/web.yaml", true)
+	a, err := staticPod(base, "node1", "/etc/manifests/web.yaml", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Name != "web-node1" || a.Namespace != "default" || a.Spec.NodeName != "Node1" {
+	if a.Name != "web-node1" || a.Namespace != "default" || a.Spec.NodeName != "node1" {
 		t.Errorf("identity: name %q namespace %q node %q", a.Name, a.Namespace, a.Spec.NodeName)
 	}
 	if a.UID == "" || a.Annotations[podutil.ConfigHashAnnotationKey] != string(a.UID) || a.Status.Phase != v1.PodPending {
 		t.Errorf("uid %q annotations %v phase %q", a.UID, a.Annotations, a.Status.Phase)
 	}
-	again, _ := staticPod(base, "Node1", "/etc/manifests/web.yaml", true)
+	again, _ := staticPod(base, "node1", "/etc/manifests/web.yaml", true)
 	if again.UID != a.UID {
 		t.Error("same content got a different UID")
 	}
 	changed := base.DeepCopy()
 	changed.Spec.Containers[0].Image = "img:2"
 	for name, other := range map[string]func() (*v1.Pod, error){
-		"content": func() (*v1.Pod, error) { return staticPod(changed, "Node1", "/etc/manifests/web.yaml", true) },
+		"content": func() (*v1.Pod, error) { return staticPod(changed, "node1", "/etc/manifests/web.yaml", true) },
 		"node":    func() (*v1.Pod, error) { return staticPod(base, "node2", "/etc/manifests/web.yaml", true) },
-		"path":    func() (*v1.Pod, error) { return staticPod(base, "Node1", "/etc/manifests/other.yaml", true) },
+		"path":    func() (*v1.Pod, error) { return staticPod(base, "node1", "/etc/manifests/other.yaml", true) },
 	} {
 		p, err := other()
 		if err != nil || p.UID == a.UID {
@@ -276,7 +276,7 @@ func TestStaticPodIdentity(t *testing.T) {
 	// Spelling out a default does not change the pod, so not its UID.
 	explicit := base.DeepCopy()
 	explicit.Spec.RestartPolicy = v1.RestartPolicyAlways
-	if p, _ := staticPod(explicit, "Node1", "/etc/manifests/web.yaml", true); p.UID != a.UID {
+	if p, _ := staticPod(explicit, "node1", "/etc/manifests/web.yaml", true); p.UID != a.UID {
 		t.Error("an explicit default changed the UID")
 	}
 	foundToleration := false

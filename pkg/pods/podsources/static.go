@@ -87,12 +87,24 @@ func kindOf(gvk *schema.GroupVersionKind, obj runtime.Object) string {
 func staticPod(pod *v1.Pod, nodeName, source string, isFile bool) (*v1.Pod, error) {
 	pod = pod.DeepCopy()
 	setDefaults(pod)
-	if err := validatePod(pod); err != nil {
-		return nil, err
-	}
+	name := pod.Name
 	if pod.UID == "" {
 		pod.UID = staticPodUID(pod, nodeName, source, isFile)
 	}
+	applyStaticIdentity(pod, nodeName, isFile)
+	if errs := validatePod(pod); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid pod %q: %w", name, errs.ToAggregate())
+	}
+	pod.Status = v1.PodStatus{Phase: v1.PodPending}
+	return pod, nil
+}
+
+// applyStaticIdentity names a defaulted manifest pod as upstream names
+// it, before validating it as the API server would (so the name's limits
+// hold for the name the pod is known by): the node's name appended, the
+// default namespace, the node, the hash annotation and, for manifest
+// files, the toleration of every NoExecute taint.
+func applyStaticIdentity(pod *v1.Pod, nodeName string, isFile bool) {
 	pod.Name = pod.Name + "-" + strings.ToLower(nodeName)
 	if pod.Namespace == "" {
 		pod.Namespace = metav1.NamespaceDefault
@@ -106,8 +118,6 @@ func staticPod(pod *v1.Pod, nodeName, source string, isFile bool) (*v1.Pod, erro
 		// Node problems must not evict the node's own static pods.
 		addToleration(pod, v1.Toleration{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute})
 	}
-	pod.Status = v1.PodStatus{Phase: v1.PodPending}
-	return pod, nil
 }
 
 // Static names the pods of the static sources (manifest files and URL).

@@ -88,13 +88,13 @@ func TestValidation(t *testing.T) {
 		setDefaults(p)
 		return p
 	}
-	if err := validatePod(valid()); err != nil {
+	if err := Validate(valid(), "node1").ToAggregate(); err != nil {
 		t.Fatalf("valid pod: %v", err)
 	}
 	relaxed := valid()
 	relaxed.Spec.Containers[0].Env = []v1.EnvVar{{Name: "1st-key.v2"}, {Name: "with space"}}
-	relaxed.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{Prefix: "9-"}}
-	if err := validatePod(relaxed); err != nil {
+	relaxed.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{Prefix: "9-", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}}}
+	if err := Validate(relaxed, "node1").ToAggregate(); err != nil {
 		t.Fatalf("relaxed environment variable names: %v", err)
 	}
 	for _, tc := range []struct {
@@ -123,14 +123,13 @@ func TestValidation(t *testing.T) {
 			p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, Protocol: "ICMP"}}
 		}},
 		{"volumeMounts[0].name", func(p *v1.Pod) { p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "nope", MountPath: "/x"}} }},
-		{"hostPath.path", func(p *v1.Pod) {
-			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "rel"}}}}
+		{"spec.volumes[0].hostPath.path: Invalid value: \"/a/../etc\": must not contain '..'", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/a/../etc"}}}}
 		}},
-		{"resources.requests[cpu]", func(p *v1.Pod) {
+		{"spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1", func(p *v1.Pod) {
 			p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: *qty("2")}
 			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceCPU: *qty("1")}
 		}},
-		{"terminationGracePeriodSeconds", func(p *v1.Pod) { g := int64(-1); p.Spec.TerminationGracePeriodSeconds = &g }},
 		// The security checks: an unmasked /proc needs a user namespace.
 		{"spec.containers[0].securityContext.procMount: Invalid value: \"Unmasked\": `hostUsers` must be false to use `Unmasked`", func(p *v1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: new(v1.UnmaskedProcMount)}
@@ -197,7 +196,7 @@ func TestValidation(t *testing.T) {
 	} {
 		p := valid()
 		tc.mutate(p)
-		err := validatePod(p)
+		err := Validate(p, "node1").ToAggregate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("want an error mentioning %q, got %v", tc.want, err)
 		}

@@ -1,54 +1,303 @@
 package podsources
 
 import (
+	"fmt"
 	"path"
 	"path/filepath"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// The API server's checks of the volumes nodelet writes files into
-// (configMap, secret, downwardAPI, projected), at v1.37, with its field
-// paths and messages: an item's path must stay beneath the volume (no
-// absolute path, no ".." element), as the writer also insists.
+// The volume checks of the API server's pod validation, at v1.37, with its
+// field paths and messages: one source per volume; for the volumes
+// nodelet writes files into (configMap, secret, downwardAPI, projected) an
+// item's path stays beneath the volume (no absolute path, no ".."
+// element), as the writer also insists.
 
 const fileModeErrorMsg = "must be a number between 0 and 0777 (octal), both inclusive"
 
-func validateDataVolume(v *v1.Volume, p *field.Path) field.ErrorList {
+// validateVolumes checks the volumes and returns those that passed, by
+// name: a mount of a volume that failed is not found.
+func validateVolumes(vols []v1.Volume, podName string, path *field.Path) (map[string]v1.VolumeSource, field.ErrorList) {
 	var errs field.ErrorList
-	switch s := v.VolumeSource; {
-	case s.ConfigMap != nil:
-		p := p.Child("configMap")
-		if s.ConfigMap.Name == "" {
-			errs = append(errs, field.Required(p.Child("name"), ""))
+	created := map[string]bool{} // the PVCs the pod's ephemeral volumes create
+	for _, v := range vols {
+		if v.Ephemeral != nil && podName != "" {
+			created[podName+"-"+v.Name] = true
 		}
-		errs = append(errs, fileMode(s.ConfigMap.DefaultMode, p.Child("defaultMode"))...)
-		errs = append(errs, userID(s.ConfigMap.DefaultUser, p.Child("defaultUser"))...)
-		for i := range s.ConfigMap.Items {
-			errs = append(errs, validateKeyToPath(&s.ConfigMap.Items[i], p.Child("items").Index(i))...)
+	}
+	ok := map[string]v1.VolumeSource{}
+	names := map[string]bool{}
+	for i, v := range vols {
+		p := path.Index(i)
+		el := validateVolumeSource(&v.VolumeSource, v.Name, podName, p)
+		if v.Name == "" {
+			el = append(el, field.Required(p.Child("name"), ""))
+		} else {
+			el = append(el, dns1123Label(v.Name, p.Child("name"))...)
 		}
-	case s.Secret != nil:
-		p := p.Child("secret")
-		if s.Secret.SecretName == "" {
-			errs = append(errs, field.Required(p.Child("secretName"), ""))
+		if names[v.Name] {
+			el = append(el, field.Duplicate(p.Child("name"), v.Name))
 		}
-		errs = append(errs, fileMode(s.Secret.DefaultMode, p.Child("defaultMode"))...)
-		errs = append(errs, userID(s.Secret.DefaultUser, p.Child("defaultUser"))...)
-		for i := range s.Secret.Items {
-			errs = append(errs, validateKeyToPath(&s.Secret.Items[i], p.Child("items").Index(i))...)
+		if len(el) == 0 {
+			names[v.Name] = true
+			ok[v.Name] = v.VolumeSource
+		} else {
+			errs = append(errs, el...)
 		}
-	case s.DownwardAPI != nil:
-		p := p.Child("downwardAPI")
-		errs = append(errs, fileMode(s.DownwardAPI.DefaultMode, p.Child("defaultMode"))...)
-		errs = append(errs, userID(s.DownwardAPI.DefaultUser, p.Child("defaultUser"))...)
-		for i := range s.DownwardAPI.Items {
-			// Upstream names the volume, not the item, for these.
-			errs = append(errs, validateDownwardAPIFile(&s.DownwardAPI.Items[i], p)...)
+		if v.PersistentVolumeClaim != nil && created[v.PersistentVolumeClaim.ClaimName] {
+			errs = append(errs, field.Invalid(p.Child("persistentVolumeClaim", "claimName"), v.PersistentVolumeClaim.ClaimName,
+				"must not reference a PVC that gets created for an ephemeral volume"))
 		}
-	case s.Projected != nil:
-		errs = append(errs, validateProjected(s.Projected, p.Child("projected"))...)
+	}
+	return ok, errs
+}
+
+// volumeSource is one of a volume's sources: its JSON name, whether it is
+// set, and its checks (nil: none beyond being the only one).
+type volumeSource struct {
+	name  string
+	set   bool
+	check func(*field.Path) field.ErrorList
+}
+
+func validateVolumeSource(s *v1.VolumeSource, volName, podName string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if e := s.EmptyDir; e != nil {
+		if e.SizeLimit != nil && e.SizeLimit.Cmp(resource.Quantity{}) < 0 {
+			errs = append(errs, field.Forbidden(path.Child("emptyDir", "sizeLimit"), "SizeLimit field must be a valid resource quantity"))
+		}
+		if e.Mode != nil && (*e.Mode > 0o1777 || *e.Mode < 0) {
+			errs = append(errs, field.Invalid(path.Child("emptyDir", "mode"), *e.Mode, "must be a number between 0 and 01777 (octal), both inclusive"))
+		}
+	}
+	n := 0
+	if s.EmptyDir != nil {
+		n++
+	}
+	for _, src := range volumeSources(s, volName, podName) {
+		if !src.set {
+			continue
+		}
+		if n > 0 {
+			errs = append(errs, field.Forbidden(path.Child(src.name), "may not specify more than 1 volume type"))
+			continue
+		}
+		n++
+		if src.check != nil {
+			errs = append(errs, src.check(path)...)
+		}
+	}
+	if n == 0 {
+		errs = append(errs, field.Required(path, "must specify a volume type"))
+	}
+	return errs
+}
+
+// volumeSources lists the sources after emptyDir in the API server's order.
+func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
+	return []volumeSource{
+		{"hostPath", s.HostPath != nil, func(p *field.Path) field.ErrorList { return validateHostPath(s.HostPath, p.Child("hostPath")) }},
+		{"gitRepo", s.GitRepo != nil, func(p *field.Path) field.ErrorList {
+			var errs field.ErrorList
+			if s.GitRepo.Repository == "" {
+				errs = append(errs, field.Required(p.Child("gitRepo", "repository"), ""))
+			}
+			return append(errs, localDescendingPath(s.GitRepo.Directory, p.Child("gitRepo", "directory"))...)
+		}},
+		{"gcePersistentDisk", s.GCEPersistentDisk != nil, nil},
+		{"awsElasticBlockStore", s.AWSElasticBlockStore != nil, nil},
+		{"secret", s.Secret != nil, func(p *field.Path) field.ErrorList {
+			p = p.Child("secret")
+			var errs field.ErrorList
+			if s.Secret.SecretName == "" {
+				errs = append(errs, field.Required(p.Child("secretName"), ""))
+			}
+			return append(errs, validateItems(s.Secret.DefaultMode, s.Secret.DefaultUser, s.Secret.Items, p)...)
+		}},
+		{"nfs", s.NFS != nil, func(p *field.Path) field.ErrorList {
+			p = p.Child("nfs")
+			var errs field.ErrorList
+			if s.NFS.Server == "" {
+				errs = append(errs, field.Required(p.Child("server"), ""))
+			}
+			if s.NFS.Path == "" {
+				errs = append(errs, field.Required(p.Child("path"), ""))
+			}
+			if !path.IsAbs(s.NFS.Path) {
+				errs = append(errs, field.Invalid(p.Child("path"), s.NFS.Path, "must be an absolute path"))
+			}
+			return errs
+		}},
+		{"iscsi", s.ISCSI != nil, nil},
+		{"glusterfs", s.Glusterfs != nil, nil},
+		{"flocker", s.Flocker != nil, nil},
+		{"persistentVolumeClaim", s.PersistentVolumeClaim != nil, func(p *field.Path) field.ErrorList {
+			if s.PersistentVolumeClaim.ClaimName == "" {
+				return field.ErrorList{field.Required(p.Child("persistentVolumeClaim", "claimName"), "")}
+			}
+			return nil
+		}},
+		{"rbd", s.RBD != nil, nil},
+		{"cinder", s.Cinder != nil, nil},
+		{"cephFS", s.CephFS != nil, nil},
+		{"quobyte", s.Quobyte != nil, nil},
+		// Upstream's message misspells it.
+		{"downwarAPI", s.DownwardAPI != nil, func(p *field.Path) field.ErrorList {
+			d := s.DownwardAPI
+			p = p.Child("downwardAPI")
+			errs := fileMode(d.DefaultMode, p.Child("defaultMode"))
+			errs = append(errs, userID(d.DefaultUser, p.Child("defaultUser"))...)
+			for i := range d.Items {
+				// Upstream names the volume, not the item, for these.
+				errs = append(errs, validateDownwardAPIFile(&d.Items[i], p)...)
+			}
+			return errs
+		}},
+		{"fc", s.FC != nil, nil},
+		{"flexVolume", s.FlexVolume != nil, nil},
+		{"configMap", s.ConfigMap != nil, func(p *field.Path) field.ErrorList {
+			p = p.Child("configMap")
+			var errs field.ErrorList
+			if s.ConfigMap.Name == "" {
+				errs = append(errs, field.Required(p.Child("name"), ""))
+			}
+			return append(errs, validateItems(s.ConfigMap.DefaultMode, s.ConfigMap.DefaultUser, s.ConfigMap.Items, p)...)
+		}},
+		{"azureFile", s.AzureFile != nil, nil},
+		{"vsphereVolume", s.VsphereVolume != nil, nil},
+		{"photonPersistentDisk", s.PhotonPersistentDisk != nil, nil},
+		{"portworxVolume", s.PortworxVolume != nil, nil},
+		{"azureDisk", s.AzureDisk != nil, nil},
+		{"storageos", s.StorageOS != nil, nil},
+		{"projected", s.Projected != nil, func(p *field.Path) field.ErrorList { return validateProjected(s.Projected, p.Child("projected")) }},
+		{"scaleIO", s.ScaleIO != nil, nil},
+		{"csi", s.CSI != nil, func(p *field.Path) field.ErrorList { return validateCSI(s.CSI, p.Child("csi")) }},
+		{"ephemeral", s.Ephemeral != nil, func(p *field.Path) field.ErrorList {
+			errs := validateEphemeral(s.Ephemeral, p.Child("ephemeral"))
+			if podName != "" && volName != "" {
+				pvc := podName + "-" + volName
+				for _, msg := range apivalidation.NameIsDNSSubdomain(pvc, false) {
+					errs = append(errs, field.Invalid(p.Child("name"), volName, fmt.Sprintf("PVC name %q: %v", pvc, msg)))
+				}
+			}
+			return errs
+		}},
+		{"image", s.Image != nil, func(p *field.Path) field.ErrorList {
+			var errs field.ErrorList
+			if s.Image.Reference == "" {
+				errs = append(errs, field.Required(p.Child("image", "reference"), ""))
+			}
+			return append(errs, enum(string(s.Image.PullPolicy), p.Child("image", "pullPolicy"), "Always", "IfNotPresent", "Never")...)
+		}},
+	}
+}
+
+var hostPathTypes = []string{"", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"}
+
+// validateHostPath: a path without "..", of a known type. A relative path
+// passes here, as at the API server; the volume manager refuses it when
+// it sets the volume up.
+func validateHostPath(h *v1.HostPathVolumeSource, p *field.Path) field.ErrorList {
+	if h.Path == "" {
+		return field.ErrorList{field.Required(p.Child("path"), "")}
+	}
+	var errs field.ErrorList
+	if hasBackstep(h.Path) {
+		errs = append(errs, field.Invalid(p.Child("path"), h.Path, "must not contain '..'"))
+	}
+	if h.Type != nil && !contains(hostPathTypes, string(*h.Type)) {
+		errs = append(errs, field.NotSupported(p.Child("type"), h.Type, hostPathTypes))
+	}
+	return errs
+}
+
+func validateItems(defaultMode *int32, defaultUser *int64, items []v1.KeyToPath, p *field.Path) field.ErrorList {
+	errs := fileMode(defaultMode, p.Child("defaultMode"))
+	errs = append(errs, userID(defaultUser, p.Child("defaultUser"))...)
+	for i := range items {
+		errs = append(errs, validateKeyToPath(&items[i], p.Child("items").Index(i))...)
+	}
+	return errs
+}
+
+func validateCSI(c *v1.CSIVolumeSource, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch d := c.Driver; {
+	case d == "":
+		errs = append(errs, field.Required(p.Child("driver"), ""))
+	default:
+		if len(d) > 63 {
+			errs = append(errs, field.TooLong(p.Child("driver"), "", 63))
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(strings.ToLower(d)) {
+			errs = append(errs, field.Invalid(p.Child("driver"), d, msg))
+		}
+	}
+	if r := c.NodePublishSecretRef; r != nil {
+		if r.Name == "" {
+			errs = append(errs, field.Required(p.Child("nodePublishSecretRef", "name"), ""))
+		} else {
+			for _, msg := range apivalidation.NameIsDNSSubdomain(r.Name, false) {
+				errs = append(errs, field.Invalid(p.Child("name"), r.Name, msg))
+			}
+		}
+	}
+	return errs
+}
+
+var accessModes = []string{"ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"}
+
+// validateEphemeral checks the claim template's metadata and the parts
+// of its spec that need no API lookup.
+func validateEphemeral(e *v1.EphemeralVolumeSource, p *field.Path) field.ErrorList {
+	t := e.VolumeClaimTemplate
+	if t == nil {
+		return field.ErrorList{field.Required(p.Child("volumeClaimTemplate"), "")}
+	}
+	p = p.Child("volumeClaimTemplate")
+	errs := apivalidation.ValidateAnnotations(t.Annotations, p.Child("metadata", "annotations"))
+	errs = append(errs, metavalidation.ValidateLabels(t.Labels, p.Child("metadata", "labels"))...)
+	sp, s := p.Child("spec"), &t.Spec
+	if len(s.AccessModes) == 0 {
+		errs = append(errs, field.Required(sp.Child("accessModes"), "at least 1 access mode is required"))
+	}
+	if s.Selector != nil {
+		errs = append(errs, metavalidation.ValidateLabelSelector(s.Selector, metavalidation.LabelSelectorValidationOptions{}, sp.Child("selector"))...)
+	}
+	rwop, other := false, false
+	for _, m := range s.AccessModes {
+		if !contains(accessModes, string(m)) {
+			errs = append(errs, field.NotSupported(sp.Child("accessModes"), m, accessModes))
+		} else if m == v1.ReadWriteOncePod {
+			rwop = true
+		} else {
+			other = true
+		}
+	}
+	if rwop && other {
+		errs = append(errs, field.Forbidden(sp.Child("accessModes"), "may not use ReadWriteOncePod with other access modes"))
+	}
+	rp := sp.Child("resources").Key(string(v1.ResourceStorage))
+	switch q, ok := s.Resources.Requests[v1.ResourceStorage]; {
+	case !ok:
+		errs = append(errs, field.Required(rp, ""))
+	case q.Cmp(resource.Quantity{}) <= 0:
+		errs = append(errs, field.Invalid(rp, q.String(), "must be greater than zero"))
+	}
+	if c := s.StorageClassName; c != nil && *c != "" {
+		for _, msg := range apivalidation.NameIsDNSSubdomain(*c, false) {
+			errs = append(errs, field.Invalid(sp.Child("storageClassName"), *c, msg))
+		}
+	}
+	if m := s.VolumeMode; m != nil && *m != v1.PersistentVolumeBlock && *m != v1.PersistentVolumeFilesystem {
+		errs = append(errs, field.NotSupported(sp.Child("volumeMode"), *m, []string{"Block", "Filesystem"}))
 	}
 	return errs
 }
@@ -93,40 +342,27 @@ func validateProjected(pr *v1.ProjectedVolumeSource, p *field.Path) field.ErrorL
 			}
 		}
 		if s := src.ServiceAccountToken; s != nil {
-			tp := sp.Child("serviceAccountToken")
-			switch exp := s.ExpirationSeconds; {
-			case exp == nil:
-				errs = append(errs, field.Required(tp.Child("expirationSeconds"), ""))
-			case *exp < 10*60:
-				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), *exp, "may not specify a duration less than 10 minutes"))
-			case *exp > 1<<32:
-				errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), *exp, "may not specify a duration larger than 2^32 seconds"))
-			}
-			if s.Path == "" {
-				errs = append(errs, field.Required(p.Child("path"), ""))
-			} else {
-				errs = append(errs, localNonReservedPath(s.Path, p.Child("path"))...)
-			}
-			errs = append(errs, userID(s.User, tp.Child("user"))...)
+			errs = append(errs, validateTokenProjection(s, sp.Child("serviceAccountToken"), p)...)
 		}
 		if s := src.ClusterTrustBundle; s != nil {
-			bp := sp.Child("clusterTrustBundle")
-			if s.Path == "" {
-				errs = append(errs, field.Required(bp.Child("path"), ""))
-			}
-			errs = append(errs, userID(s.User, bp.Child("user"))...)
-			errs = append(errs, localNonReservedPath(s.Path, bp.Child("path"))...)
+			errs = append(errs, validateTrustBundleProjection(s, sp.Child("clusterTrustBundle"))...)
 			claim(s.Path, s.Path)
 		}
 		if s := src.PodCertificate; s != nil {
 			cp := sp.Child("podCertificate")
+			errs = append(errs, userID(s.User, cp.Child("user"))...)
+			n := 0
 			for _, f := range []struct{ name, path string }{
 				{"credentialBundlePath", s.CredentialBundlePath}, {"keyPath", s.KeyPath}, {"certificateChainPath", s.CertificateChainPath},
 			} {
 				if f.path != "" {
+					n++
 					errs = append(errs, localNonReservedPath(f.path, cp.Child(f.name))...)
 					claim(f.path, f.path)
 				}
+			}
+			if n == 0 {
+				errs = append(errs, field.Required(cp, "specify at least one of credentialBundlePath, keyPath, and certificateChainPath"))
 			}
 		}
 		if sourceKinds(&src) > 1 {
@@ -134,6 +370,55 @@ func validateProjected(pr *v1.ProjectedVolumeSource, p *field.Path) field.ErrorL
 		}
 	}
 	return errs
+}
+
+// validateTokenProjection: a token lives 10 minutes to 2^32 seconds, at
+// a path beneath the volume (upstream names the volume's path for it).
+func validateTokenProjection(s *v1.ServiceAccountTokenProjection, tp, volume *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if exp := s.ExpirationSeconds; exp == nil {
+		errs = append(errs, field.Required(tp.Child("expirationSeconds"), ""))
+	} else {
+		if *exp < 10*60 {
+			errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), *exp, "may not specify a duration less than 10 minutes"))
+		}
+		if *exp > 1<<32 {
+			errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), *exp, "may not specify a duration larger than 2^32 seconds"))
+		}
+	}
+	if s.Path == "" {
+		errs = append(errs, field.Required(volume.Child("path"), ""))
+	} else {
+		errs = append(errs, localNonReservedPath(s.Path, volume.Child("path"))...)
+	}
+	return append(errs, userID(s.User, tp.Child("user"))...)
+}
+
+func validateTrustBundleProjection(s *v1.ClusterTrustBundleProjection, bp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case s.Name != nil && s.SignerName != nil:
+		errs = append(errs, field.Invalid(bp, s, "only one of name and signerName may be used"))
+	case s.Name != nil:
+		if *s.Name == "" {
+			errs = append(errs, field.Required(bp.Child("name"), "must be a valid object name"))
+		}
+		if s.LabelSelector != nil {
+			errs = append(errs, field.Invalid(bp.Child("labelSelector"), s.LabelSelector, "labelSelector must be unset if name is specified"))
+		}
+	case s.SignerName != nil:
+		if *s.SignerName == "" {
+			errs = append(errs, field.Required(bp.Child("signerName"), "must be a valid signer name"))
+		}
+		errs = append(errs, metavalidation.ValidateLabelSelector(s.LabelSelector, metavalidation.LabelSelectorValidationOptions{}, bp.Child("labelSelector"))...)
+	default:
+		errs = append(errs, field.Required(bp, "either name or signerName must be specified"))
+	}
+	if s.Path == "" {
+		errs = append(errs, field.Required(bp.Child("path"), ""))
+	}
+	errs = append(errs, userID(s.User, bp.Child("user"))...)
+	return append(errs, localNonReservedPath(s.Path, bp.Child("path"))...)
 }
 
 func sourceKinds(s *v1.VolumeProjection) int {
@@ -157,8 +442,7 @@ func validateKeyToPath(kp *v1.KeyToPath, p *field.Path) field.ErrorList {
 	}
 	errs = append(errs, localNonReservedPath(kp.Path, p.Child("path"))...)
 	errs = append(errs, fileMode(kp.Mode, p.Child("mode"))...)
-	errs = append(errs, userID(kp.User, p.Child("user"))...)
-	return errs
+	return append(errs, userID(kp.User, p.Child("user"))...)
 }
 
 func validateDownwardAPIFile(f *v1.DownwardAPIVolumeFile, p *field.Path) field.ErrorList {
@@ -168,19 +452,22 @@ func validateDownwardAPIFile(f *v1.DownwardAPIVolumeFile, p *field.Path) field.E
 	}
 	errs = append(errs, localNonReservedPath(f.Path, p.Child("path"))...)
 	switch {
-	case f.FieldRef != nil && f.ResourceFieldRef != nil:
-		errs = append(errs, field.Invalid(p, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
-	case f.FieldRef == nil && f.ResourceFieldRef == nil:
+	case f.FieldRef != nil:
+		errs = append(errs, validateFieldSelector(f.FieldRef, volumeFieldPaths, p.Child("fieldRef"))...)
+		if f.ResourceFieldRef != nil {
+			errs = append(errs, field.Invalid(p, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
+		}
+	case f.ResourceFieldRef != nil:
+		errs = append(errs, validateResourceFieldSelector(f.ResourceFieldRef, true, p.Child("resourceFieldRef"))...)
+	default:
 		errs = append(errs, field.Required(p, "one of fieldRef and resourceFieldRef is required"))
 	}
 	errs = append(errs, fileMode(f.Mode, p.Child("mode"))...)
-	errs = append(errs, userID(f.User, p.Child("user"))...)
-	return errs
+	return append(errs, userID(f.User, p.Child("user"))...)
 }
 
-// localNonReservedPath is a path beneath a volume that cannot be one of
-// the writer's own ("..data", "..<timestamp>").
-func localNonReservedPath(target string, p *field.Path) field.ErrorList {
+// localDescendingPath: relative, without a ".." element.
+func localDescendingPath(target string, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if path.IsAbs(target) {
 		errs = append(errs, field.Invalid(p, target, "must be a relative path"))
@@ -191,6 +478,13 @@ func localNonReservedPath(target string, p *field.Path) field.ErrorList {
 			break
 		}
 	}
+	return errs
+}
+
+// localNonReservedPath is a path beneath a volume that cannot be one of
+// the writer's own ("..data", "..<timestamp>").
+func localNonReservedPath(target string, p *field.Path) field.ErrorList {
+	errs := localDescendingPath(target, p)
 	if strings.HasPrefix(target, "..") && !strings.HasPrefix(target, "../") {
 		errs = append(errs, field.Invalid(p, target, "must not start with '..'"))
 	}

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -343,8 +344,13 @@ func apiReference(sources []v1.VolumeProjection) string {
 }
 
 // checkHostPath enforces a hostPath volume's type, creating what the
-// *OrCreate types allow.
+// *OrCreate types allow. A relative path passes the API server's
+// validation (and so a static pod's) but names nothing on the host: it is
+// refused here, never resolved against nodelet's working directory.
 func checkHostPath(h *v1.HostPathVolumeSource) error {
+	if !filepath.IsAbs(h.Path) {
+		return fmt.Errorf("hostPath %q is not an absolute path", h.Path)
+	}
 	t := v1.HostPathUnset
 	if h.Type != nil {
 		t = *h.Type

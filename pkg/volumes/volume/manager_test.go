@@ -126,11 +126,17 @@ func TestHostPathTypes(t *testing.T) {
 		{file, typ(v1.HostPathSocket), "is not a socket"},
 		{"/dev/null", typ(v1.HostPathCharDev), ""},
 		{"/dev/null", typ(v1.HostPathBlockDev), "is not a block device"},
+		// The API server lets a relative path through; nodelet's working
+		// directory is not the host's root: refused, and nothing created.
+		{"made-here", typ(v1.HostPathDirectoryOrCreate), "is not an absolute path"},
 	} {
 		err := checkHostPath(&v1.HostPathVolumeSource{Path: tc.path, Type: tc.typ})
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%s %v: error %v, want %q", tc.path, tc.typ, err, tc.wantErr)
 		}
+	}
+	if _, err := os.Stat("made-here"); !os.IsNotExist(err) {
+		t.Errorf("a relative DirectoryOrCreate made something in the working directory: %v", err)
 	}
 	if st, err := os.Stat(filepath.Join(dir, "made/deep")); err != nil || !st.IsDir() {
 		t.Error("DirectoryOrCreate made no directory")
