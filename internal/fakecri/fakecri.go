@@ -59,6 +59,7 @@ type sandbox struct {
 	state   runtimeapi.PodSandboxState
 	created time.Time
 	ip      string
+	handler string
 }
 
 type ctr struct {
@@ -138,6 +139,20 @@ func (r *Runtime) Exit(id string, code int32) {
 	}
 }
 
+// SandboxHandlers returns the runtime handlers the sandboxes of the pod
+// named name were run with, in no order.
+func (r *Runtime) SandboxHandlers(name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, s := range r.sandboxes {
+		if s.cfg.GetMetadata().GetName() == name {
+			out = append(out, s.handler)
+		}
+	}
+	return out
+}
+
 // ContainerIDs returns the IDs of containers with the given name and
 // state (any state when state is nil), oldest first.
 func (r *Runtime) ContainerIDs(name string, state *runtimeapi.ContainerState) []string {
@@ -200,7 +215,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, in *runtimeapi.RunPodSandbo
 		return nil, err
 	}
 	id := r.id("sb")
-	s := &sandbox{cfg: in.Config, state: runtimeapi.PodSandboxState_SANDBOX_READY, created: r.clock.Now()}
+	s := &sandbox{cfg: in.Config, state: runtimeapi.PodSandboxState_SANDBOX_READY, created: r.clock.Now(), handler: in.RuntimeHandler}
 	if in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() != runtimeapi.NamespaceMode_NODE {
 		s.ip = fmt.Sprintf("10.0.0.%d", r.nextID)
 	}

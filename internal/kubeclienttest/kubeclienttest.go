@@ -9,6 +9,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/kubernetes"
@@ -17,6 +18,7 @@ import (
 	certificatesv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	nodev1client "k8s.io/client-go/kubernetes/typed/node/v1"
 	resourcev1client "k8s.io/client-go/kubernetes/typed/resource/v1"
 	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	"k8s.io/client-go/rest"
@@ -51,6 +53,13 @@ func (c clientset) AuthenticationV1() kubeclient.AuthenticationV1 {
 }
 func (c clientset) AuthorizationV1() kubeclient.AuthorizationV1 {
 	return authorization{c.cs.AuthorizationV1()}
+}
+func (c clientset) NodeV1() kubeclient.NodeV1 { return node{c.cs.NodeV1()} }
+
+type node struct{ c nodev1client.NodeV1Interface }
+
+func (g node) RuntimeClasses() kubeclient.Resource[*nodev1.RuntimeClass, *nodev1.RuntimeClassList] {
+	return g.c.RuntimeClasses()
 }
 
 type core struct{ c corev1client.CoreV1Interface }

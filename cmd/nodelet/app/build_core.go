@@ -51,7 +51,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 		Runtime: runtime.manager, Reads: runtime.pleg, Status: b.status, RootDir: b.opts.RootDir, HostIPs: b.hostIPs,
 		Recorder: b.recorder, Clock: b.clock, Probes: runtime.probes,
 		Network: health.NetworkError, Mirrors: cl.mirrors, Secrets: cl.objects,
-		Cgroups: node.cgroups, Resources: b.allocations, Features: runtime.manager.Features,
+		Cgroups: node.cgroups, Resources: b.allocations, Features: kuberuntime.PodFeatures(runtime.manager.Features, cl.classes),
 		Hooks: syncHooks(b, runtime, cl, res),
 	})
 	workers := podworkers.New(podworkers.Options{
@@ -66,7 +66,7 @@ func buildCore(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClien
 	core := kubelet.New(kubelet.Config{
 		NodeName: b.nodeName, RootDir: b.opts.RootDir, HostIPs: b.hostIPs, DeadContainersKept: b.opts.DeadContainersKept,
 		Cgroups: node.cgroups, Release: res.release,
-		Admitter: admission.New(admission.Options{Node: reporter.node, Decisions: b.journal, Handlers: admissionHandlers(b, runtime, node, res)}),
+		Admitter: admission.New(admission.Options{Node: reporter.node, Decisions: b.journal, Handlers: admissionHandlers(b, runtime, node, cl, res)}),
 		Resizer:  admission.NewResizer(admission.ResizerOptions{Node: reporter.node, Allocations: b.allocations, Checks: res.resizeChecks}),
 	}, kubelet.Deps{
 		Workers: workers, WorkQueue: b.workQueue, Runtime: runtime.manager, GC: runtime.manager.ContainerGC(), PLEG: runtime.pleg, Status: b.status,
@@ -102,10 +102,10 @@ func syncHooks(b *base, runtime *runtimeParts, cl *clusterClients, res *resource
 // capacity is checked; a pod refused after its first containers were
 // allocated gives them back at the next housekeeping (refused, it is not
 // active).
-func admissionHandlers(b *base, runtime *runtimeParts, node *nodeParts, res *resourceParts) []admission.Handler {
+func admissionHandlers(b *base, runtime *runtimeParts, node *nodeParts, cl *clusterClients, res *resourceParts) []admission.Handler {
 	return []admission.Handler{
 		b.shutdown,
-		kuberuntime.FeatureAdmission(runtime.manager.Features),
+		kuberuntime.FeatureAdmission(runtime.manager.Features, cl.classes),
 		res.topology,
 		admission.Fields,
 		admission.Pressure(node.pressure.Pressure),

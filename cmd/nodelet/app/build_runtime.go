@@ -145,7 +145,7 @@ func buildRuntime(b *base, rt *runtimeConn, node *nodeParts, cl *clusterClients,
 		NoCPUQuota: !*c.CPUCFSQuota, Steps: b.timelines, Resources: b.allocations, PodCgroup: node.cgroups.EnsureExists,
 		Security:       kuberuntime.Security{SeccompDefault: ptr.Deref(c.SeccompDefault, false), SeccompRoot: filepath.Join(b.opts.RootDir, "seccomp")},
 		UserNamespaces: usernsAllocator,
-		ContainerHooks: res.hooks, Starts: starts, Stops: stops,
+		ContainerHooks: res.hooks, Starts: starts, Stops: stops, RuntimeClasses: cl.classes,
 	})
 	gpleg := pleg.NewGeneric(pleg.GenericOptions{Runtime: manager, Period: b.opts.PLEGRelistPeriod, Clock: b.clock, ObserveRelist: rt.metrics.ObserveRelist})
 	watcher := containerWatcher(b, rt, manager, gpleg)

@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/node/stats"
 	"github.com/nodelet/nodelet/pkg/pods/podsync"
 	"github.com/nodelet/nodelet/pkg/runtime/containeropts"
+	"github.com/nodelet/nodelet/pkg/runtime/runtimeclass"
 	"github.com/nodelet/nodelet/pkg/volumes/csi"
 	"github.com/nodelet/nodelet/pkg/volumes/volume"
 )
@@ -72,14 +73,18 @@ type clusterClients struct {
 	// standalone.
 	csiDrivers *csi.Registry
 	mirrors    podsync.MirrorPods
+	// classes name the runtime handlers of RuntimeClasses: the API
+	// server's, or standalone those of --runtime-classes.
+	classes    *runtimeclass.Classes
 	components []component
 }
 
 func buildClusterClients(b *base) *clusterClients {
 	if b.client == nil {
 		none := standalone.API{}
-		return &clusterClients{objects: none, tokens: none, claims: none, mirrors: none}
+		return &clusterClients{objects: none, tokens: none, claims: none, mirrors: none, classes: runtimeclass.Static(b.opts.RuntimeClasses)}
 	}
+	classes := runtimeclass.Watched(b.client)
 	// A change to an object a pod refers to syncs the pod at once.
 	api := apiclient.New(apiclient.Options{Client: b.client, NodeName: b.nodeName, OnChange: func(uids []types.UID) {
 		for _, uid := range uids {
@@ -91,8 +96,9 @@ func buildClusterClients(b *base) *clusterClients {
 	volumes := csi.NewMounter(csi.MounterOptions{RootDir: b.opts.RootDir, NodeName: b.nodeName, Drivers: drivers, API: journal.CSIAPI{API: api, J: b.journal},
 		Timeout: b.cfg.RuntimeRequestTimeout.Duration, Clock: b.clock})
 	return &clusterClients{objects: journal.Objects{APIObjects: api, J: b.journal}, tokens: journal.Tokens{TokenCreator: api, Journal: b.journal}, claims: journal.Claims{Claims: api, J: b.journal},
-		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api, csiDrivers: drivers,
-		components: []component{{"API object watches", api.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run}}}
+		csi: volumes, volumesInUse: volumes.VolumesInUse, csiStats: volumes, mirrors: api, csiDrivers: drivers, classes: classes,
+		components: []component{{"API object watches", api.Run}, {"CSI driver registration", drivers.Run}, {"client certificate", b.credentials.Run},
+			{"RuntimeClasses", classes.Run}}}
 }
 
 // reporterParts is the Node as the API server has it: registered,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/infra/kubeletconfig"
 	"github.com/nodelet/nodelet/pkg/runtime/credentialprovider"
+	"github.com/nodelet/nodelet/pkg/runtime/runtimeclass"
 )
 
 // Options is nodelet's resolved configuration: the config file's values
@@ -64,6 +66,9 @@ type Options struct {
 	// ExternalCloudProvider is --cloud-provider=external: a cloud
 	// controller initializes the Node and owns its addresses.
 	ExternalCloudProvider bool
+	// RuntimeClasses are --runtime-classes' RuntimeClasses (standalone
+	// mode: in cluster mode they come from the API server).
+	RuntimeClasses []*nodev1.RuntimeClass
 	// CredentialProviders are the image credential provider plugins of
 	// --image-credential-provider-config, in CredentialProviderBinDir.
 	CredentialProviders      []kubeletconfigv1.CredentialProvider
@@ -100,6 +105,7 @@ type flagValues struct {
 	nodeIP             string
 	cloudProvider      string
 	credentialConfig   string
+	runtimeClasses     string
 	clientCAFile       string
 	kubeletCgroups     string
 	imageEndpoint      string
@@ -181,6 +187,7 @@ func newFlagSet(o *Options, f *flagValues, version *string) *pflag.FlagSet {
 	fs.StringVar(&f.cloudProvider, "cloud-provider", "", "\"external\" when a cloud controller manager initializes the node, else empty")
 	fs.StringSliceVar(&f.registerTaints, "register-with-taints", nil, "taints of the registered Node, key=value:Effect,... (registerWithTaints)")
 	fs.StringVar(&f.credentialConfig, "image-credential-provider-config", "", "CredentialProviderConfig file, or directory of them, naming the image credential provider plugins")
+	fs.StringVar(&f.runtimeClasses, "runtime-classes", "", "file, or directory of files, of node.k8s.io/v1 RuntimeClass manifests naming the runtime handlers of pods' runtimeClassName in standalone mode (in cluster mode the API server's RuntimeClasses are read; nodelet only)")
 	fs.StringVar(&o.RuntimeCgroups, "runtime-cgroups", "", "the container runtime's cgroup, such as /system.slice/containerd.service, which the summary API reports as \"runtime\" (the runtime is not moved, as upstream)")
 	fs.StringVar(&o.CredentialProviderBinDir, "image-credential-provider-bin-dir", "", "directory of the image credential provider plugins' executables")
 	addConfigFlags(fs, f)
@@ -293,6 +300,15 @@ func applyFlags(fs *pflag.FlagSet, f *flagValues, o *Options) error {
 			ps, err := credentialprovider.LoadConfig(f.credentialConfig, o.CredentialProviderBinDir)
 			errs = append(errs, err)
 			o.CredentialProviders = ps
+		}
+	}
+	if f.runtimeClasses != "" {
+		if o.Kubeconfig != "" || o.BootstrapKubeconfig != "" {
+			errs = append(errs, errors.New("--runtime-classes is for standalone mode: with --kubeconfig the API server's RuntimeClasses are read"))
+		} else {
+			rcs, err := runtimeclass.Load(f.runtimeClasses)
+			errs = append(errs, err)
+			o.RuntimeClasses = rcs
 		}
 	}
 	switch f.cloudProvider {

@@ -1,6 +1,6 @@
 // Package kubeclient is the node's client of the API server: typed
 // clients of the resources nodelet reads and writes, over a scheme of the
-// seven API groups it talks to.
+// eight API groups it talks to.
 //
 // client-go's clientset registers every API group of Kubernetes (about
 // 50 group versions, their typed clients, apply configurations and
@@ -21,6 +21,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +46,7 @@ var parameterCodec = runtime.NewParameterCodec(Scheme)
 func init() {
 	for _, add := range []func(*runtime.Scheme) error{
 		v1.AddToScheme, coordinationv1.AddToScheme, storagev1.AddToScheme, resourcev1.AddToScheme,
-		certificatesv1.AddToScheme, authenticationv1.AddToScheme, authorizationv1.AddToScheme,
+		certificatesv1.AddToScheme, authenticationv1.AddToScheme, authorizationv1.AddToScheme, nodev1.AddToScheme,
 	} {
 		if err := add(Scheme); err != nil {
 			panic(err) // the types are fixed: a programming error
@@ -99,6 +100,7 @@ type Interface interface {
 	CertificatesV1() CertificatesV1
 	AuthenticationV1() AuthenticationV1
 	AuthorizationV1() AuthorizationV1
+	NodeV1() NodeV1
 }
 
 // CoreV1 is the core group's resources nodelet uses.
@@ -149,10 +151,15 @@ type AuthorizationV1 interface {
 	SubjectAccessReviews() Creator[*authorizationv1.SubjectAccessReview]
 }
 
+// NodeV1 has the RuntimeClasses pods name.
+type NodeV1 interface {
+	RuntimeClasses() Resource[*nodev1.RuntimeClass, *nodev1.RuntimeClassList]
+}
+
 // client holds one REST client per group version; they share the
 // configuration's transport and rate limiter, as a clientset's do.
 type client struct {
-	core, coordination, storage, resource, certificates, authentication, authorization rest.Interface
+	core, coordination, storage, resource, certificates, authentication, authorization, node rest.Interface
 }
 
 // New builds the node's API client from cfg (its server, credentials,
@@ -185,6 +192,7 @@ func New(cfg *rest.Config) (Interface, error) {
 		{&out.certificates, certificatesv1.SchemeGroupVersion, "/apis"},
 		{&out.authentication, authenticationv1.SchemeGroupVersion, "/apis"},
 		{&out.authorization, authorizationv1.SchemeGroupVersion, "/apis"},
+		{&out.node, nodev1.SchemeGroupVersion, "/apis"},
 	} {
 		if *g.dst, err = restClient(c, hc, g.gv, g.path); err != nil {
 			return nil, err
@@ -211,6 +219,13 @@ func (c *client) ResourceV1() ResourceV1             { return resourceV1{c.resou
 func (c *client) CertificatesV1() CertificatesV1     { return certificatesV1{c.certificates} }
 func (c *client) AuthenticationV1() AuthenticationV1 { return authenticationV1{c.authentication} }
 func (c *client) AuthorizationV1() AuthorizationV1   { return authorizationV1{c.authorization} }
+func (c *client) NodeV1() NodeV1                     { return nodeV1{c.node} }
+
+type nodeV1 struct{ rc rest.Interface }
+
+func (g nodeV1) RuntimeClasses() Resource[*nodev1.RuntimeClass, *nodev1.RuntimeClassList] {
+	return typed[*nodev1.RuntimeClass, *nodev1.RuntimeClassList](g.rc, "runtimeclasses", "")
+}
 
 type coreV1 struct{ rc rest.Interface }
 

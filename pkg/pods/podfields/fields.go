@@ -129,7 +129,7 @@ var Fields = map[string]Field{
 	"spec.preemptionPolicy":                       {Elsewhere, "The scheduler's"},
 	"spec.topologySpreadConstraints":              {Elsewhere, "The scheduler's"},
 	"spec.readinessGates":                         {Honoured, "The Ready condition waits for each gate's condition to be True"},
-	"spec.runtimeClassName":                       {Honoured, "Passed to the runtime as its handler (the RuntimeClass's name is taken as the handler name; the RuntimeClass object is not read)"},
+	"spec.runtimeClassName":                       {Honoured, "The RuntimeClass's `handler` is the runtime handler the sandbox runs with (it need not be the class's name): in cluster mode the API server's node.k8s.io/v1 RuntimeClasses (listed and watched), standalone the RuntimeClass manifests of `--runtime-classes`. A class the node does not know fails the sandbox as upstream (a FailedCreatePodSandBox event: runtimeclass.node.k8s.io \"x\" not found), retried at each sync, never run with the default handler; the class's overhead and scheduling reach the pod through the API server's RuntimeClass admission (`spec.overhead`, below)"},
 	"spec.enableServiceLinks":                     {Honoured, "Yes (cluster mode): the `<SVC>_SERVICE_HOST`/`_PORT` and Docker-link variables of the namespace's services with a cluster IP (and the master service's `KUBERNETES_*` in every namespace), before the container's own env"},
 	"spec.overhead":                               {Honoured, "Added to the pod's requests at admission and to its cgroup"},
 	"spec.os":                                     {Honoured, "A pod for another OS is rejected (PodOSNotSupported)"},

@@ -116,8 +116,9 @@ type SyncerOptions struct {
 	// Resources says what each container was granted and runs with, and
 	// which resizes wait, for the status; nil reports no resources.
 	Resources podstatus.ResizeState
-	// Features is what the runtime supports; nil supports nothing.
-	Features func() kuberuntime.Features
+	// Features is what the runtime handler of a pod's RuntimeClass
+	// supports (kuberuntime.PodFeatures); nil supports nothing.
+	Features func(*v1.Pod) kuberuntime.HandlerFeatures
 }
 
 // noProbes is the prober when nothing is probed.
@@ -140,7 +141,7 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	o.Cgroups = orNone[podCgroups](o.Cgroups, cm.Disabled{})
 	o.Reads = orNone[podReads](o.Reads, runtimeReads{o.Runtime})
 	if o.Features == nil {
-		o.Features = func() kuberuntime.Features { return kuberuntime.Features{} }
+		o.Features = func(*v1.Pod) kuberuntime.HandlerFeatures { return kuberuntime.HandlerFeatures{} }
 	}
 	return o
 }
@@ -167,7 +168,7 @@ type PodSyncer struct {
 	reasons  *reasonCache
 	// resources is nil when nodelet keeps no allocations.
 	resources podstatus.ResizeState
-	features  func() kuberuntime.Features
+	features  func(*v1.Pod) kuberuntime.HandlerFeatures
 }
 
 var _ podworkers.Syncer = (*PodSyncer)(nil)
@@ -190,7 +191,7 @@ func (s *PodSyncer) apiStatus(pod *v1.Pod, rs *container.PodStatus, podIsTermina
 	in := podstatus.Input{
 		Pod: pod, Runtime: rs, Old: podstatus.LastStatus(s.status, pod), StartFailures: s.reasons.get(pod.UID),
 		PodIsTerminal: podIsTerminal, HostIPs: s.hostIPs, Resources: s.resources,
-		RecursiveReadOnly: s.features().Handler(kuberuntime.RuntimeHandler(pod)).RecursiveReadOnly,
+		RecursiveReadOnly: s.features(pod).RecursiveReadOnly,
 		Now:               s.clock.Now(),
 	}
 	in.Ready = func(name string, st *container.Status) bool {

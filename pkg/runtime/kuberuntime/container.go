@@ -308,7 +308,7 @@ func targetPIDNamespace(pod *v1.Pod, name string, podStatus *container.PodStatus
 // way down (submounts too), as upstream resolves the mode: Enabled needs
 // the runtime handler's support, IfPossible uses it where there is.
 func (m *Manager) recursiveReadOnly(pod *v1.Pod, c *v1.Container, mounts []*runtimeapi.Mount) error {
-	supported := m.features.get().Handler(RuntimeHandler(pod)).RecursiveReadOnly
+	supported := PodFeatures(m.features.get, m.sandboxes.classes)(pod).RecursiveReadOnly
 	for _, vm := range c.VolumeMounts {
 		rro, err := podutil.ResolveRecursiveReadOnly(vm, supported)
 		if err != nil {

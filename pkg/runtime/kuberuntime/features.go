@@ -1,6 +1,7 @@
 package kuberuntime
 
 import (
+	v1 "k8s.io/api/core/v1"
 	"sync/atomic"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -26,6 +27,19 @@ type HandlerFeatures struct {
 
 // Handler is the features of a handler; an unknown one supports nothing.
 func (f Features) Handler(name string) HandlerFeatures { return f.Handlers[name] }
+
+// PodFeatures is what the runtime handler of a pod's RuntimeClass
+// supports: nothing for a class the node does not know (as upstream; the
+// pod's sandbox fails naming the class).
+func PodFeatures(features func() Features, classes RuntimeClasses) func(*v1.Pod) HandlerFeatures {
+	return func(pod *v1.Pod) HandlerFeatures {
+		handler, err := classes.Handler(pod.Spec.RuntimeClassName)
+		if err != nil {
+			return HandlerFeatures{}
+		}
+		return features().Handler(handler)
+	}
+}
 
 func featuresOf(resp *runtimeapi.StatusResponse) Features {
 	f := Features{Known: true, SupplementalGroupsPolicy: resp.GetFeatures().GetSupplementalGroupsPolicy(),

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/observe/instrument"
 	"github.com/nodelet/nodelet/pkg/runtime/container"
+	"github.com/nodelet/nodelet/pkg/runtime/runtimeclass"
 	"github.com/nodelet/nodelet/pkg/runtime/runtimegate"
 )
 
@@ -104,11 +105,21 @@ type Options struct {
 	// the resource managers give it its cpusets and NUMA memory, its
 	// devices and CDI devices.
 	ContainerHooks []ContainerHook
+	// RuntimeClasses name the runtime handler of each pod's
+	// runtimeClassName; nil knows no class.
+	RuntimeClasses RuntimeClasses
 	// Starts admits the calls that start things, Stops those that stop
 	// them (and garbage collection's removals, after every pod's stop);
 	// nil for gates that find their limits from the machine's core count
 	// up (or down).
 	Starts, Stops *runtimegate.Gate
+}
+
+// RuntimeClasses name the runtime handler of a RuntimeClass
+// (runtimeclass.Classes): "" for none, an error for a class the node
+// does not know.
+type RuntimeClasses interface {
+	Handler(className *string) (string, error)
 }
 
 // ContainerHook takes part in a container's start.
@@ -224,6 +235,9 @@ func New(o Options) *Manager {
 	if o.Steps == nil {
 		o.Steps = instrument.NoSteps{}
 	}
+	if o.RuntimeClasses == nil {
+		o.RuntimeClasses = runtimeclass.Static(nil)
+	}
 	if o.Resources == nil {
 		o.Resources = noResourceState{}
 	}
@@ -264,6 +278,7 @@ func New(o Options) *Manager {
 	m.sandboxes = &sandboxes{
 		runtime: o.Runtime, helper: o.Helper, podLogsDir: o.PodLogsDir, cgroupParent: o.CgroupParent, security: o.Security,
 		userns: o.UserNamespaces, starts: o.Starts, stops: o.Stops, stopping: m.stopping, requestTimeout: o.RequestTimeout,
+		classes: o.RuntimeClasses,
 	}
 	m.hooks = &hookRunner{runtime: o.Runtime, clock: o.Clock, recorder: o.Recorder}
 	return m

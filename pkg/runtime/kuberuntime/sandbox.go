@@ -29,6 +29,7 @@ type sandboxes struct {
 	starts, stops  *runtimegate.Gate
 	stopping       *stopping
 	requestTimeout time.Duration
+	classes        RuntimeClasses
 }
 
 // create runs a new sandbox for the pod and returns its ID, or a message
@@ -44,6 +45,15 @@ func (m *sandboxes) create(ctx context.Context, pod *v1.Pod, attempt uint32) (st
 		msg := fmt.Sprintf("Failed to create log directory for pod %q: %v", podutil.Ref(pod), err)
 		return "", msg, err
 	}
+	// As upstream: the class is looked up at every attempt, so a pod
+	// naming a class not created yet starts once it is.
+	handler, err := m.classes.Handler(pod.Spec.RuntimeClassName)
+	if err != nil {
+		return "", fmt.Sprintf("Failed to create pod sandbox: %v", err), err
+	}
+	if handler != "" {
+		klog.V(2).InfoS("Running pod with runtime handler", "pod", klog.KObj(pod), "podUID", pod.UID, "runtimeHandler", handler)
+	}
 	slot, err := m.starts.Acquire(ctx, waiter(pod))
 	if err != nil {
 		return "", fmt.Sprintf("Failed to create pod sandbox: %v", err), err
@@ -51,7 +61,7 @@ func (m *sandboxes) create(ctx context.Context, pod *v1.Pod, attempt uint32) (st
 	ctx, cancel := context.WithTimeout(ctx, m.requestTimeout)
 	defer cancel()
 	resp, err := m.runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{
-		Config: cfg, RuntimeHandler: RuntimeHandler(pod),
+		Config: cfg, RuntimeHandler: handler,
 	})
 	slot.End(runtimegate.Sandbox, err)
 	if err != nil {
@@ -61,14 +71,6 @@ func (m *sandboxes) create(ctx context.Context, pod *v1.Pod, attempt uint32) (st
 	// The fault tests stop nodelet here: a sandbox with no container yet.
 	failpoint.Inject("sandbox-created")
 	return resp.PodSandboxId, "", nil
-}
-
-// RuntimeHandler is the runtime handler a pod runs with ("" the default).
-func RuntimeHandler(pod *v1.Pod) string {
-	if pod.Spec.RuntimeClassName != nil {
-		return *pod.Spec.RuntimeClassName
-	}
-	return ""
 }
 
 // config describes the pod's sandbox to the runtime.
