@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -87,11 +88,16 @@ func validateVolumeSource(s *v1.VolumeSource, volName, podName string, path *fie
 		}
 		if n > 0 {
 			errs = append(errs, field.Forbidden(path.Child(src.name), "may not specify more than 1 volume type"))
-			continue
+		} else {
+			n++
+			if src.check != nil {
+				errs = append(errs, src.check(path)...)
+			}
 		}
-		n++
-		if src.check != nil {
-			errs = append(errs, src.check(path)...)
+		// Upstream checks this one whether or not iscsi is the first source.
+		if src.name == "iscsi" && s.ISCSI.InitiatorName != nil && len(volName+":"+s.ISCSI.TargetPortal) > 64 {
+			errs = append(errs, field.Invalid(path.Child("name"), volName,
+				"Total length of <volume name>:<iscsi.targetPortal> must be under 64 characters if iscsi.initiatorName is specified."))
 		}
 	}
 	if n == 0 {
@@ -102,6 +108,7 @@ func validateVolumeSource(s *v1.VolumeSource, volName, podName string, path *fie
 
 // volumeSources lists the sources after emptyDir in the API server's order.
 func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
+	legacy := legacyVolumeChecks(s)
 	return []volumeSource{
 		{"hostPath", s.HostPath != nil, func(p *field.Path) field.ErrorList { return validateHostPath(s.HostPath, p.Child("hostPath")) }},
 		{"gitRepo", s.GitRepo != nil, func(p *field.Path) field.ErrorList {
@@ -111,8 +118,8 @@ func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 			}
 			return append(errs, localDescendingPath(s.GitRepo.Directory, p.Child("gitRepo", "directory"))...)
 		}},
-		{"gcePersistentDisk", s.GCEPersistentDisk != nil, nil},
-		{"awsElasticBlockStore", s.AWSElasticBlockStore != nil, nil},
+		{"gcePersistentDisk", s.GCEPersistentDisk != nil, legacy["gcePersistentDisk"]},
+		{"awsElasticBlockStore", s.AWSElasticBlockStore != nil, legacy["awsElasticBlockStore"]},
 		{"secret", s.Secret != nil, func(p *field.Path) field.ErrorList {
 			p = p.Child("secret")
 			var errs field.ErrorList
@@ -135,19 +142,19 @@ func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 			}
 			return errs
 		}},
-		{"iscsi", s.ISCSI != nil, nil},
-		{"glusterfs", s.Glusterfs != nil, nil},
-		{"flocker", s.Flocker != nil, nil},
+		{"iscsi", s.ISCSI != nil, legacy["iscsi"]},
+		{"glusterfs", s.Glusterfs != nil, legacy["glusterfs"]},
+		{"flocker", s.Flocker != nil, legacy["flocker"]},
 		{"persistentVolumeClaim", s.PersistentVolumeClaim != nil, func(p *field.Path) field.ErrorList {
 			if s.PersistentVolumeClaim.ClaimName == "" {
 				return field.ErrorList{field.Required(p.Child("persistentVolumeClaim", "claimName"), "")}
 			}
 			return nil
 		}},
-		{"rbd", s.RBD != nil, nil},
-		{"cinder", s.Cinder != nil, nil},
-		{"cephFS", s.CephFS != nil, nil},
-		{"quobyte", s.Quobyte != nil, nil},
+		{"rbd", s.RBD != nil, legacy["rbd"]},
+		{"cinder", s.Cinder != nil, legacy["cinder"]},
+		{"cephFS", s.CephFS != nil, legacy["cephFS"]},
+		{"quobyte", s.Quobyte != nil, legacy["quobyte"]},
 		// Upstream's message misspells it.
 		{"downwarAPI", s.DownwardAPI != nil, func(p *field.Path) field.ErrorList {
 			d := s.DownwardAPI
@@ -160,8 +167,8 @@ func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 			}
 			return errs
 		}},
-		{"fc", s.FC != nil, nil},
-		{"flexVolume", s.FlexVolume != nil, nil},
+		{"fc", s.FC != nil, legacy["fc"]},
+		{"flexVolume", s.FlexVolume != nil, legacy["flexVolume"]},
 		{"configMap", s.ConfigMap != nil, func(p *field.Path) field.ErrorList {
 			p = p.Child("configMap")
 			var errs field.ErrorList
@@ -170,14 +177,14 @@ func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 			}
 			return append(errs, validateItems(s.ConfigMap.DefaultMode, s.ConfigMap.DefaultUser, s.ConfigMap.Items, p)...)
 		}},
-		{"azureFile", s.AzureFile != nil, nil},
-		{"vsphereVolume", s.VsphereVolume != nil, nil},
-		{"photonPersistentDisk", s.PhotonPersistentDisk != nil, nil},
-		{"portworxVolume", s.PortworxVolume != nil, nil},
-		{"azureDisk", s.AzureDisk != nil, nil},
-		{"storageos", s.StorageOS != nil, nil},
+		{"azureFile", s.AzureFile != nil, legacy["azureFile"]},
+		{"vsphereVolume", s.VsphereVolume != nil, legacy["vsphereVolume"]},
+		{"photonPersistentDisk", s.PhotonPersistentDisk != nil, legacy["photonPersistentDisk"]},
+		{"portworxVolume", s.PortworxVolume != nil, legacy["portworxVolume"]},
+		{"azureDisk", s.AzureDisk != nil, legacy["azureDisk"]},
+		{"storageos", s.StorageOS != nil, legacy["storageos"]},
 		{"projected", s.Projected != nil, func(p *field.Path) field.ErrorList { return validateProjected(s.Projected, p.Child("projected")) }},
-		{"scaleIO", s.ScaleIO != nil, nil},
+		{"scaleIO", s.ScaleIO != nil, legacy["scaleIO"]},
 		{"csi", s.CSI != nil, func(p *field.Path) field.ErrorList { return validateCSI(s.CSI, p.Child("csi")) }},
 		{"ephemeral", s.Ephemeral != nil, func(p *field.Path) field.ErrorList {
 			errs := validateEphemeral(s.Ephemeral, p.Child("ephemeral"))
@@ -262,8 +269,17 @@ func validateEphemeral(e *v1.EphemeralVolumeSource, p *field.Path) field.ErrorLi
 		return field.ErrorList{field.Required(p.Child("volumeClaimTemplate"), "")}
 	}
 	p = p.Child("volumeClaimTemplate")
-	errs := apivalidation.ValidateAnnotations(t.Annotations, p.Child("metadata", "annotations"))
-	errs = append(errs, metavalidation.ValidateLabels(t.Labels, p.Child("metadata", "labels"))...)
+	mp := p.Child("metadata")
+	errs := apivalidation.ValidateAnnotations(t.Annotations, mp.Child("annotations"))
+	errs = append(errs, metavalidation.ValidateLabels(t.Labels, mp.Child("labels"))...)
+	// A claim template's metadata is its labels and annotations only.
+	meta := reflect.ValueOf(t.ObjectMeta)
+	for i := 0; i < meta.NumField(); i++ {
+		f := meta.Type().Field(i)
+		if f.Name != "Labels" && f.Name != "Annotations" && !meta.Field(i).IsZero() {
+			errs = append(errs, field.Forbidden(mp.Child(strings.ToLower(f.Name[:1])+f.Name[1:]), "cannot be set"))
+		}
+	}
 	sp, s := p.Child("spec"), &t.Spec
 	if len(s.AccessModes) == 0 {
 		errs = append(errs, field.Required(sp.Child("accessModes"), "at least 1 access mode is required"))
@@ -299,7 +315,65 @@ func validateEphemeral(e *v1.EphemeralVolumeSource, p *field.Path) field.ErrorLi
 	if m := s.VolumeMode; m != nil && *m != v1.PersistentVolumeBlock && *m != v1.PersistentVolumeFilesystem {
 		errs = append(errs, field.NotSupported(sp.Child("volumeMode"), *m, []string{"Block", "Filesystem"}))
 	}
+	return append(errs, validateDataSources(s, sp)...)
+}
+
+// validateDataSources: a claim's data source and data source reference
+// each name a kind and an object (a PVC where no API group is given),
+// and agree where both are set.
+func validateDataSources(s *v1.PersistentVolumeClaimSpec, sp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	ref := func(group *string, kind, name string, p *field.Path) {
+		if name == "" {
+			errs = append(errs, field.Required(p.Child("name"), ""))
+		}
+		if kind == "" {
+			errs = append(errs, field.Required(p.Child("kind"), ""))
+		}
+		g := ptrValue(group)
+		if g == "" && kind != "PersistentVolumeClaim" {
+			errs = append(errs, field.Invalid(p, kind, "must be 'PersistentVolumeClaim' when referencing the default apiGroup"))
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(g) {
+			if g != "" {
+				errs = append(errs, field.Invalid(p.Child("apiGroup"), g, msg))
+			}
+		}
+	}
+	if d := s.DataSource; d != nil {
+		ref(d.APIGroup, d.Kind, d.Name, sp.Child("dataSource"))
+	}
+	if d := s.DataSourceRef; d != nil {
+		ref(d.APIGroup, d.Kind, d.Name, sp.Child("dataSourceRef"))
+		if ns := ptrValue(d.Namespace); ns != "" {
+			for _, msg := range apivalidation.ValidateNamespaceName(ns, false) {
+				errs = append(errs, field.Invalid(sp.Child("dataSourceRef", "namespace"), ns, msg))
+			}
+		}
+	}
+	switch d, r := s.DataSource, s.DataSourceRef; {
+	case r != nil && ptrValue(r.Namespace) != "":
+		if d != nil {
+			errs = append(errs, field.Invalid(sp, sp.Child("dataSource"), "may not be specified when dataSourceRef.namespace is specified"))
+		}
+	case d != nil && r != nil:
+		if ptrValue(d.APIGroup) != ptrValue(r.APIGroup) || d.Kind != r.Kind || d.Name != r.Name {
+			errs = append(errs, field.Invalid(sp, sp.Child("dataSource"), "must match dataSourceRef"))
+		}
+	}
+	if c := ptrValue(s.VolumeAttributesClassName); c != "" {
+		for _, msg := range apivalidation.NameIsDNSSubdomain(c, false) {
+			errs = append(errs, field.Invalid(sp.Child("volumeAttributesClassName"), c, msg))
+		}
+	}
 	return errs
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func validateProjected(pr *v1.ProjectedVolumeSource, p *field.Path) field.ErrorList {
@@ -350,7 +424,7 @@ func validateProjected(pr *v1.ProjectedVolumeSource, p *field.Path) field.ErrorL
 		}
 		if s := src.PodCertificate; s != nil {
 			cp := sp.Child("podCertificate")
-			errs = append(errs, userID(s.User, cp.Child("user"))...)
+			errs = append(errs, validatePodCertificate(s, cp)...)
 			n := 0
 			for _, f := range []struct{ name, path string }{
 				{"credentialBundlePath", s.CredentialBundlePath}, {"keyPath", s.KeyPath}, {"certificateChainPath", s.CertificateChainPath},
@@ -403,6 +477,9 @@ func validateTrustBundleProjection(s *v1.ClusterTrustBundleProjection, bp *field
 		if *s.Name == "" {
 			errs = append(errs, field.Required(bp.Child("name"), "must be a valid object name"))
 		}
+		for _, msg := range trustBundleNameProblems(*s.Name) {
+			errs = append(errs, field.Invalid(bp.Child("name"), *s.Name, "not a valid clustertrustbundlename: "+msg))
+		}
 		if s.LabelSelector != nil {
 			errs = append(errs, field.Invalid(bp.Child("labelSelector"), s.LabelSelector, "labelSelector must be unset if name is specified"))
 		}
@@ -410,6 +487,7 @@ func validateTrustBundleProjection(s *v1.ClusterTrustBundleProjection, bp *field
 		if *s.SignerName == "" {
 			errs = append(errs, field.Required(bp.Child("signerName"), "must be a valid signer name"))
 		}
+		errs = append(errs, validateSignerName(bp.Child("signerName"), *s.SignerName)...)
 		errs = append(errs, metavalidation.ValidateLabelSelector(s.LabelSelector, metavalidation.LabelSelectorValidationOptions{}, bp.Child("labelSelector"))...)
 	default:
 		errs = append(errs, field.Required(bp, "either name or signerName must be specified"))
@@ -419,6 +497,105 @@ func validateTrustBundleProjection(s *v1.ClusterTrustBundleProjection, bp *field
 	}
 	errs = append(errs, userID(s.User, bp.Child("user"))...)
 	return append(errs, localNonReservedPath(s.Path, bp.Child("path"))...)
+}
+
+// trustBundleNameProblems: a bundle named "<signer, ':' for '/'>:<name>"
+// belongs to that signer and is named with its prefix; one without a
+// signer has no ':'.
+func trustBundleNameProblems(name string) []string {
+	signer := ""
+	if i := strings.LastIndex(name, ":"); i >= 0 {
+		signer = strings.ReplaceAll(name[:i], ":", "/")
+	}
+	if signer == "" {
+		if strings.Contains(name, ":") {
+			return []string{"ClusterTrustBundle without signer name must not have \":\" in its name"}
+		}
+		return apivalidation.NameIsDNSSubdomain(name, false)
+	}
+	prefix := strings.ReplaceAll(signer, "/", ":") + ":"
+	if !strings.HasPrefix(name, prefix) {
+		return []string{fmt.Sprintf("ClusterTrustBundle for signerName %s must be named with prefix %s", signer, prefix)}
+	}
+	return apivalidation.NameIsDNSSubdomain(strings.TrimPrefix(name, prefix), false)
+}
+
+// validateSignerName: "<domain of two labels or more>/<path>".
+func validateSignerName(p *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	segments := strings.Split(name, "/")
+	if len(segments) != 2 {
+		return field.ErrorList{field.Invalid(p, name, "must be a fully qualified domain and path of the form 'example.com/signer-name'")}
+	}
+	var errs field.ErrorList
+	domain, rest := segments[0], segments[1]
+	if len(domain) > validation.DNS1123SubdomainMaxLength {
+		errs = append(errs, field.TooLong(p, "", validation.DNS1123SubdomainMaxLength))
+	}
+	labels := strings.Split(domain, ".")
+	for _, l := range labels {
+		if msgs := validation.IsDNS1123Label(l); len(msgs) > 0 {
+			for _, msg := range msgs {
+				errs = append(errs, field.Invalid(p, domain, fmt.Sprintf("validating label %q: %s", l, msg)))
+			}
+			break
+		}
+	}
+	if len(labels) < 2 {
+		errs = append(errs, field.Invalid(p, domain, "should be a domain with at least two segments separated by dots"))
+	}
+	for _, l := range strings.Split(rest, ".") {
+		if msgs := validation.IsDNS1123Subdomain(l); len(msgs) > 0 {
+			for _, msg := range msgs {
+				errs = append(errs, field.Invalid(p, rest, fmt.Sprintf("validating label %q: %s", l, msg)))
+			}
+			break
+		}
+	}
+	if max := 2*validation.DNS1123SubdomainMaxLength + validation.DNS1123LabelMaxLength + 2; len(name) > max {
+		errs = append(errs, field.TooLong(p, "", max))
+	}
+	return errs
+}
+
+var podCertificateKeyTypes = []string{"RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"}
+
+// The longest lives a pod certificate may ask for: 91 days, or 24 hours
+// from a kubernetes.io signer.
+const (
+	maxPodCertificateSeconds           = 91 * 24 * 60 * 60
+	maxKubernetesPodCertificateSeconds = 24 * 60 * 60
+)
+
+func validatePodCertificate(s *v1.PodCertificateProjection, cp *field.Path) field.ErrorList {
+	errs := validateSignerName(cp.Child("signerName"), s.SignerName)
+	if s.UserAnnotations != nil {
+		for _, k := range sortedAnnotations(s.UserAnnotations) {
+			errs = append(errs, validation.IsDomainPrefixedKey(cp.Child("userAnnotations"), strings.ToLower(k))...)
+		}
+		if err := apivalidation.ValidateAnnotationsSize(s.UserAnnotations); err != nil {
+			errs = append(errs, field.TooLong(cp.Child("userAnnotations"), "", apivalidation.TotalAnnotationSizeLimitB))
+		}
+	}
+	errs = append(errs, userID(s.User, cp.Child("user"))...)
+	if !contains(podCertificateKeyTypes, s.KeyType) {
+		errs = append(errs, field.NotSupported(cp.Child("keyType"), s.KeyType, podCertificateKeyTypes))
+	}
+	if m := s.MaxExpirationSeconds; m != nil {
+		if *m < 3600 {
+			errs = append(errs, field.Invalid(cp.Child("maxExpirationSeconds"), *m, "if provided, maxExpirationSeconds must be >= 3600"))
+		}
+		limit := maxPodCertificateSeconds
+		if host, _, _ := strings.Cut(s.SignerName, "/"); host == "kubernetes.io" || strings.HasSuffix(host, ".kubernetes.io") {
+			limit = maxKubernetesPodCertificateSeconds
+		}
+		if *m > int32(limit) {
+			errs = append(errs, field.Invalid(cp.Child("maxExpirationSeconds"), *m, fmt.Sprintf("if provided, maxExpirationSeconds must be <= %d", limit)))
+		}
+	}
+	return errs
 }
 
 func sourceKinds(s *v1.VolumeProjection) int {
