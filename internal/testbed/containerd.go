@@ -6,6 +6,7 @@ package testbed
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -326,6 +327,33 @@ func (c *Containerd) Sandboxes(ctx context.Context) ([]*runtimeapi.PodSandbox, e
 		return nil, err
 	}
 	return r.Items, nil
+}
+
+// SandboxHandler is the runtime handler containerd says the ready
+// sandbox of the pod ns/name runs with, as its verbose status reports it.
+func (c *Containerd) SandboxHandler(ctx context.Context, ns, name string) (string, error) {
+	sbs, err := c.Sandboxes(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, sb := range sbs {
+		md := sb.GetMetadata()
+		if md.GetName() != name || md.GetNamespace() != ns || sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.Id, Verbose: true})
+		if err != nil {
+			return "", err
+		}
+		var info struct {
+			RuntimeHandler string `json:"runtimeHandler"`
+		}
+		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+			return "", fmt.Errorf("sandbox %s's info: %w", sb.Id, err)
+		}
+		return info.RuntimeHandler, nil
+	}
+	return "", fmt.Errorf("no ready sandbox for %s/%s", ns, name)
 }
 
 // Containers lists the containers this containerd holds.

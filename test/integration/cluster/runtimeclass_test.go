@@ -4,7 +4,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -63,8 +61,8 @@ func TestRuntimeClassesFromTheAPIServer(t *testing.T) {
 	if o := p.Spec.Overhead.Memory(); o.Cmp(resource.MustParse("32Mi")) != 0 {
 		t.Fatalf("the API server put overhead %v in the pod", p.Spec.Overhead)
 	}
-	if h := sandboxHandler(t, "classy", ns); h != "test-handler" {
-		t.Errorf("the sandbox runs with handler %q, want test-handler", h)
+	if h, err := cd.SandboxHandler(ctx, ns, "classy"); err != nil || h != "test-handler" {
+		t.Errorf("the sandbox runs with handler %q (%v), want test-handler", h, err)
 	}
 	cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/memory/*", n.NodeName, "kubepods", "pod"+string(p.UID), "memory.limit_in_bytes"))
 	if len(cgs) != 1 {
@@ -105,37 +103,7 @@ func TestRuntimeClassesFromTheAPIServer(t *testing.T) {
 	}
 	newClass(gone)
 	waitPod(t, 90*time.Second, ns, "orphan", running)
-	if h := sandboxHandler(t, "orphan", ns); h != "test-handler" {
-		t.Errorf("once its class is back, the sandbox runs with handler %q", h)
+	if h, err := cd.SandboxHandler(ctx, ns, "orphan"); err != nil || h != "test-handler" {
+		t.Errorf("once its class is back, the sandbox runs with handler %q (%v)", h, err)
 	}
-}
-
-// sandboxHandler is the handler containerd says the pod's ready sandbox
-// runs with.
-func sandboxHandler(t *testing.T, name, ns string) string {
-	t.Helper()
-	ctx := context.Background()
-	sbs, err := cd.Sandboxes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range sbs {
-		md := sb.GetMetadata()
-		if md.GetName() != name || md.GetNamespace() != ns || sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-			continue
-		}
-		st, err := cd.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.Id, Verbose: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var info struct {
-			RuntimeHandler string `json:"runtimeHandler"`
-		}
-		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
-			t.Fatalf("sandbox info: %v", err)
-		}
-		return info.RuntimeHandler
-	}
-	t.Fatalf("no ready sandbox for %s/%s", ns, name)
-	return ""
 }

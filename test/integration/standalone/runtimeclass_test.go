@@ -4,7 +4,6 @@ package standalone
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/testbed"
 )
@@ -55,8 +53,8 @@ items:
 		n.WaitPod(t, name, 90*time.Second, testbed.PodRunning)
 	}
 	for name, want := range map[string]string{"fast": "test-handler", "plain": "runc", "default": ""} {
-		if handler := sandboxHandler(t, n, name); handler != want {
-			t.Errorf("%s: sandbox runtime handler %q, want %q", name, handler, want)
+		if handler, err := cd.SandboxHandler(context.Background(), "default", name+"-"+n.NodeName); err != nil || handler != want {
+			t.Errorf("%s: sandbox runtime handler %q (%v), want %q", name, handler, err, want)
 		}
 	}
 
@@ -77,33 +75,4 @@ items:
 			t.Errorf("a pod of an unknown class got a sandbox %s (handler %q)", sb.Id, sb.RuntimeHandler)
 		}
 	}
-}
-
-// sandboxHandler is the handler the runtime says the pod's sandbox runs
-// with.
-func sandboxHandler(t *testing.T, n *testbed.Nodelet, name string) string {
-	t.Helper()
-	ctx := context.Background()
-	sbs, err := cd.Sandboxes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range sbs {
-		if sb.GetMetadata().GetName() != name+"-"+n.NodeName || sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-			continue
-		}
-		st, err := cd.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.Id, Verbose: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var info struct {
-			RuntimeHandler string `json:"runtimeHandler"`
-		}
-		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
-			t.Fatalf("sandbox info: %v", err)
-		}
-		return info.RuntimeHandler
-	}
-	t.Fatalf("no ready sandbox for %s", name)
-	return ""
 }
