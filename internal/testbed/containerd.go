@@ -6,7 +6,6 @@ package testbed
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -330,7 +329,8 @@ func (c *Containerd) Sandboxes(ctx context.Context) ([]*runtimeapi.PodSandbox, e
 }
 
 // SandboxHandler is the runtime handler containerd says the ready
-// sandbox of the pod ns/name runs with, as its verbose status reports it.
+// sandbox of the pod ns/name runs with: the CRI field of its status, or
+// of its listing (containerd 1.6 fills only the latter).
 func (c *Containerd) SandboxHandler(ctx context.Context, ns, name string) (string, error) {
 	sbs, err := c.Sandboxes(ctx)
 	if err != nil {
@@ -341,17 +341,14 @@ func (c *Containerd) SandboxHandler(ctx context.Context, ns, name string) (strin
 		if md.GetName() != name || md.GetNamespace() != ns || sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
 			continue
 		}
-		st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.Id, Verbose: true})
+		st, err := c.Runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.Id})
 		if err != nil {
 			return "", err
 		}
-		var info struct {
-			RuntimeHandler string `json:"runtimeHandler"`
+		if h := st.GetStatus().GetRuntimeHandler(); h != "" {
+			return h, nil
 		}
-		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
-			return "", fmt.Errorf("sandbox %s's info: %w", sb.Id, err)
-		}
-		return info.RuntimeHandler, nil
+		return sb.RuntimeHandler, nil
 	}
 	return "", fmt.Errorf("no ready sandbox for %s/%s", ns, name)
 }
