@@ -91,23 +91,23 @@ func differ(up, ours field.ErrorList) string {
 	return ""
 }
 
-// mapKey is a path ending in a map key, perhaps with a child after it.
-var mapKey = regexp.MustCompile(`^(.*)\[[^\]]*\](\.[^.\[]*)?$`)
+// maps are the fields that are Go maps in the API's types: the API
+// server walks them (resource lists, labels, annotations, options) in
+// Go's random order.
+var maps = regexp.MustCompile(`(\.limits|\.requests|\.overhead|\.labels|\.annotations|\.nodeSelector|\.matchLabels|\.options|\.userAnnotations)$`)
 
 // mapOrder says whether the first paths differ only as the order of a
-// map's keys: the API server walks maps (resource lists, labels,
-// annotations) in Go's random order, so which of two bad keys comes first
-// is chance there. A path is taken as its map's walk when it ends in one
-// of the map's keys, or is the map itself (requests above limits name
-// the requests). Each answer must hold the other's first path.
+// map's keys: which of two bad keys comes first is chance at the API
+// server. Each path must be the map's own or one of its keys' (a key may
+// hold brackets itself), and each answer must hold the other's first
+// path.
 func mapOrder(up, ours field.ErrorList) bool {
-	walk := func(f string) string {
-		if m := mapKey.FindStringSubmatch(f); m != nil {
-			return m[1]
-		}
-		return f
+	a, b := up[0].Field, ours[0].Field
+	if a == b {
+		return false
 	}
-	if up[0].Field == ours[0].Field || walk(up[0].Field) != walk(ours[0].Field) {
+	parent := commonMap(a, b)
+	if parent == "" {
 		return false
 	}
 	has := func(l field.ErrorList, f string) bool {
@@ -118,7 +118,25 @@ func mapOrder(up, ours field.ErrorList) bool {
 		}
 		return false
 	}
-	return has(up, ours[0].Field) && has(ours, up[0].Field)
+	return has(up, b) && has(ours, a)
+}
+
+// commonMap is the map both paths are in (the map itself, or a key of
+// it), or "".
+func commonMap(a, b string) string {
+	for i := len(a); i > 0; i-- {
+		p := a[:i]
+		if !maps.MatchString(p) {
+			continue
+		}
+		in := func(f string) bool {
+			return f == p || strings.HasPrefix(f, p+"[")
+		}
+		if in(a) && in(b) {
+			return p
+		}
+	}
+	return ""
 }
 
 func decode(data []byte) (*v1.Pod, bool) {
