@@ -1,8 +1,10 @@
 package podsources
 
 import (
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -173,6 +175,18 @@ func validateISCSI(i *v1.ISCSIVolumeSource, vp *field.Path) field.ErrorList {
 	return errs
 }
 
+// iscsiNameLength: with an initiator name, the volume's name and the
+// target portal make the initiator's interface name, which is short.
+func iscsiNameLength(i *v1.ISCSIVolumeSource, volName string) func(*field.Path) field.ErrorList {
+	return func(p *field.Path) field.ErrorList {
+		if i.InitiatorName != nil && len(volName+":"+i.TargetPortal) > 64 {
+			return field.ErrorList{field.Invalid(p.Child("name"), volName,
+				"Total length of <volume name>:<iscsi.targetPortal> must be under 64 characters if iscsi.initiatorName is specified.")}
+		}
+		return nil
+	}
+}
+
 func validateQuobyte(q *v1.QuobyteVolumeSource, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	switch {
@@ -210,7 +224,7 @@ func validateFC(fc *v1.FCVolumeSource, p *field.Path) field.ErrorList {
 
 func validateFlex(f *v1.FlexVolumeSource, p *field.Path) field.ErrorList {
 	errs := required(f.Driver, p.Child("driver"))
-	for _, k := range sortedAnnotations(f.Options) {
+	for _, k := range slices.Sorted(maps.Keys(f.Options)) {
 		ns, _, _ := strings.Cut(k, "/")
 		if n := "." + strings.ToLower(ns); strings.HasSuffix(n, ".kubernetes.io") || strings.HasSuffix(n, ".k8s.io") {
 			errs = append(errs, field.Invalid(p.Child("options").Key(k), k, "kubernetes.io and k8s.io namespaces are reserved"))

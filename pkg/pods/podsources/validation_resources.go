@@ -2,6 +2,8 @@ package podsources
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -191,20 +193,11 @@ func validateResourceFieldSelector(fs *v1.ResourceFieldSelector, volume bool, pa
 		errs = append(errs, field.Required(path.Child("containerName"), ""))
 	case fs.Resource == "":
 		errs = append(errs, field.Required(path.Child("resource"), ""))
-	case !contains(resourceFieldPaths, fs.Resource) &&
+	case !slices.Contains(resourceFieldPaths, fs.Resource) &&
 		!strings.HasPrefix(fs.Resource, "limits.hugepages-") && !strings.HasPrefix(fs.Resource, "requests.hugepages-"):
 		errs = append(errs, field.NotSupported(path.Child("resource"), fs.Resource, resourceFieldPaths))
 	}
 	return append(errs, validateDivisor(fs.Resource, fs.Divisor, path)...)
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 var (
@@ -221,19 +214,19 @@ func validateDivisor(name string, divisor resource.Quantity, path *field.Path) f
 	const sizes = "1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei"
 	switch name {
 	case "limits.cpu", "requests.cpu":
-		if !contains(cpuDivisors, d) {
+		if !slices.Contains(cpuDivisors, d) {
 			errs = append(errs, field.Invalid(path.Child("divisor"), name, "only divisor's values 1m and 1 are supported with the cpu resource"))
 		}
 	case "limits.memory", "requests.memory":
-		if !contains(sizeDivisors, d) {
+		if !slices.Contains(sizeDivisors, d) {
 			errs = append(errs, field.Invalid(path.Child("divisor"), name, "only divisor's values "+sizes+" are supported with the memory resource"))
 		}
 	case "limits.ephemeral-storage", "requests.ephemeral-storage":
-		if !contains(sizeDivisors, d) {
+		if !slices.Contains(sizeDivisors, d) {
 			errs = append(errs, field.Invalid(path.Child("divisor"), name, "only divisor's values "+sizes+" are supported with the local ephemeral storage resource"))
 		}
 	}
-	if (strings.HasPrefix(name, "requests.hugepages-") || strings.HasPrefix(name, "limits.hugepages-")) && !contains(sizeDivisors, d) {
+	if (strings.HasPrefix(name, "requests.hugepages-") || strings.HasPrefix(name, "limits.hugepages-")) && !slices.Contains(sizeDivisors, d) {
 		errs = append(errs, field.Invalid(path.Child("divisor"), name, "only divisor's values "+sizes+" are supported with the hugepages resource"))
 	}
 	return errs
@@ -280,18 +273,6 @@ func validateRefName(name string, path *field.Path) field.ErrorList {
 	return errs
 }
 
-// sortedKeys: a resource list's names in order. The API server walks the
-// map in Go's random order; nodelet walks it sorted, so its first error
-// is stable (the differential test allows for that).
-func sortedKeys(l v1.ResourceList) []v1.ResourceName {
-	out := make([]v1.ResourceName, 0, len(l))
-	for k := range l {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
 // validateRequirements is the API server's validateResourceRequirements:
 // names, quantities, requests within limits, hugepages beside cpu or
 // memory, and claims the pod declares.
@@ -299,7 +280,7 @@ func validateRequirements(r *v1.ResourceRequirements, nameCheck func(v1.Resource
 	var errs field.ErrorList
 	limPath, reqPath := path.Child("limits"), path.Child("requests")
 	limQoS, reqQoS, limHuge, reqHuge := false, false, false, false
-	for _, name := range sortedKeys(r.Limits) {
+	for _, name := range slices.Sorted(maps.Keys(r.Limits)) {
 		q, p := r.Limits[name], limPath.Key(string(name))
 		errs = append(errs, nameCheck(name, p)...)
 		errs = append(errs, quantityValue(name, q, p)...)
@@ -309,7 +290,7 @@ func validateRequirements(r *v1.ResourceRequirements, nameCheck func(v1.Resource
 		}
 		limQoS = limQoS || name == v1.ResourceCPU || name == v1.ResourceMemory
 	}
-	for _, name := range sortedKeys(r.Requests) {
+	for _, name := range slices.Sorted(maps.Keys(r.Requests)) {
 		q, p := r.Requests[name], reqPath.Key(string(name))
 		errs = append(errs, nameCheck(name, p)...)
 		errs = append(errs, quantityValue(name, q, p)...)
@@ -427,7 +408,7 @@ func resourceName(n v1.ResourceName, p *field.Path) field.ErrorList {
 	if len(errs) != 0 {
 		return errs
 	}
-	if !strings.Contains(string(n), "/") && !contains(standardResources, string(n)) &&
+	if !strings.Contains(string(n), "/") && !slices.Contains(standardResources, string(n)) &&
 		!isHugePages(n) && !strings.HasPrefix(string(n), v1.ResourceRequestsHugePagesPrefix) {
 		errs = append(errs, field.Invalid(p, n, "must be a standard resource type or fully qualified"))
 	}
@@ -482,7 +463,7 @@ func validatePodResources(s *v1.PodSpec, claims map[string]bool, path *field.Pat
 	errs = append(errs, validateRequirements(s.Resources, podResourceName, claims, p)...)
 	pod := &v1.Pod{Spec: *s}
 	reqs := resourcehelper.AggregateContainerRequests(pod, resourcehelper.PodResourcesOptions{})
-	for _, name := range sortedKeys(reqs) {
+	for _, name := range slices.Sorted(maps.Keys(reqs)) {
 		if want, ok := s.Resources.Requests[name]; ok {
 			if q := reqs[name]; q.Cmp(want) <= 0 {
 				continue
@@ -493,7 +474,7 @@ func validatePodResources(s *v1.PodSpec, claims map[string]bool, path *field.Pat
 		}
 	}
 	lims := resourcehelper.AggregateContainerLimits(pod, resourcehelper.PodResourcesOptions{})
-	for _, name := range sortedKeys(lims) {
+	for _, name := range slices.Sorted(maps.Keys(lims)) {
 		if want, ok := s.Resources.Limits[name]; ok && isHugePages(name) {
 			if q := lims[name]; q.Cmp(want) <= 0 {
 				continue
@@ -504,7 +485,7 @@ func validatePodResources(s *v1.PodSpec, claims map[string]bool, path *field.Pat
 		}
 	}
 	for i, c := range s.Containers {
-		for _, name := range sortedKeys(c.Resources.Limits) {
+		for _, name := range slices.Sorted(maps.Keys(c.Resources.Limits)) {
 			if want, ok := s.Resources.Limits[name]; ok {
 				if q := c.Resources.Limits[name]; q.Cmp(want) <= 0 {
 					continue

@@ -2,8 +2,9 @@ package podsources
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -296,17 +297,6 @@ func validateSysctls(s *v1.PodSpec, path *field.Path) field.ErrorList {
 	return errs
 }
 
-// sortedAnnotations: the API server walks annotations in Go's random map
-// order; nodelet walks them sorted.
-func sortedAnnotations(a map[string]string) []string {
-	keys := make([]string, 0, len(a))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // validateSeccompAnnotations: the deprecated seccomp annotations name a
 // profile the API knows.
 func validateSeccompAnnotations(a map[string]string, path *field.Path) field.ErrorList {
@@ -314,7 +304,7 @@ func validateSeccompAnnotations(a map[string]string, path *field.Path) field.Err
 	if p, ok := a[v1.SeccompPodAnnotationKey]; ok {
 		errs = append(errs, seccompAnnotationProfile(p, path.Child(v1.SeccompPodAnnotationKey))...)
 	}
-	for _, k := range sortedAnnotations(a) {
+	for _, k := range slices.Sorted(maps.Keys(a)) {
 		if strings.HasPrefix(k, v1.SeccompContainerAnnotationKeyPrefix) {
 			errs = append(errs, seccompAnnotationProfile(a[k], path.Child(k))...)
 		}
@@ -336,7 +326,7 @@ func seccompAnnotationProfile(p string, path *field.Path) field.ErrorList {
 // container of the pod and a profile of the known forms.
 func validateAppArmorAnnotations(a map[string]string, s *v1.PodSpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedAnnotations(a) {
+	for _, k := range slices.Sorted(maps.Keys(a)) {
 		name, ok := strings.CutPrefix(k, v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix)
 		if !ok {
 			continue

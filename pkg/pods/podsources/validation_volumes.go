@@ -2,9 +2,10 @@ package podsources
 
 import (
 	"fmt"
+	"maps"
 	"path"
-	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 )
 
 // The volume checks of the API server's pod validation, at v1.37, with its
@@ -61,11 +63,13 @@ func validateVolumes(vols []v1.Volume, podName string, path *field.Path) (map[st
 }
 
 // volumeSource is one of a volume's sources: its JSON name, whether it is
-// set, and its checks (nil: none beyond being the only one).
+// set, its checks when it is the volume's source, and the checks upstream
+// makes of it even when another source came first (nil: none).
 type volumeSource struct {
-	name  string
-	set   bool
-	check func(*field.Path) field.ErrorList
+	name   string
+	set    bool
+	check  func(*field.Path) field.ErrorList
+	always func(*field.Path) field.ErrorList
 }
 
 func validateVolumeSource(s *v1.VolumeSource, volName, podName string, path *field.Path) field.ErrorList {
@@ -90,14 +94,10 @@ func validateVolumeSource(s *v1.VolumeSource, volName, podName string, path *fie
 			errs = append(errs, field.Forbidden(path.Child(src.name), "may not specify more than 1 volume type"))
 		} else {
 			n++
-			if src.check != nil {
-				errs = append(errs, src.check(path)...)
-			}
+			errs = append(errs, src.check(path)...)
 		}
-		// Upstream checks this one whether or not iscsi is the first source.
-		if src.name == "iscsi" && s.ISCSI.InitiatorName != nil && len(volName+":"+s.ISCSI.TargetPortal) > 64 {
-			errs = append(errs, field.Invalid(path.Child("name"), volName,
-				"Total length of <volume name>:<iscsi.targetPortal> must be under 64 characters if iscsi.initiatorName is specified."))
+		if src.always != nil {
+			errs = append(errs, src.always(path)...)
 		}
 	}
 	if n == 0 {
@@ -110,24 +110,16 @@ func validateVolumeSource(s *v1.VolumeSource, volName, podName string, path *fie
 func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 	legacy := legacyVolumeChecks(s)
 	return []volumeSource{
-		{"hostPath", s.HostPath != nil, func(p *field.Path) field.ErrorList { return validateHostPath(s.HostPath, p.Child("hostPath")) }},
+		{"hostPath", s.HostPath != nil, func(p *field.Path) field.ErrorList { return validateHostPath(s.HostPath, p.Child("hostPath")) }, nil},
 		{"gitRepo", s.GitRepo != nil, func(p *field.Path) field.ErrorList {
-			var errs field.ErrorList
-			if s.GitRepo.Repository == "" {
-				errs = append(errs, field.Required(p.Child("gitRepo", "repository"), ""))
-			}
-			return append(errs, localDescendingPath(s.GitRepo.Directory, p.Child("gitRepo", "directory"))...)
-		}},
-		{"gcePersistentDisk", s.GCEPersistentDisk != nil, legacy["gcePersistentDisk"]},
-		{"awsElasticBlockStore", s.AWSElasticBlockStore != nil, legacy["awsElasticBlockStore"]},
+			return append(required(s.GitRepo.Repository, p.Child("gitRepo", "repository")), localDescendingPath(s.GitRepo.Directory, p.Child("gitRepo", "directory"))...)
+		}, nil},
+		{"gcePersistentDisk", s.GCEPersistentDisk != nil, legacy["gcePersistentDisk"], nil},
+		{"awsElasticBlockStore", s.AWSElasticBlockStore != nil, legacy["awsElasticBlockStore"], nil},
 		{"secret", s.Secret != nil, func(p *field.Path) field.ErrorList {
 			p = p.Child("secret")
-			var errs field.ErrorList
-			if s.Secret.SecretName == "" {
-				errs = append(errs, field.Required(p.Child("secretName"), ""))
-			}
-			return append(errs, validateItems(s.Secret.DefaultMode, s.Secret.DefaultUser, s.Secret.Items, p)...)
-		}},
+			return append(required(s.Secret.SecretName, p.Child("secretName")), validateItems(s.Secret.DefaultMode, s.Secret.DefaultUser, s.Secret.Items, p)...)
+		}, nil},
 		{"nfs", s.NFS != nil, func(p *field.Path) field.ErrorList {
 			p = p.Child("nfs")
 			var errs field.ErrorList
@@ -141,20 +133,17 @@ func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 				errs = append(errs, field.Invalid(p.Child("path"), s.NFS.Path, "must be an absolute path"))
 			}
 			return errs
-		}},
-		{"iscsi", s.ISCSI != nil, legacy["iscsi"]},
-		{"glusterfs", s.Glusterfs != nil, legacy["glusterfs"]},
-		{"flocker", s.Flocker != nil, legacy["flocker"]},
+		}, nil},
+		{"iscsi", s.ISCSI != nil, legacy["iscsi"], iscsiNameLength(s.ISCSI, volName)},
+		{"glusterfs", s.Glusterfs != nil, legacy["glusterfs"], nil},
+		{"flocker", s.Flocker != nil, legacy["flocker"], nil},
 		{"persistentVolumeClaim", s.PersistentVolumeClaim != nil, func(p *field.Path) field.ErrorList {
-			if s.PersistentVolumeClaim.ClaimName == "" {
-				return field.ErrorList{field.Required(p.Child("persistentVolumeClaim", "claimName"), "")}
-			}
-			return nil
-		}},
-		{"rbd", s.RBD != nil, legacy["rbd"]},
-		{"cinder", s.Cinder != nil, legacy["cinder"]},
-		{"cephFS", s.CephFS != nil, legacy["cephFS"]},
-		{"quobyte", s.Quobyte != nil, legacy["quobyte"]},
+			return required(s.PersistentVolumeClaim.ClaimName, p.Child("persistentVolumeClaim", "claimName"))
+		}, nil},
+		{"rbd", s.RBD != nil, legacy["rbd"], nil},
+		{"cinder", s.Cinder != nil, legacy["cinder"], nil},
+		{"cephFS", s.CephFS != nil, legacy["cephFS"], nil},
+		{"quobyte", s.Quobyte != nil, legacy["quobyte"], nil},
 		// Upstream's message misspells it.
 		{"downwarAPI", s.DownwardAPI != nil, func(p *field.Path) field.ErrorList {
 			d := s.DownwardAPI
@@ -166,26 +155,22 @@ func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 				errs = append(errs, validateDownwardAPIFile(&d.Items[i], p)...)
 			}
 			return errs
-		}},
-		{"fc", s.FC != nil, legacy["fc"]},
-		{"flexVolume", s.FlexVolume != nil, legacy["flexVolume"]},
+		}, nil},
+		{"fc", s.FC != nil, legacy["fc"], nil},
+		{"flexVolume", s.FlexVolume != nil, legacy["flexVolume"], nil},
 		{"configMap", s.ConfigMap != nil, func(p *field.Path) field.ErrorList {
 			p = p.Child("configMap")
-			var errs field.ErrorList
-			if s.ConfigMap.Name == "" {
-				errs = append(errs, field.Required(p.Child("name"), ""))
-			}
-			return append(errs, validateItems(s.ConfigMap.DefaultMode, s.ConfigMap.DefaultUser, s.ConfigMap.Items, p)...)
-		}},
-		{"azureFile", s.AzureFile != nil, legacy["azureFile"]},
-		{"vsphereVolume", s.VsphereVolume != nil, legacy["vsphereVolume"]},
-		{"photonPersistentDisk", s.PhotonPersistentDisk != nil, legacy["photonPersistentDisk"]},
-		{"portworxVolume", s.PortworxVolume != nil, legacy["portworxVolume"]},
-		{"azureDisk", s.AzureDisk != nil, legacy["azureDisk"]},
-		{"storageos", s.StorageOS != nil, legacy["storageos"]},
-		{"projected", s.Projected != nil, func(p *field.Path) field.ErrorList { return validateProjected(s.Projected, p.Child("projected")) }},
-		{"scaleIO", s.ScaleIO != nil, legacy["scaleIO"]},
-		{"csi", s.CSI != nil, func(p *field.Path) field.ErrorList { return validateCSI(s.CSI, p.Child("csi")) }},
+			return append(required(s.ConfigMap.Name, p.Child("name")), validateItems(s.ConfigMap.DefaultMode, s.ConfigMap.DefaultUser, s.ConfigMap.Items, p)...)
+		}, nil},
+		{"azureFile", s.AzureFile != nil, legacy["azureFile"], nil},
+		{"vsphereVolume", s.VsphereVolume != nil, legacy["vsphereVolume"], nil},
+		{"photonPersistentDisk", s.PhotonPersistentDisk != nil, legacy["photonPersistentDisk"], nil},
+		{"portworxVolume", s.PortworxVolume != nil, legacy["portworxVolume"], nil},
+		{"azureDisk", s.AzureDisk != nil, legacy["azureDisk"], nil},
+		{"storageos", s.StorageOS != nil, legacy["storageos"], nil},
+		{"projected", s.Projected != nil, func(p *field.Path) field.ErrorList { return validateProjected(s.Projected, p.Child("projected")) }, nil},
+		{"scaleIO", s.ScaleIO != nil, legacy["scaleIO"], nil},
+		{"csi", s.CSI != nil, func(p *field.Path) field.ErrorList { return validateCSI(s.CSI, p.Child("csi")) }, nil},
 		{"ephemeral", s.Ephemeral != nil, func(p *field.Path) field.ErrorList {
 			errs := validateEphemeral(s.Ephemeral, p.Child("ephemeral"))
 			if podName != "" && volName != "" {
@@ -195,14 +180,10 @@ func volumeSources(s *v1.VolumeSource, volName, podName string) []volumeSource {
 				}
 			}
 			return errs
-		}},
+		}, nil},
 		{"image", s.Image != nil, func(p *field.Path) field.ErrorList {
-			var errs field.ErrorList
-			if s.Image.Reference == "" {
-				errs = append(errs, field.Required(p.Child("image", "reference"), ""))
-			}
-			return append(errs, enum(string(s.Image.PullPolicy), p.Child("image", "pullPolicy"), "Always", "IfNotPresent", "Never")...)
-		}},
+			return append(required(s.Image.Reference, p.Child("image", "reference")), enum(string(s.Image.PullPolicy), p.Child("image", "pullPolicy"), "Always", "IfNotPresent", "Never")...)
+		}, nil},
 	}
 }
 
@@ -219,7 +200,7 @@ func validateHostPath(h *v1.HostPathVolumeSource, p *field.Path) field.ErrorList
 	if hasBackstep(h.Path) {
 		errs = append(errs, field.Invalid(p.Child("path"), h.Path, "must not contain '..'"))
 	}
-	if h.Type != nil && !contains(hostPathTypes, string(*h.Type)) {
+	if h.Type != nil && !slices.Contains(hostPathTypes, string(*h.Type)) {
 		errs = append(errs, field.NotSupported(p.Child("type"), h.Type, hostPathTypes))
 	}
 	return errs
@@ -289,7 +270,7 @@ func validateEphemeral(e *v1.EphemeralVolumeSource, p *field.Path) field.ErrorLi
 	}
 	rwop, other := false, false
 	for _, m := range s.AccessModes {
-		if !contains(accessModes, string(m)) {
+		if !slices.Contains(accessModes, string(m)) {
 			errs = append(errs, field.NotSupported(sp.Child("accessModes"), m, accessModes))
 		} else if m == v1.ReadWriteOncePod {
 			rwop = true
@@ -330,7 +311,7 @@ func validateDataSources(s *v1.PersistentVolumeClaimSpec, sp *field.Path) field.
 		if kind == "" {
 			errs = append(errs, field.Required(p.Child("kind"), ""))
 		}
-		g := ptrValue(group)
+		g := ptr.Deref(group, "")
 		if g == "" && kind != "PersistentVolumeClaim" {
 			errs = append(errs, field.Invalid(p, kind, "must be 'PersistentVolumeClaim' when referencing the default apiGroup"))
 		}
@@ -345,35 +326,28 @@ func validateDataSources(s *v1.PersistentVolumeClaimSpec, sp *field.Path) field.
 	}
 	if d := s.DataSourceRef; d != nil {
 		ref(d.APIGroup, d.Kind, d.Name, sp.Child("dataSourceRef"))
-		if ns := ptrValue(d.Namespace); ns != "" {
+		if ns := ptr.Deref(d.Namespace, ""); ns != "" {
 			for _, msg := range apivalidation.ValidateNamespaceName(ns, false) {
 				errs = append(errs, field.Invalid(sp.Child("dataSourceRef", "namespace"), ns, msg))
 			}
 		}
 	}
 	switch d, r := s.DataSource, s.DataSourceRef; {
-	case r != nil && ptrValue(r.Namespace) != "":
+	case r != nil && ptr.Deref(r.Namespace, "") != "":
 		if d != nil {
 			errs = append(errs, field.Invalid(sp, sp.Child("dataSource"), "may not be specified when dataSourceRef.namespace is specified"))
 		}
 	case d != nil && r != nil:
-		if ptrValue(d.APIGroup) != ptrValue(r.APIGroup) || d.Kind != r.Kind || d.Name != r.Name {
+		if ptr.Deref(d.APIGroup, "") != ptr.Deref(r.APIGroup, "") || d.Kind != r.Kind || d.Name != r.Name {
 			errs = append(errs, field.Invalid(sp, sp.Child("dataSource"), "must match dataSourceRef"))
 		}
 	}
-	if c := ptrValue(s.VolumeAttributesClassName); c != "" {
+	if c := ptr.Deref(s.VolumeAttributesClassName, ""); c != "" {
 		for _, msg := range apivalidation.NameIsDNSSubdomain(c, false) {
 			errs = append(errs, field.Invalid(sp.Child("volumeAttributesClassName"), c, msg))
 		}
 	}
 	return errs
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 func validateProjected(pr *v1.ProjectedVolumeSource, p *field.Path) field.ErrorList {
@@ -572,7 +546,7 @@ const (
 func validatePodCertificate(s *v1.PodCertificateProjection, cp *field.Path) field.ErrorList {
 	errs := validateSignerName(cp.Child("signerName"), s.SignerName)
 	if s.UserAnnotations != nil {
-		for _, k := range sortedAnnotations(s.UserAnnotations) {
+		for _, k := range slices.Sorted(maps.Keys(s.UserAnnotations)) {
 			errs = append(errs, validation.IsDomainPrefixedKey(cp.Child("userAnnotations"), strings.ToLower(k))...)
 		}
 		if err := apivalidation.ValidateAnnotationsSize(s.UserAnnotations); err != nil {
@@ -580,7 +554,7 @@ func validatePodCertificate(s *v1.PodCertificateProjection, cp *field.Path) fiel
 		}
 	}
 	errs = append(errs, userID(s.User, cp.Child("user"))...)
-	if !contains(podCertificateKeyTypes, s.KeyType) {
+	if !slices.Contains(podCertificateKeyTypes, s.KeyType) {
 		errs = append(errs, field.NotSupported(cp.Child("keyType"), s.KeyType, podCertificateKeyTypes))
 	}
 	if m := s.MaxExpirationSeconds; m != nil {
@@ -649,11 +623,8 @@ func localDescendingPath(target string, p *field.Path) field.ErrorList {
 	if path.IsAbs(target) {
 		errs = append(errs, field.Invalid(p, target, "must be a relative path"))
 	}
-	for _, part := range strings.Split(filepath.ToSlash(target), "/") {
-		if part == ".." {
-			errs = append(errs, field.Invalid(p, target, "must not contain '..'"))
-			break
-		}
+	if hasBackstep(target) {
+		errs = append(errs, field.Invalid(p, target, "must not contain '..'"))
 	}
 	return errs
 }

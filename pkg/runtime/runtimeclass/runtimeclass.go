@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	v1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,11 +96,6 @@ func (c *Classes) Handler(name *string) (string, error) {
 		return "", apierrors.NewNotFound(nodev1.Resource("runtimeclass"), *name)
 	}
 	return obj.(*nodev1.RuntimeClass).Handler, nil
-}
-
-// PodHandler is the runtime handler of the pod's class.
-func (c *Classes) PodHandler(pod *v1.Pod) (string, error) {
-	return c.Handler(pod.Spec.RuntimeClassName)
 }
 
 // syncStore is a store that knows when its first list has arrived.
