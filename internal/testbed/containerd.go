@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,13 +248,32 @@ func (c *Containerd) launch(ctx context.Context, bin, cfgPath, path string) erro
 		c.conn, v, err = kuberuntime.Dial(ctx, c.Endpoint, 30*time.Second)
 	}
 	if err != nil {
-		return fmt.Errorf("containerd did not come up (log %s): %w", c.logFile.Name(), err)
+		// The log goes with the directory when the bed is torn down: its
+		// end is the only trace of why.
+		return fmt.Errorf("containerd did not come up: %w; the end of its log:\n%s", err, logTail(c.logFile.Name(), 4096))
 	}
 	c.Version = v.RuntimeVersion
 	c.Runtime = runtimeapi.NewRuntimeServiceClient(c.conn)
 	c.Events = containerdevents.NewEventsClient(c.conn)
 	c.Images = runtimeapi.NewImageServiceClient(c.conn)
 	return nil
+}
+
+// logTail is the last n bytes of the file at path, or why it has none.
+func logTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // pid is containerd's process: the one started, or in a systemd bed the
